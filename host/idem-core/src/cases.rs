@@ -1,0 +1,367 @@
+//! Cases files: one file of operations and expectations, run against a
+//! policy natively (the SDK) and as a built component (`idem test`).
+//!
+//! ```json
+//! {"cases": [
+//!   {"name": "first charge", "op": {"kind": "charge", "tenant": "acme", "fields": {...}},
+//!    "expect": {"key": "<64 hex>", "fingerprint": "<64 hex>", "partition": "c1"}},
+//!   {"name": "retry keeps the key", "op": {...}, "expect": {"same_key_as": "first charge"}},
+//!   {"name": "no customer", "op": {...}, "expect": {"error": "missing-field", "field": "customer"}},
+//!   {"name": "completed replays", "op": {...},
+//!    "duplicate": {"state": "completed", "fingerprint_matches": true},
+//!    "expect": {"decision": "replay"}}
+//! ]}
+//! ```
+//!
+//! An operation without `now_ms` runs at logical time 0, so cases are
+//! deterministic. An `expect` that checks nothing is an error: a case that
+//! cannot fail proves nothing.
+
+use std::collections::HashMap;
+
+use serde::Deserialize;
+
+use crate::derivation::{Derivation, KeyedDerivation, PolicyInfo};
+use crate::digest::Digest;
+use crate::duplicate::{Decision, DuplicateContext, OutcomeSummary, RecordState, check_decision};
+use crate::operation::{Operation, OperationLimits};
+use crate::policy_error::{ErrorCode, PolicyError};
+
+/// A whole cases file.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CasesFile {
+    /// When given, the policy's `describe().name` must equal it.
+    #[serde(default)]
+    pub policy: Option<String>,
+    pub cases: Vec<Case>,
+}
+
+impl CasesFile {
+    /// Reads a cases file from JSON text.
+    pub fn from_json(text: &str) -> Result<Self, serde_json::Error> {
+        serde_json::from_str(text)
+    }
+}
+
+/// One case.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Case {
+    pub name: String,
+    /// The operation, in the operation JSON format.
+    pub op: serde_json::Value,
+    /// When present, the case asks `on-duplicate` instead of `derive`.
+    #[serde(default)]
+    pub duplicate: Option<DuplicateSpec>,
+    pub expect: Expect,
+}
+
+/// The stored record a duplicate case collides with.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DuplicateSpec {
+    pub state: RecordState,
+    #[serde(default = "yes")]
+    pub fingerprint_matches: bool,
+    #[serde(default = "one")]
+    pub attempts: u32,
+    #[serde(default)]
+    pub age_ms: u64,
+    #[serde(default)]
+    pub lease_remaining_ms: u64,
+    #[serde(default)]
+    pub outcome: Option<OutcomeSummary>,
+}
+
+fn yes() -> bool {
+    true
+}
+fn one() -> u32 {
+    1
+}
+
+/// What a case expects. Every member is optional; at least one must be set.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Expect {
+    pub key: Option<String>,
+    pub fingerprint: Option<String>,
+    pub partition: Option<String>,
+    pub retention_s: Option<u64>,
+    pub lease_s: Option<u32>,
+    /// The key equals that of the named (earlier) case.
+    pub same_key_as: Option<String>,
+    /// The key differs from that of the named (earlier) case.
+    pub key_differs_from: Option<String>,
+    pub same_fingerprint_as: Option<String>,
+    pub fingerprint_differs_from: Option<String>,
+    /// The policy refuses with this error code.
+    pub error: Option<String>,
+    /// ... naming this field.
+    pub field: Option<String>,
+    /// The host refuses the derivation as malformed.
+    pub malformed: Option<bool>,
+    /// The policy's decision for a duplicate (`replay`, `reject`, ...).
+    pub decision: Option<String>,
+    /// The rejection's status.
+    pub status: Option<u16>,
+    pub retry_after_ms: Option<u64>,
+    pub wait_ms: Option<u64>,
+    /// The host's safety gate refuses the decision.
+    #[serde(rename = "unsafe")]
+    pub unsafe_decision: Option<bool>,
+}
+
+impl Expect {
+    fn checks_something(&self) -> bool {
+        let e = self;
+        e.key.is_some()
+            || e.fingerprint.is_some()
+            || e.partition.is_some()
+            || e.retention_s.is_some()
+            || e.lease_s.is_some()
+            || e.same_key_as.is_some()
+            || e.key_differs_from.is_some()
+            || e.same_fingerprint_as.is_some()
+            || e.fingerprint_differs_from.is_some()
+            || e.error.is_some()
+            || e.malformed.is_some()
+            || e.decision.is_some()
+            || e.unsafe_decision.is_some()
+    }
+}
+
+/// Something that can be asked what a policy says: the native SDK adapter or
+/// a loaded component. `Err` is a failure to evaluate at all (a trap, a
+/// limit), which always fails the case.
+pub trait Subject {
+    fn describe(&mut self) -> Result<PolicyInfo, String>;
+    fn derive(&mut self, op: &Operation) -> Result<Result<Derivation, PolicyError>, String>;
+    fn on_duplicate(&mut self, ctx: &DuplicateContext) -> Result<Decision, String>;
+}
+
+/// The result of one case.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CaseResult {
+    pub name: String,
+    pub passed: bool,
+    /// On success a short summary; on failure what differed.
+    pub detail: String,
+}
+
+/// The results of a whole file.
+#[derive(Debug, Clone, Default)]
+pub struct CasesReport {
+    pub results: Vec<CaseResult>,
+}
+
+impl CasesReport {
+    pub fn passed(&self) -> usize {
+        self.results.iter().filter(|r| r.passed).count()
+    }
+    pub fn failed(&self) -> usize {
+        self.results.len() - self.passed()
+    }
+    /// The closing line: `N passed, N failed`.
+    pub fn summary(&self) -> String {
+        format!("{} passed, {} failed", self.passed(), self.failed())
+    }
+}
+
+/// Runs every case of `file` against `subject`.
+pub fn run_cases(subject: &mut dyn Subject, file: &CasesFile) -> CasesReport {
+    let mut report = CasesReport::default();
+    let info = match subject.describe() {
+        Ok(info) => info,
+        Err(e) => {
+            report.results.push(CaseResult { name: "describe".into(), passed: false, detail: e });
+            return report;
+        }
+    };
+    if let Err(e) = info.validate() {
+        report.results.push(CaseResult { name: "describe".into(), passed: false, detail: e.to_string() });
+        return report;
+    }
+    if let Some(want) = &file.policy
+        && *want != info.name
+    {
+        report.results.push(CaseResult {
+            name: "describe".into(),
+            passed: false,
+            detail: format!("the cases are for policy `{want}`, this is `{}`", info.name),
+        });
+        return report;
+    }
+    let mut seen: HashMap<String, KeyedDerivation> = HashMap::new();
+    for case in &file.cases {
+        let (passed, detail) = match run_case(subject, &info, case, &seen) {
+            Ok((detail, keyed)) => {
+                if let Some(k) = keyed {
+                    seen.insert(case.name.clone(), k);
+                }
+                (true, detail)
+            }
+            Err(detail) => (false, detail),
+        };
+        report.results.push(CaseResult { name: case.name.clone(), passed, detail });
+    }
+    report
+}
+
+type CaseOutcome = Result<(String, Option<KeyedDerivation>), String>;
+
+fn run_case(
+    subject: &mut dyn Subject,
+    info: &PolicyInfo,
+    case: &Case,
+    seen: &HashMap<String, KeyedDerivation>,
+) -> CaseOutcome {
+    let e = &case.expect;
+    if !e.checks_something() {
+        return Err("`expect` checks nothing; say what must hold".into());
+    }
+    let mut op = Operation::from_value(case.op.clone(), &OperationLimits::default())
+        .map_err(|err| format!("the case's op is invalid: {err}"))?;
+    op.now_ms.get_or_insert(0);
+    match &case.duplicate {
+        None => derive_case(subject, info, &op, e, seen),
+        Some(dup) => duplicate_case(subject, op, dup, e).map(|d| (d, None)),
+    }
+}
+
+fn derive_case(
+    subject: &mut dyn Subject,
+    info: &PolicyInfo,
+    op: &Operation,
+    e: &Expect,
+    seen: &HashMap<String, KeyedDerivation>,
+) -> CaseOutcome {
+    let derived = subject.derive(op)?;
+    if let Some(code) = &e.error {
+        let want: ErrorCode = code.parse()?;
+        return match derived {
+            Ok(_) => Err(format!("expected policy error {code}, got a key")),
+            Err(err) if err.code != want => Err(format!("expected policy error {code}, got {err}")),
+            Err(err) if e.field.is_some() && err.field != e.field => {
+                Err(format!("expected the error to name field {:?}, got {err}", e.field))
+            }
+            Err(err) => Ok((format!("refused: {err}"), None)),
+        };
+    }
+    let derivation = derived.map_err(|err| format!("expected a key, got policy error {err}"))?;
+    let keyed = match (derivation.finish(&info.namespace), e.malformed) {
+        (Err(err), Some(true)) => return Ok((err.to_string(), None)),
+        (Err(err), _) => return Err(err.to_string()),
+        (Ok(_), Some(true)) => return Err("expected the host to refuse the derivation, it was accepted".into()),
+        (Ok(k), _) => k,
+    };
+    let mut problems = Vec::new();
+    let mut check_hex = |what: &str, want: &Option<String>, got: &Digest| {
+        if let Some(w) = want
+            && *w != got.to_hex()
+        {
+            problems.push(format!("{what}: expected {w}, got {got}"));
+        }
+    };
+    check_hex("key", &e.key, &keyed.key);
+    check_hex("fingerprint", &e.fingerprint, &keyed.fingerprint);
+    if let Some(p) = &e.partition
+        && *p != keyed.partition
+    {
+        problems.push(format!("partition: expected {p:?}, got {:?}", keyed.partition));
+    }
+    if let Some(r) = e.retention_s
+        && r != keyed.retention_s
+    {
+        problems.push(format!("retention_s: expected {r}, got {}", keyed.retention_s));
+    }
+    if let Some(l) = e.lease_s
+        && l != keyed.lease_s
+    {
+        problems.push(format!("lease_s: expected {l}, got {}", keyed.lease_s));
+    }
+    let relations: [(&Option<String>, bool, bool); 4] = [
+        (&e.same_key_as, true, true),
+        (&e.key_differs_from, true, false),
+        (&e.same_fingerprint_as, false, true),
+        (&e.fingerprint_differs_from, false, false),
+    ];
+    for (other, is_key, want_equal) in relations {
+        let Some(other) = other else { continue };
+        let Some(theirs) = seen.get(other) else {
+            problems.push(format!("no earlier case named {other:?} with a key"));
+            continue;
+        };
+        let (mine, theirs, what) = if is_key {
+            (keyed.key, theirs.key, "key")
+        } else {
+            (keyed.fingerprint, theirs.fingerprint, "fingerprint")
+        };
+        if (mine == theirs) != want_equal {
+            let rel = if want_equal { "equal" } else { "differ from" };
+            problems.push(format!("{what} should {rel} that of {other:?} ({mine} vs {theirs})"));
+        }
+    }
+    if problems.is_empty() {
+        Ok((format!("key {}…", &keyed.key.to_hex()[..16]), Some(keyed)))
+    } else {
+        Err(problems.join("; "))
+    }
+}
+
+fn duplicate_case(subject: &mut dyn Subject, operation: Operation, dup: &DuplicateSpec, e: &Expect) -> Result<String, String> {
+    let ctx = DuplicateContext {
+        operation,
+        state: dup.state,
+        fingerprint_matches: dup.fingerprint_matches,
+        attempts: dup.attempts,
+        age_ms: dup.age_ms,
+        lease_remaining_ms: if dup.state == RecordState::InProgress { dup.lease_remaining_ms } else { 0 },
+        outcome: dup.outcome.clone(),
+    };
+    let decision = subject.on_duplicate(&ctx)?;
+    let gate = check_decision(&ctx, &decision);
+    let mut problems = Vec::new();
+    match (e.unsafe_decision, &gate) {
+        (Some(true), Ok(())) => problems.push(format!("expected the host to refuse `{}`, it was allowed", decision.name())),
+        (Some(false) | None, Err(err)) => problems.push(format!("the host refused the decision: {err}")),
+        _ => {}
+    }
+    if let Some(want) = &e.decision
+        && want != decision.name()
+    {
+        problems.push(format!("decision: expected {want}, got {}", decision.name()));
+    }
+    let rejection = match &decision {
+        Decision::Reject(r) | Decision::MarkUnknown(r) => Some(r),
+        _ => None,
+    };
+    if let Some(status) = e.status {
+        match rejection {
+            Some(r) if r.status == status => {}
+            Some(r) => problems.push(format!("status: expected {status}, got {}", r.status)),
+            None => problems.push(format!("status: expected {status}, but `{}` has none", decision.name())),
+        }
+    }
+    if let Some(after) = e.retry_after_ms {
+        let got = rejection.and_then(|r| r.retry_after_ms);
+        if got != Some(after) {
+            problems.push(format!("retry_after_ms: expected {after}, got {got:?}"));
+        }
+    }
+    if let Some(wait) = e.wait_ms {
+        match decision {
+            Decision::Wait { max_ms } if max_ms == wait => {}
+            _ => problems.push(format!("wait_ms: expected wait {wait}, got {decision:?}")),
+        }
+    }
+    if problems.is_empty() {
+        Ok(match gate {
+            Ok(()) => decision.name().to_string(),
+            Err(err) => format!("refused as expected: {err}"),
+        })
+    } else {
+        Err(problems.join("; "))
+    }
+}

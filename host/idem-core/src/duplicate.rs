@@ -1,0 +1,254 @@
+//! What a duplicate may get, and the gate that refuses an unsafe decision.
+//!
+//! A policy decides what a duplicate gets; the host checks the decision
+//! against what is safe and fails closed. The gate is here, in plain Rust,
+//! so that the native SDK harness and the wasm host refuse the same things.
+
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+use crate::operation::Operation;
+
+/// Longest wait a policy may ask for.
+pub const MAX_WAIT_MS: u64 = 60_000;
+/// Longest rejection reason.
+pub const MAX_REASON_BYTES: usize = 1024;
+
+/// The state of a stored record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RecordState {
+    InProgress,
+    Completed,
+    FailedRetryable,
+    FailedPermanent,
+    OutcomeUnknown,
+}
+
+impl RecordState {
+    /// The contract's spelling (`in-progress`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RecordState::InProgress => "in-progress",
+            RecordState::Completed => "completed",
+            RecordState::FailedRetryable => "failed-retryable",
+            RecordState::FailedPermanent => "failed-permanent",
+            RecordState::OutcomeUnknown => "outcome-unknown",
+        }
+    }
+}
+
+impl std::str::FromStr for RecordState {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        serde_json::from_value(serde_json::Value::String(s.to_string())).map_err(|_| {
+            format!("unknown record state `{s}`: expected in-progress, completed, failed-retryable, failed-permanent or outcome-unknown")
+        })
+    }
+}
+
+/// A summary of a stored outcome (never its bytes).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OutcomeSummary {
+    /// The caller's status: an exit code or an HTTP status.
+    pub status: i32,
+    /// Size of the stored outcome in bytes.
+    #[serde(default)]
+    pub size: u64,
+    /// The error message of a failed attempt.
+    #[serde(default)]
+    pub error: Option<String>,
+}
+
+/// What the host knows about a duplicate.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DuplicateContext {
+    pub operation: Operation,
+    pub state: RecordState,
+    pub fingerprint_matches: bool,
+    pub attempts: u32,
+    pub age_ms: u64,
+    /// 0 when the lease has expired (or the record is not in progress).
+    pub lease_remaining_ms: u64,
+    pub outcome: Option<OutcomeSummary>,
+}
+
+/// A refusal returned to the caller.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Rejection {
+    pub status: u16,
+    pub reason: String,
+    pub retry_after_ms: Option<u64>,
+}
+
+/// What a duplicate gets.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case", tag = "decision")]
+pub enum Decision {
+    Replay,
+    Reject(Rejection),
+    Wait { max_ms: u64 },
+    ReExecute,
+    MarkUnknown(Rejection),
+}
+
+impl Decision {
+    /// The contract's name of the decision (`replay`, `re-execute`, ...).
+    pub fn name(&self) -> &'static str {
+        match self {
+            Decision::Replay => "replay",
+            Decision::Reject(_) => "reject",
+            Decision::Wait { .. } => "wait",
+            Decision::ReExecute => "re-execute",
+            Decision::MarkUnknown(_) => "mark-unknown",
+        }
+    }
+}
+
+/// A decision the host refuses: the duplicate is rejected instead (fail
+/// closed), and the policy is reported as faulty.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error("policy decided `{decision}` for a {state} record{}: {why}", if *.fingerprint_matches { "" } else { " with a different fingerprint" })]
+pub struct UnsafeDecision {
+    pub decision: &'static str,
+    pub state: &'static str,
+    pub fingerprint_matches: bool,
+    pub why: &'static str,
+}
+
+/// Checks a policy's decision against what is safe.
+///
+/// - `replay` only hands back an outcome that exists (completed or
+///   permanently failed) to an operation with the same fingerprint;
+/// - `re-execute` only after a retryable failure, an unknown outcome or an
+///   expired lease, and never with a different fingerprint; a completed
+///   record is never executed again;
+/// - `wait` only for a record in progress whose lease is live, at most
+///   [`MAX_WAIT_MS`];
+/// - `mark-unknown` only for an in-progress record whose lease expired;
+/// - a rejection carries a 4xx/5xx status and a reason.
+pub fn check_decision(ctx: &DuplicateContext, decision: &Decision) -> Result<(), UnsafeDecision> {
+    use RecordState::*;
+    let expired = ctx.state == InProgress && ctx.lease_remaining_ms == 0;
+    let refuse = |why: &'static str| {
+        Err(UnsafeDecision {
+            decision: decision.name(),
+            state: ctx.state.as_str(),
+            fingerprint_matches: ctx.fingerprint_matches,
+            why,
+        })
+    };
+    let check_rejection = |r: &Rejection| {
+        if !(400..=599).contains(&r.status) {
+            return refuse("a rejection's status must be 400 to 599");
+        }
+        if r.reason.is_empty() || r.reason.len() > MAX_REASON_BYTES {
+            return refuse("a rejection needs a reason of 1 to 1024 bytes");
+        }
+        Ok(())
+    };
+    match decision {
+        Decision::Replay => {
+            if !matches!(ctx.state, Completed | FailedPermanent) {
+                return refuse("there is no final outcome to replay");
+            }
+            if !ctx.fingerprint_matches {
+                return refuse("the stored outcome belongs to a different request");
+            }
+            Ok(())
+        }
+        Decision::ReExecute => {
+            if matches!(ctx.state, Completed | FailedPermanent) {
+                return refuse("a final record is never executed again");
+            }
+            if ctx.state == InProgress && !expired {
+                return refuse("another holder's lease is still live");
+            }
+            if !ctx.fingerprint_matches {
+                return refuse("re-executing would run a different request under the same key");
+            }
+            Ok(())
+        }
+        Decision::Wait { max_ms } => {
+            if ctx.state != InProgress || expired {
+                return refuse("waiting only makes sense for a live in-progress record");
+            }
+            if *max_ms == 0 || *max_ms > MAX_WAIT_MS {
+                return refuse("a wait must be 1 to 60000 ms");
+            }
+            Ok(())
+        }
+        Decision::MarkUnknown(r) => {
+            if !expired {
+                return refuse("only an in-progress record whose lease expired can be marked outcome-unknown");
+            }
+            check_rejection(r)
+        }
+        Decision::Reject(r) => check_rejection(r),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::operation::OperationLimits;
+
+    fn ctx(state: RecordState, fingerprint_matches: bool, lease_remaining_ms: u64) -> DuplicateContext {
+        DuplicateContext {
+            operation: Operation::from_json(r#"{"kind":"k","tenant":"t"}"#, &OperationLimits::default()).unwrap(),
+            state,
+            fingerprint_matches,
+            attempts: 1,
+            age_ms: 10,
+            lease_remaining_ms,
+            outcome: None,
+        }
+    }
+
+    fn reject(status: u16) -> Rejection {
+        Rejection { status, reason: "no".into(), retry_after_ms: None }
+    }
+
+    #[test]
+    fn the_safety_table() {
+        use RecordState::*;
+        let states = [InProgress, Completed, FailedRetryable, FailedPermanent, OutcomeUnknown];
+        for state in states {
+            for fp in [true, false] {
+                for lease in [0u64, 5000] {
+                    let c = ctx(state, fp, if state == InProgress { lease } else { 0 });
+                    let expired = state == InProgress && c.lease_remaining_ms == 0;
+                    let live = state == InProgress && !expired;
+                    let ok = |d: Decision| check_decision(&c, &d).is_ok();
+                    assert_eq!(ok(Decision::Replay), matches!(state, Completed | FailedPermanent) && fp, "{state:?} {fp} replay");
+                    assert_eq!(
+                        ok(Decision::ReExecute),
+                        fp && (matches!(state, FailedRetryable | OutcomeUnknown) || expired),
+                        "{state:?} {fp} {lease} re-execute"
+                    );
+                    assert_eq!(ok(Decision::Wait { max_ms: 100 }), live, "{state:?} wait");
+                    assert_eq!(ok(Decision::MarkUnknown(reject(409))), expired, "{state:?} mark");
+                    assert!(ok(Decision::Reject(reject(409))));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_completed_record_is_never_re_executed() {
+        let err = check_decision(&ctx(RecordState::Completed, true, 0), &Decision::ReExecute).unwrap_err();
+        assert_eq!(err.to_string(), "policy decided `re-execute` for a completed record: a final record is never executed again");
+    }
+
+    #[test]
+    fn rejections_and_waits_are_bounded() {
+        let c = ctx(RecordState::InProgress, true, 1000);
+        assert!(check_decision(&c, &Decision::Reject(reject(200))).is_err());
+        assert!(check_decision(&c, &Decision::Reject(reject(600))).is_err());
+        let empty = Rejection { status: 409, reason: String::new(), retry_after_ms: None };
+        assert!(check_decision(&c, &Decision::Reject(empty)).is_err());
+        assert!(check_decision(&c, &Decision::Wait { max_ms: 0 }).is_err());
+        assert!(check_decision(&c, &Decision::Wait { max_ms: MAX_WAIT_MS + 1 }).is_err());
+    }
+}

@@ -1,0 +1,31 @@
+//! The idem contract in plain Rust.
+//!
+//! Everything both sides of the policy boundary must agree on lives here, so
+//! that the host (running a policy as WebAssembly) and the guest SDK (running
+//! the same policy natively in unit tests) compute byte-identical keys:
+//!
+//! - [`operation`]: the operation JSON format and its canonical form,
+//! - [`digest`]: how key and fingerprint material become SHA-256 keys,
+//! - [`derivation`]: what a policy derives and the checks it must pass,
+//! - [`duplicate`]: what a duplicate may get, and the safety gate that
+//!   refuses an unsafe decision,
+//! - [`cases`]: the cases-file format shared by `idem test` and the SDK.
+//!
+//! This crate knows nothing of WebAssembly or storage.
+
+pub mod cases;
+pub mod derivation;
+pub mod digest;
+pub mod duplicate;
+pub mod number;
+pub mod operation;
+pub mod policy_error;
+
+pub use derivation::{Derivation, DerivationError, KeyedDerivation, Part, PolicyInfo};
+pub use digest::{Digest, KEY_ENCODING_VERSION};
+pub use duplicate::{
+    Decision, DuplicateContext, OutcomeSummary, RecordState, Rejection, UnsafeDecision,
+    check_decision,
+};
+pub use operation::{OpError, Operation, OperationLimits, RunContext, Trigger, Value};
+pub use policy_error::{ErrorCode, PolicyError};

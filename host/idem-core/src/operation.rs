@@ -1,0 +1,430 @@
+//! Operations: the JSON every CLI command and the library read, and the
+//! canonical form the host hands a policy.
+//!
+//! ```json
+//! {"kind":"charge","tenant":"acme",
+//!  "fields":{"customer":"c1","billing_period":"2026-11","invoice_id":"i1","amount":"100","currency":"EUR"},
+//!  "run":{"run_id":"nightly-2026-11-30","trigger":"scheduled","attempt":1}}
+//! ```
+//!
+//! Canonicalisation, so that one logical operation is always one value:
+//! - every string (kind, tenant, field names, text values, run id) is
+//!   normalised to Unicode NFC;
+//! - fields are sorted by name (bytewise, after NFC); two names equal after
+//!   NFC are an error, as is a name repeated in the JSON;
+//! - numbers are spelt canonically (see [`crate::number`]);
+//! - an unknown member anywhere is an error, never ignored.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::Deserialize;
+use serde::de::{self, MapAccess, Visitor};
+use thiserror::Error;
+use unicode_normalization::UnicodeNormalization;
+
+use crate::number::{NumberError, canonical_number};
+
+/// Size limits applied while reading an operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OperationLimits {
+    /// Largest accepted JSON document, in bytes.
+    pub max_bytes: usize,
+    /// Most fields in one operation.
+    pub max_fields: usize,
+    /// Longest kind, tenant, field name or run id, in bytes.
+    pub max_name_bytes: usize,
+}
+
+impl Default for OperationLimits {
+    fn default() -> Self {
+        Self { max_bytes: 64 * 1024, max_fields: 256, max_name_bytes: 256 }
+    }
+}
+
+/// Why an operation was refused.
+#[derive(Debug, Error)]
+pub enum OpError {
+    /// The document is larger than [`OperationLimits::max_bytes`].
+    #[error("operation is {size} bytes; the limit is {limit} bytes")]
+    TooLarge { size: usize, limit: usize },
+    /// Not JSON, or not the operation's shape (the message gives line and column).
+    #[error("operation is not valid: {0}")]
+    Json(#[from] serde_json::Error),
+    /// Valid JSON of the right shape, but a value is unacceptable.
+    #[error("operation {what}: {why}")]
+    Invalid { what: String, why: String },
+}
+
+impl OpError {
+    fn invalid(what: impl Into<String>, why: impl Into<String>) -> Self {
+        OpError::Invalid { what: what.into(), why: why.into() }
+    }
+}
+
+/// Why an operation is being run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Trigger {
+    Scheduled,
+    Retry,
+    Manual,
+    Client,
+}
+
+impl Trigger {
+    /// The JSON spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Trigger::Scheduled => "scheduled",
+            Trigger::Retry => "retry",
+            Trigger::Manual => "manual",
+            Trigger::Client => "client",
+        }
+    }
+}
+
+impl std::str::FromStr for Trigger {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "scheduled" => Ok(Trigger::Scheduled),
+            "retry" => Ok(Trigger::Retry),
+            "manual" => Ok(Trigger::Manual),
+            "client" => Ok(Trigger::Client),
+            other => Err(format!(
+                "unknown trigger `{other}`: expected scheduled, retry, manual or client"
+            )),
+        }
+    }
+}
+
+/// The run that carries an operation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunContext {
+    pub run_id: String,
+    pub trigger: Trigger,
+    /// 1 for the first attempt.
+    pub attempt: u32,
+}
+
+/// A canonical field value.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Value {
+    /// NFC-normalised text.
+    Text(String),
+    /// A number in canonical decimal spelling.
+    Number(String),
+    Boolean(bool),
+}
+
+impl Value {
+    /// The value as key material: text as is, numbers in canonical spelling,
+    /// booleans as `true` / `false`.
+    pub fn as_material(&self) -> &str {
+        match self {
+            Value::Text(s) | Value::Number(s) => s,
+            Value::Boolean(true) => "true",
+            Value::Boolean(false) => "false",
+        }
+    }
+}
+
+/// A canonical operation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Operation {
+    pub kind: String,
+    pub tenant: String,
+    /// Sorted by name, names unique.
+    pub fields: BTreeMap<String, Value>,
+    pub run: Option<RunContext>,
+    /// Logical time, when the document gave one; otherwise the host chooses.
+    pub now_ms: Option<u64>,
+}
+
+impl Operation {
+    /// Reads and canonicalises an operation from JSON text.
+    pub fn from_json(text: &str, limits: &OperationLimits) -> Result<Self, OpError> {
+        Self::from_slice(text.as_bytes(), limits)
+    }
+
+    /// Reads and canonicalises an operation from JSON bytes.
+    pub fn from_slice(bytes: &[u8], limits: &OperationLimits) -> Result<Self, OpError> {
+        if bytes.len() > limits.max_bytes {
+            return Err(OpError::TooLarge { size: bytes.len(), limit: limits.max_bytes });
+        }
+        // serde would also read a struct from a JSON array; an operation is an
+        // object, always.
+        if bytes.trim_ascii_start().first() != Some(&b'{') {
+            return Err(OpError::invalid("document", "must be a JSON object"));
+        }
+        let raw: RawOperation = serde_json::from_slice(bytes)?;
+        raw.canonicalise(limits)
+    }
+
+    /// Reads an operation from an already parsed JSON value (one line of a
+    /// JSONL file, a member of a cases file).
+    pub fn from_value(value: serde_json::Value, limits: &OperationLimits) -> Result<Self, OpError> {
+        let text = serde_json::to_string(&value)?;
+        Self::from_json(&text, limits)
+    }
+
+    /// The canonical JSON spelling: fixed member order, sorted fields,
+    /// canonical numbers, NFC strings, no white space. Equal operations have
+    /// equal bytes.
+    pub fn canonical_json(&self) -> String {
+        let s = |v: &str| serde_json::to_string(v).expect("strings always serialise");
+        let mut out = format!("{{\"kind\":{},\"tenant\":{},\"fields\":{{", s(&self.kind), s(&self.tenant));
+        for (i, (name, value)) in self.fields.iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            out.push_str(&s(name));
+            out.push(':');
+            match value {
+                Value::Text(t) => out.push_str(&s(t)),
+                Value::Number(n) => out.push_str(n),
+                Value::Boolean(b) => out.push_str(if *b { "true" } else { "false" }),
+            }
+        }
+        out.push('}');
+        if let Some(run) = &self.run {
+            out.push_str(&format!(
+                ",\"run\":{{\"run_id\":{},\"trigger\":\"{}\",\"attempt\":{}}}",
+                s(&run.run_id),
+                run.trigger.as_str(),
+                run.attempt
+            ));
+        }
+        if let Some(now) = self.now_ms {
+            out.push_str(&format!(",\"now_ms\":{now}"));
+        }
+        out.push('}');
+        out
+    }
+
+    /// The field's value, if present.
+    pub fn field(&self, name: &str) -> Option<&Value> {
+        self.fields.get(name)
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawOperation {
+    kind: String,
+    tenant: String,
+    #[serde(default)]
+    fields: RawFields,
+    #[serde(default)]
+    run: Option<RawRun>,
+    #[serde(default)]
+    now_ms: Option<u64>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRun {
+    run_id: String,
+    trigger: Trigger,
+    #[serde(default = "first_attempt")]
+    attempt: u32,
+}
+
+fn first_attempt() -> u32 {
+    1
+}
+
+/// Fields as written, in document order, refusing a repeated name (serde_json
+/// would silently keep the last one).
+#[derive(Default)]
+struct RawFields(Vec<(String, RawValue)>);
+
+enum RawValue {
+    Text(String),
+    Number(String),
+    Boolean(bool),
+}
+
+impl<'de> Deserialize<'de> for RawFields {
+    fn deserialize<D: de::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct FieldsVisitor;
+        impl<'de> Visitor<'de> for FieldsVisitor {
+            type Value = RawFields;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("an object of fields whose values are strings, numbers or booleans")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RawFields, A::Error> {
+                let mut out: Vec<(String, RawValue)> = Vec::new();
+                while let Some(name) = map.next_key::<String>()? {
+                    if out.iter().any(|(n, _)| *n == name) {
+                        return Err(de::Error::custom(format!("field `{name}` appears twice")));
+                    }
+                    let value: serde_json::Value = map.next_value()?;
+                    let value = match value {
+                        serde_json::Value::String(s) => RawValue::Text(s),
+                        serde_json::Value::Number(n) => RawValue::Number(n.to_string()),
+                        serde_json::Value::Bool(b) => RawValue::Boolean(b),
+                        other => {
+                            let what = match other {
+                                serde_json::Value::Null => "null",
+                                serde_json::Value::Array(_) => "an array",
+                                _ => "an object",
+                            };
+                            return Err(de::Error::custom(format!(
+                                "field `{name}` is {what}; field values must be strings, numbers or booleans"
+                            )));
+                        }
+                    };
+                    out.push((name, value));
+                }
+                Ok(RawFields(out))
+            }
+        }
+        d.deserialize_map(FieldsVisitor)
+    }
+}
+
+fn nfc(s: &str) -> String {
+    s.nfc().collect()
+}
+
+fn check_name(what: &str, value: &str, limits: &OperationLimits) -> Result<String, OpError> {
+    let value = nfc(value);
+    if value.is_empty() {
+        return Err(OpError::invalid(what, "must not be empty"));
+    }
+    if value.len() > limits.max_name_bytes {
+        return Err(OpError::invalid(
+            what,
+            format!("is {} bytes; the limit is {}", value.len(), limits.max_name_bytes),
+        ));
+    }
+    if value.chars().any(char::is_control) {
+        return Err(OpError::invalid(what, "must not contain control characters"));
+    }
+    Ok(value)
+}
+
+impl RawOperation {
+    fn canonicalise(self, limits: &OperationLimits) -> Result<Operation, OpError> {
+        let kind = check_name("`kind`", &self.kind, limits)?;
+        let tenant = check_name("`tenant`", &self.tenant, limits)?;
+        if self.fields.0.len() > limits.max_fields {
+            return Err(OpError::invalid(
+                "`fields`",
+                format!("has {} fields; the limit is {}", self.fields.0.len(), limits.max_fields),
+            ));
+        }
+        let mut fields = BTreeMap::new();
+        for (raw_name, raw_value) in self.fields.0 {
+            let name = check_name(&format!("field name `{raw_name}`"), &raw_name, limits)?;
+            let value = match raw_value {
+                RawValue::Text(t) => Value::Text(nfc(&t)),
+                RawValue::Boolean(b) => Value::Boolean(b),
+                RawValue::Number(n) => Value::Number(canonical_number(&n).map_err(|e| {
+                    let why = match e {
+                        NumberError::Syntax(_) | NumberError::OutOfRange(_) => e.to_string(),
+                    };
+                    OpError::invalid(format!("field `{name}`"), why)
+                })?),
+            };
+            if fields.insert(name.clone(), value).is_some() {
+                return Err(OpError::invalid(
+                    format!("field `{name}`"),
+                    "appears twice once names are normalised to Unicode NFC",
+                ));
+            }
+        }
+        let run = match self.run {
+            None => None,
+            Some(run) => {
+                if run.attempt == 0 {
+                    return Err(OpError::invalid("`run.attempt`", "starts at 1"));
+                }
+                Some(RunContext {
+                    run_id: check_name("`run.run_id`", &run.run_id, limits)?,
+                    trigger: run.trigger,
+                    attempt: run.attempt,
+                })
+            }
+        };
+        Ok(Operation { kind, tenant, fields, run, now_ms: self.now_ms })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SEED_OP: &str = r#"{"kind":"charge","tenant":"acme","fields":{"customer":"c1","billing_period":"2026-11","invoice_id":"i1","amount":"100","currency":"EUR"},"run":{"run_id":"nightly-2026-11-30","trigger":"scheduled","attempt":1}}"#;
+
+    fn parse(text: &str) -> Result<Operation, OpError> {
+        Operation::from_json(text, &OperationLimits::default())
+    }
+
+    #[test]
+    fn reads_the_documented_example() {
+        let op = parse(SEED_OP).unwrap();
+        assert_eq!(op.kind, "charge");
+        assert_eq!(op.fields.len(), 5);
+        assert_eq!(op.run.as_ref().unwrap().trigger, Trigger::Scheduled);
+        assert_eq!(op.fields.keys().next().unwrap(), "amount");
+    }
+
+    #[test]
+    fn one_logical_operation_is_one_canonical_spelling() {
+        let a = parse(r#"{"kind":"charge","tenant":"acme","fields":{"b":1.50,"a":"e\u0301"}}"#).unwrap();
+        let b = parse(r#"{ "fields": {"a":"é", "b":15e-1}, "tenant":"acme", "kind":"charge" }"#).unwrap();
+        assert_eq!(a, b);
+        assert_eq!(a.canonical_json(), b.canonical_json());
+        assert_eq!(a.canonical_json(), r#"{"kind":"charge","tenant":"acme","fields":{"a":"é","b":1.5}}"#);
+        assert_eq!(parse(&a.canonical_json()).unwrap(), a);
+    }
+
+    #[test]
+    fn refuses_unknown_members_everywhere() {
+        let err = parse(r#"{"kind":"k","tenant":"t","color":"red"}"#).unwrap_err().to_string();
+        assert!(err.contains("unknown field `color`"), "{err}");
+        let err = parse(r#"{"kind":"k","tenant":"t","run":{"run_id":"r","trigger":"manual","x":1}}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("unknown field `x`"), "{err}");
+    }
+
+    #[test]
+    fn refuses_repeated_and_colliding_names() {
+        let err = parse(r#"{"kind":"k","tenant":"t","fields":{"a":1,"a":2}}"#).unwrap_err().to_string();
+        assert!(err.contains("field `a` appears twice"), "{err}");
+        let err = parse(r#"{"kind":"k","tenant":"t","fields":{"é":1,"e\u0301":2}}"#).unwrap_err().to_string();
+        assert!(err.contains("NFC"), "{err}");
+        let err = parse(r#"{"kind":"k","kind":"j","tenant":"t"}"#).unwrap_err().to_string();
+        assert!(err.contains("duplicate field `kind`"), "{err}");
+    }
+
+    #[test]
+    fn refuses_bad_values() {
+        for (doc, needle) in [
+            (r#"{"kind":"k","tenant":"t","fields":{"a":null}}"#, "field `a` is null"),
+            (r#"{"kind":"k","tenant":"t","fields":{"a":[1]}}"#, "field `a` is an array"),
+            (r#"{"kind":"k","tenant":"t","fields":{"a":{}}}"#, "field `a` is an object"),
+            (r#"{"kind":"k","tenant":"t","fields":{"a":1e999}}"#, "send it as a string"),
+            (r#"{"kind":"","tenant":"t"}"#, "`kind`: must not be empty"),
+            (r#"{"kind":"k","tenant":"t","run":{"run_id":"r","trigger":"cron"}}"#, "unknown variant `cron`"),
+            (r#"{"kind":"k","tenant":"t","run":{"run_id":"r","trigger":"retry","attempt":0}}"#, "starts at 1"),
+            (r#"{"kind":"k"}"#, "missing field `tenant`"),
+            (r#"{"kind":"k","tenant":"t""#, "EOF"),
+            ("[]", "must be a JSON object"),
+        ] {
+            let err = parse(doc).unwrap_err().to_string();
+            assert!(err.contains(needle), "{doc}: {err}");
+        }
+    }
+
+    #[test]
+    fn refuses_oversized_documents_before_parsing() {
+        let limits = OperationLimits { max_bytes: 64, ..Default::default() };
+        let err = Operation::from_json(SEED_OP, &limits).unwrap_err();
+        assert!(matches!(err, OpError::TooLarge { limit: 64, .. }), "{err}");
+    }
+}
