@@ -1,0 +1,174 @@
+//! Builds idem policy crates into WebAssembly components.
+//!
+//! A policy is a Rust library crate using the `idem-policy` SDK. This crate
+//! compiles it for `wasm32-unknown-unknown` (which, unlike `wasm32-wasip2`,
+//! pulls in no WASI imports from std: see `docs/runtime.md`) as a `cdylib`,
+//! then wraps the core module into a component with `wit-component`, using
+//! the component-type section that `wit-bindgen` embedded. The wasm target is
+//! added with `rustup target add` when it is missing: no hand step.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, Result, bail};
+
+/// The target every policy is built for.
+pub const GUEST_TARGET: &str = "wasm32-unknown-unknown";
+/// The cargo profile policies are built with (optimised for size; defined in
+/// the workspace's Cargo.toml).
+pub const GUEST_PROFILE: &str = "guest";
+
+/// One built policy.
+#[derive(Debug, Clone)]
+pub struct BuiltGuest {
+    /// The package name.
+    pub package: String,
+    /// The component, ready for the idem host.
+    pub component: PathBuf,
+    /// The core module it was made from (a fixture for "not a component").
+    pub core_module: PathBuf,
+}
+
+/// How to build.
+#[derive(Debug, Clone)]
+pub struct GuestBuild {
+    /// The workspace (or package) manifest the packages belong to.
+    pub manifest: PathBuf,
+    /// Cargo's target directory for the wasm build (kept apart from the
+    /// native one, so a build script can run this without deadlocking on
+    /// cargo's lock).
+    pub target_dir: PathBuf,
+    /// Where the components are written.
+    pub out_dir: PathBuf,
+    /// The cargo binary (a build script passes `$CARGO`).
+    pub cargo: PathBuf,
+}
+
+impl GuestBuild {
+    /// Builds each package and writes `<out_dir>/<package>.wasm` (the
+    /// component) and `<out_dir>/<package>.core.wasm` (the core module).
+    pub fn build(&self, packages: &[&str]) -> Result<Vec<BuiltGuest>> {
+        ensure_target(GUEST_TARGET)?;
+        std::fs::create_dir_all(&self.out_dir)
+            .with_context(|| format!("cannot create {}", self.out_dir.display()))?;
+        packages.iter().map(|p| self.build_one(p)).collect()
+    }
+
+    fn build_one(&self, package: &str) -> Result<BuiltGuest> {
+        let mut cmd = Command::new(&self.cargo);
+        cmd.args([
+            "rustc",
+            "--quiet",
+            "--lib",
+            "--crate-type",
+            "cdylib",
+            "--target",
+            GUEST_TARGET,
+        ])
+        .args(["--profile", GUEST_PROFILE, "--package", package])
+        .arg("--manifest-path")
+        .arg(&self.manifest)
+        .arg("--target-dir")
+        .arg(&self.target_dir);
+        scrub_cargo_env(&mut cmd);
+        let status = cmd
+            .status()
+            .with_context(|| format!("cannot run {}", self.cargo.display()))?;
+        if !status.success() {
+            bail!("building policy `{package}` for {GUEST_TARGET} failed ({status})");
+        }
+        let artifact = package.replace('-', "_");
+        let core_path = self
+            .target_dir
+            .join(GUEST_TARGET)
+            .join(GUEST_PROFILE)
+            .join(format!("{artifact}.wasm"));
+        let core = std::fs::read(&core_path)
+            .with_context(|| format!("cannot read {}", core_path.display()))?;
+        let component = componentize(&core)
+            .with_context(|| format!("cannot make a component of `{package}`"))?;
+        let component_path = self.out_dir.join(format!("{package}.wasm"));
+        let core_copy = self.out_dir.join(format!("{package}.core.wasm"));
+        write_if_changed(&component_path, &component)?;
+        write_if_changed(&core_copy, &core)?;
+        Ok(BuiltGuest {
+            package: package.to_string(),
+            component: component_path,
+            core_module: core_copy,
+        })
+    }
+}
+
+/// Wraps a core module built with `wit-bindgen` into a component.
+pub fn componentize(core_module: &[u8]) -> Result<Vec<u8>> {
+    wit_component::ComponentEncoder::default()
+        .module(core_module)?
+        .validate(true)
+        .encode()
+}
+
+/// Adds a rustup target if it is not installed yet. Without rustup (a distro
+/// toolchain) the build itself will say what is missing.
+pub fn ensure_target(target: &str) -> Result<()> {
+    let installed = match Command::new("rustup")
+        .args(["target", "list", "--installed"])
+        .output()
+    {
+        Ok(out) if out.status.success() => String::from_utf8_lossy(&out.stdout).into_owned(),
+        _ => return Ok(()),
+    };
+    if installed.lines().any(|l| l.trim() == target) {
+        return Ok(());
+    }
+    let status = Command::new("rustup")
+        .args(["target", "add", target])
+        .status()
+        .context("cannot run rustup")?;
+    if !status.success() {
+        bail!("`rustup target add {target}` failed ({status})");
+    }
+    Ok(())
+}
+
+/// A nested cargo inherits the outer build's environment; flags and jobserver
+/// settings meant for the native build must not leak into the wasm build.
+fn scrub_cargo_env(cmd: &mut Command) {
+    for (key, _) in std::env::vars_os() {
+        let Some(key) = key.to_str() else { continue };
+        let keep = matches!(
+            key,
+            "CARGO_HOME" | "CARGO_NET_OFFLINE" | "CARGO_REGISTRIES_CRATES_IO_PROTOCOL"
+        );
+        let leaks = (key.starts_with("CARGO_") && !keep)
+            || matches!(
+                key,
+                "RUSTFLAGS"
+                    | "RUSTC"
+                    | "RUSTC_WRAPPER"
+                    | "RUSTC_WORKSPACE_WRAPPER"
+                    | "RUSTDOCFLAGS"
+            )
+            || matches!(
+                key,
+                "MAKEFLAGS"
+                    | "MFLAGS"
+                    | "OUT_DIR"
+                    | "TARGET"
+                    | "HOST"
+                    | "PROFILE"
+                    | "OPT_LEVEL"
+                    | "DEBUG"
+                    | "NUM_JOBS"
+            );
+        if leaks {
+            cmd.env_remove(key);
+        }
+    }
+}
+
+fn write_if_changed(path: &Path, bytes: &[u8]) -> Result<()> {
+    if std::fs::read(path).ok().as_deref() == Some(bytes) {
+        return Ok(());
+    }
+    std::fs::write(path, bytes).with_context(|| format!("cannot write {}", path.display()))
+}

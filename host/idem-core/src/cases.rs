@@ -175,12 +175,20 @@ pub fn run_cases(subject: &mut dyn Subject, file: &CasesFile) -> CasesReport {
     let info = match subject.describe() {
         Ok(info) => info,
         Err(e) => {
-            report.results.push(CaseResult { name: "describe".into(), passed: false, detail: e });
+            report.results.push(CaseResult {
+                name: "describe".into(),
+                passed: false,
+                detail: e,
+            });
             return report;
         }
     };
     if let Err(e) = info.validate() {
-        report.results.push(CaseResult { name: "describe".into(), passed: false, detail: e.to_string() });
+        report.results.push(CaseResult {
+            name: "describe".into(),
+            passed: false,
+            detail: e.to_string(),
+        });
         return report;
     }
     if let Some(want) = &file.policy
@@ -204,7 +212,11 @@ pub fn run_cases(subject: &mut dyn Subject, file: &CasesFile) -> CasesReport {
             }
             Err(detail) => (false, detail),
         };
-        report.results.push(CaseResult { name: case.name.clone(), passed, detail });
+        report.results.push(CaseResult {
+            name: case.name.clone(),
+            passed,
+            detail,
+        });
     }
     report
 }
@@ -243,9 +255,10 @@ fn derive_case(
         return match derived {
             Ok(_) => Err(format!("expected policy error {code}, got a key")),
             Err(err) if err.code != want => Err(format!("expected policy error {code}, got {err}")),
-            Err(err) if e.field.is_some() && err.field != e.field => {
-                Err(format!("expected the error to name field {:?}, got {err}", e.field))
-            }
+            Err(err) if e.field.is_some() && err.field != e.field => Err(format!(
+                "expected the error to name field {:?}, got {err}",
+                e.field
+            )),
             Err(err) => Ok((format!("refused: {err}"), None)),
         };
     }
@@ -253,7 +266,9 @@ fn derive_case(
     let keyed = match (derivation.finish(&info.namespace), e.malformed) {
         (Err(err), Some(true)) => return Ok((err.to_string(), None)),
         (Err(err), _) => return Err(err.to_string()),
-        (Ok(_), Some(true)) => return Err("expected the host to refuse the derivation, it was accepted".into()),
+        (Ok(_), Some(true)) => {
+            return Err("expected the host to refuse the derivation, it was accepted".into());
+        }
         (Ok(k), _) => k,
     };
     let mut problems = Vec::new();
@@ -269,12 +284,18 @@ fn derive_case(
     if let Some(p) = &e.partition
         && *p != keyed.partition
     {
-        problems.push(format!("partition: expected {p:?}, got {:?}", keyed.partition));
+        problems.push(format!(
+            "partition: expected {p:?}, got {:?}",
+            keyed.partition
+        ));
     }
     if let Some(r) = e.retention_s
         && r != keyed.retention_s
     {
-        problems.push(format!("retention_s: expected {r}, got {}", keyed.retention_s));
+        problems.push(format!(
+            "retention_s: expected {r}, got {}",
+            keyed.retention_s
+        ));
     }
     if let Some(l) = e.lease_s
         && l != keyed.lease_s
@@ -300,7 +321,9 @@ fn derive_case(
         };
         if (mine == theirs) != want_equal {
             let rel = if want_equal { "equal" } else { "differ from" };
-            problems.push(format!("{what} should {rel} that of {other:?} ({mine} vs {theirs})"));
+            problems.push(format!(
+                "{what} should {rel} that of {other:?} ({mine} vs {theirs})"
+            ));
         }
     }
     if problems.is_empty() {
@@ -310,28 +333,45 @@ fn derive_case(
     }
 }
 
-fn duplicate_case(subject: &mut dyn Subject, operation: Operation, dup: &DuplicateSpec, e: &Expect) -> Result<String, String> {
+fn duplicate_case(
+    subject: &mut dyn Subject,
+    operation: Operation,
+    dup: &DuplicateSpec,
+    e: &Expect,
+) -> Result<String, String> {
     let ctx = DuplicateContext {
         operation,
         state: dup.state,
         fingerprint_matches: dup.fingerprint_matches,
         attempts: dup.attempts,
         age_ms: dup.age_ms,
-        lease_remaining_ms: if dup.state == RecordState::InProgress { dup.lease_remaining_ms } else { 0 },
+        lease_remaining_ms: if dup.state == RecordState::InProgress {
+            dup.lease_remaining_ms
+        } else {
+            0
+        },
         outcome: dup.outcome.clone(),
     };
     let decision = subject.on_duplicate(&ctx)?;
     let gate = check_decision(&ctx, &decision);
     let mut problems = Vec::new();
     match (e.unsafe_decision, &gate) {
-        (Some(true), Ok(())) => problems.push(format!("expected the host to refuse `{}`, it was allowed", decision.name())),
-        (Some(false) | None, Err(err)) => problems.push(format!("the host refused the decision: {err}")),
+        (Some(true), Ok(())) => problems.push(format!(
+            "expected the host to refuse `{}`, it was allowed",
+            decision.name()
+        )),
+        (Some(false) | None, Err(err)) => {
+            problems.push(format!("the host refused the decision: {err}"))
+        }
         _ => {}
     }
     if let Some(want) = &e.decision
         && want != decision.name()
     {
-        problems.push(format!("decision: expected {want}, got {}", decision.name()));
+        problems.push(format!(
+            "decision: expected {want}, got {}",
+            decision.name()
+        ));
     }
     let rejection = match &decision {
         Decision::Reject(r) | Decision::MarkUnknown(r) => Some(r),
@@ -341,7 +381,10 @@ fn duplicate_case(subject: &mut dyn Subject, operation: Operation, dup: &Duplica
         match rejection {
             Some(r) if r.status == status => {}
             Some(r) => problems.push(format!("status: expected {status}, got {}", r.status)),
-            None => problems.push(format!("status: expected {status}, but `{}` has none", decision.name())),
+            None => problems.push(format!(
+                "status: expected {status}, but `{}` has none",
+                decision.name()
+            )),
         }
     }
     if let Some(after) = e.retry_after_ms {

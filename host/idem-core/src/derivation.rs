@@ -21,13 +21,22 @@ impl PolicyInfo {
     pub fn validate(&self) -> Result<(), DerivationError> {
         let bad = |why: String| Err(DerivationError::Malformed(why));
         if self.name.is_empty() || self.name.len() > 128 {
-            return bad(format!("policy name must be 1 to 128 bytes, got {:?}", self.name));
+            return bad(format!(
+                "policy name must be 1 to 128 bytes, got {:?}",
+                self.name
+            ));
         }
         if self.namespace.is_empty() || self.namespace.len() > 128 {
-            return bad(format!("policy namespace must be 1 to 128 bytes, got {:?}", self.namespace));
+            return bad(format!(
+                "policy namespace must be 1 to 128 bytes, got {:?}",
+                self.namespace
+            ));
         }
         if !is_semver(&self.version) {
-            return bad(format!("policy version {:?} is not a semantic version (like 1.2.0)", self.version));
+            return bad(format!(
+                "policy version {:?} is not a semantic version (like 1.2.0)",
+                self.version
+            ));
         }
         if self.description.len() > 1024 {
             return bad("policy description is longer than 1024 bytes".into());
@@ -41,7 +50,9 @@ fn is_semver(v: &str) -> bool {
     let nums: Vec<&str> = core.split('.').collect();
     nums.len() == 3
         && nums.iter().all(|n| {
-            !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) && (n.len() == 1 || !n.starts_with('0'))
+            !n.is_empty()
+                && n.bytes().all(|b| b.is_ascii_digit())
+                && (n.len() == 1 || !n.starts_with('0'))
         })
 }
 
@@ -55,7 +66,10 @@ pub struct Part {
 impl Part {
     /// A part from a name and a value.
     pub fn new(name: impl Into<String>, value: impl Into<String>) -> Self {
-        Part { name: name.into(), value: value.into() }
+        Part {
+            name: name.into(),
+            value: value.into(),
+        }
     }
 }
 
@@ -115,10 +129,17 @@ impl Derivation {
         check_parts("fingerprint", &self.fingerprint, true)?;
         let bad = |why: String| Err(DerivationError::Malformed(why));
         if self.partition.is_empty() || self.partition.len() > bounds::MAX_PARTITION {
-            return bad(format!("partition must be 1 to {} bytes", bounds::MAX_PARTITION));
+            return bad(format!(
+                "partition must be 1 to {} bytes",
+                bounds::MAX_PARTITION
+            ));
         }
         if self.lease_s == 0 || self.lease_s > bounds::MAX_LEASE_S {
-            return bad(format!("lease_s must be 1 to {} seconds, got {}", bounds::MAX_LEASE_S, self.lease_s));
+            return bad(format!(
+                "lease_s must be 1 to {} seconds, got {}",
+                bounds::MAX_LEASE_S,
+                self.lease_s
+            ));
         }
         if self.retention_s == 0 || self.retention_s > bounds::MAX_RETENTION_S {
             return bad(format!(
@@ -149,15 +170,25 @@ impl Derivation {
 fn check_parts(what: &str, parts: &[Part], may_be_empty: bool) -> Result<(), DerivationError> {
     let bad = |why: String| Err(DerivationError::Malformed(why));
     if parts.is_empty() && !may_be_empty {
-        return bad(format!("{what} has no parts: every operation would share one key"));
+        return bad(format!(
+            "{what} has no parts: every operation would share one key"
+        ));
     }
     if parts.len() > bounds::MAX_PARTS {
-        return bad(format!("{what} has {} parts; the limit is {}", parts.len(), bounds::MAX_PARTS));
+        return bad(format!(
+            "{what} has {} parts; the limit is {}",
+            parts.len(),
+            bounds::MAX_PARTS
+        ));
     }
     let mut material = 0usize;
     for (i, part) in parts.iter().enumerate() {
         if part.name.is_empty() || part.name.len() > bounds::MAX_PART_NAME {
-            return bad(format!("{what} part {i} has a name of {} bytes (1 to {})", part.name.len(), bounds::MAX_PART_NAME));
+            return bad(format!(
+                "{what} part {i} has a name of {} bytes (1 to {})",
+                part.name.len(),
+                bounds::MAX_PART_NAME
+            ));
         }
         if parts[..i].iter().any(|p| p.name == part.name) {
             return bad(format!("{what} part `{}` appears twice", part.name));
@@ -165,7 +196,10 @@ fn check_parts(what: &str, parts: &[Part], may_be_empty: bool) -> Result<(), Der
         material += part.name.len() + part.value.len();
     }
     if material > bounds::MAX_MATERIAL {
-        return bad(format!("{what} material is {material} bytes; the limit is {}", bounds::MAX_MATERIAL));
+        return bad(format!(
+            "{what} material is {material} bytes; the limit is {}",
+            bounds::MAX_MATERIAL
+        ));
     }
     Ok(())
 }
@@ -201,8 +235,14 @@ mod tests {
             (|d| d.lease_s = 0, "lease_s"),
             (|d| d.retention_s = 0, "retention_s"),
             (|d| d.retention_s = 10, "shorter than lease_s"),
-            (|d| d.fingerprint = vec![Part::new("blob", "x".repeat(9000))], "material is"),
-            (|d| d.key = (0..33).map(|i| Part::new(format!("p{i}"), "v")).collect(), "33 parts"),
+            (
+                |d| d.fingerprint = vec![Part::new("blob", "x".repeat(9000))],
+                "material is",
+            ),
+            (
+                |d| d.key = (0..33).map(|i| Part::new(format!("p{i}"), "v")).collect(),
+                "33 parts",
+            ),
         ];
         for (mutate, needle) in cases {
             let mut d = sample();
@@ -214,7 +254,12 @@ mod tests {
 
     #[test]
     fn policy_info_needs_semver() {
-        let mut info = PolicyInfo { name: "p".into(), version: "1.0.0".into(), namespace: "n".into(), description: "d".into() };
+        let mut info = PolicyInfo {
+            name: "p".into(),
+            version: "1.0.0".into(),
+            namespace: "n".into(),
+            description: "d".into(),
+        };
         assert!(info.validate().is_ok());
         info.version = "1.0.0-rc.1".into();
         assert!(info.validate().is_ok());

@@ -88,7 +88,12 @@ pub fn encode(domain: Domain, namespace: &str, parts: &[Part]) -> Vec<u8> {
         out.extend_from_slice(&len.to_be_bytes());
         out.extend_from_slice(s.as_bytes());
     }
-    let mut out = Vec::with_capacity(64 + parts.iter().map(|p| 8 + p.name.len() + p.value.len()).sum::<usize>());
+    let mut out = Vec::with_capacity(
+        64 + parts
+            .iter()
+            .map(|p| 8 + p.name.len() + p.value.len())
+            .sum::<usize>(),
+    );
     out.extend_from_slice(&KEY_ENCODING_VERSION.to_be_bytes());
     lp(&mut out, domain.label());
     lp(&mut out, namespace);
@@ -106,15 +111,25 @@ mod tests {
     use super::*;
 
     fn part(name: &str, value: &str) -> Part {
-        Part { name: name.into(), value: value.into() }
+        Part {
+            name: name.into(),
+            value: value.into(),
+        }
     }
 
     #[test]
     fn golden_vector() {
         // Pinned, and computed independently (Python's hashlib over the documented
         // encoding): changing this digest changes every key ever issued.
-        let d = Digest::of(Domain::Key, "billing", &[part("customer", "c1"), part("invoice_id", "i1")]);
-        assert_eq!(d.to_hex(), "e769850ffcf82c59c0e32bab9ea257cbd9e491e2c2ef1ab972dbe45f4fab2961");
+        let d = Digest::of(
+            Domain::Key,
+            "billing",
+            &[part("customer", "c1"), part("invoice_id", "i1")],
+        );
+        assert_eq!(
+            d.to_hex(),
+            "e769850ffcf82c59c0e32bab9ea257cbd9e491e2c2ef1ab972dbe45f4fab2961"
+        );
     }
 
     #[test]
@@ -123,15 +138,25 @@ mod tests {
         let b = Digest::of(Domain::Key, "ns", &[part("ab", "c")]);
         assert_ne!(a, b);
         let c = Digest::of(Domain::Key, "ns", &[part("a", "b"), part("c", "d")]);
-        let d = Digest::of(Domain::Key, "ns", &[part("a", "b\0\0\0\u{1}c"), part("", "d")]);
+        let d = Digest::of(
+            Domain::Key,
+            "ns",
+            &[part("a", "b\0\0\0\u{1}c"), part("", "d")],
+        );
         assert_ne!(c, d);
     }
 
     #[test]
     fn domains_and_namespaces_separate() {
         let parts = [part("x", "1")];
-        assert_ne!(Digest::of(Domain::Key, "ns", &parts), Digest::of(Domain::Fingerprint, "ns", &parts));
-        assert_ne!(Digest::of(Domain::Key, "ns", &parts), Digest::of(Domain::Key, "ns2", &parts));
+        assert_ne!(
+            Digest::of(Domain::Key, "ns", &parts),
+            Digest::of(Domain::Fingerprint, "ns", &parts)
+        );
+        assert_ne!(
+            Digest::of(Domain::Key, "ns", &parts),
+            Digest::of(Domain::Key, "ns2", &parts)
+        );
     }
 
     #[test]

@@ -181,7 +181,9 @@ pub fn check_decision(ctx: &DuplicateContext, decision: &Decision) -> Result<(),
         }
         Decision::MarkUnknown(r) => {
             if !expired {
-                return refuse("only an in-progress record whose lease expired can be marked outcome-unknown");
+                return refuse(
+                    "only an in-progress record whose lease expired can be marked outcome-unknown",
+                );
             }
             check_rejection(r)
         }
@@ -194,9 +196,17 @@ mod tests {
     use super::*;
     use crate::operation::OperationLimits;
 
-    fn ctx(state: RecordState, fingerprint_matches: bool, lease_remaining_ms: u64) -> DuplicateContext {
+    fn ctx(
+        state: RecordState,
+        fingerprint_matches: bool,
+        lease_remaining_ms: u64,
+    ) -> DuplicateContext {
         DuplicateContext {
-            operation: Operation::from_json(r#"{"kind":"k","tenant":"t"}"#, &OperationLimits::default()).unwrap(),
+            operation: Operation::from_json(
+                r#"{"kind":"k","tenant":"t"}"#,
+                &OperationLimits::default(),
+            )
+            .unwrap(),
             state,
             fingerprint_matches,
             attempts: 1,
@@ -207,13 +217,23 @@ mod tests {
     }
 
     fn reject(status: u16) -> Rejection {
-        Rejection { status, reason: "no".into(), retry_after_ms: None }
+        Rejection {
+            status,
+            reason: "no".into(),
+            retry_after_ms: None,
+        }
     }
 
     #[test]
     fn the_safety_table() {
         use RecordState::*;
-        let states = [InProgress, Completed, FailedRetryable, FailedPermanent, OutcomeUnknown];
+        let states = [
+            InProgress,
+            Completed,
+            FailedRetryable,
+            FailedPermanent,
+            OutcomeUnknown,
+        ];
         for state in states {
             for fp in [true, false] {
                 for lease in [0u64, 5000] {
@@ -221,14 +241,22 @@ mod tests {
                     let expired = state == InProgress && c.lease_remaining_ms == 0;
                     let live = state == InProgress && !expired;
                     let ok = |d: Decision| check_decision(&c, &d).is_ok();
-                    assert_eq!(ok(Decision::Replay), matches!(state, Completed | FailedPermanent) && fp, "{state:?} {fp} replay");
+                    assert_eq!(
+                        ok(Decision::Replay),
+                        matches!(state, Completed | FailedPermanent) && fp,
+                        "{state:?} {fp} replay"
+                    );
                     assert_eq!(
                         ok(Decision::ReExecute),
                         fp && (matches!(state, FailedRetryable | OutcomeUnknown) || expired),
                         "{state:?} {fp} {lease} re-execute"
                     );
                     assert_eq!(ok(Decision::Wait { max_ms: 100 }), live, "{state:?} wait");
-                    assert_eq!(ok(Decision::MarkUnknown(reject(409))), expired, "{state:?} mark");
+                    assert_eq!(
+                        ok(Decision::MarkUnknown(reject(409))),
+                        expired,
+                        "{state:?} mark"
+                    );
                     assert!(ok(Decision::Reject(reject(409))));
                 }
             }
@@ -237,8 +265,12 @@ mod tests {
 
     #[test]
     fn a_completed_record_is_never_re_executed() {
-        let err = check_decision(&ctx(RecordState::Completed, true, 0), &Decision::ReExecute).unwrap_err();
-        assert_eq!(err.to_string(), "policy decided `re-execute` for a completed record: a final record is never executed again");
+        let err = check_decision(&ctx(RecordState::Completed, true, 0), &Decision::ReExecute)
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "policy decided `re-execute` for a completed record: a final record is never executed again"
+        );
     }
 
     #[test]
@@ -246,9 +278,21 @@ mod tests {
         let c = ctx(RecordState::InProgress, true, 1000);
         assert!(check_decision(&c, &Decision::Reject(reject(200))).is_err());
         assert!(check_decision(&c, &Decision::Reject(reject(600))).is_err());
-        let empty = Rejection { status: 409, reason: String::new(), retry_after_ms: None };
+        let empty = Rejection {
+            status: 409,
+            reason: String::new(),
+            retry_after_ms: None,
+        };
         assert!(check_decision(&c, &Decision::Reject(empty)).is_err());
         assert!(check_decision(&c, &Decision::Wait { max_ms: 0 }).is_err());
-        assert!(check_decision(&c, &Decision::Wait { max_ms: MAX_WAIT_MS + 1 }).is_err());
+        assert!(
+            check_decision(
+                &c,
+                &Decision::Wait {
+                    max_ms: MAX_WAIT_MS + 1
+                }
+            )
+            .is_err()
+        );
     }
 }

@@ -137,11 +137,19 @@ mod tests {
 
     #[test]
     fn rejects_non_numbers_and_huge_spellings() {
-        for bad in ["", "-", "01", "1.", ".5", "1e", "+1", "1e+", "0x10", "1_000", "NaN"] {
-            assert!(matches!(canonical_number(bad), Err(NumberError::Syntax(_))), "{bad}");
+        for bad in [
+            "", "-", "01", "1.", ".5", "1e", "+1", "1e+", "0x10", "1_000", "NaN",
+        ] {
+            assert!(
+                matches!(canonical_number(bad), Err(NumberError::Syntax(_))),
+                "{bad}"
+            );
         }
         for huge in ["1e400", "1e-400", "1e99999999999999999999"] {
-            assert!(matches!(canonical_number(huge), Err(NumberError::OutOfRange(_))), "{huge}");
+            assert!(
+                matches!(canonical_number(huge), Err(NumberError::OutOfRange(_))),
+                "{huge}"
+            );
         }
     }
 

@@ -38,7 +38,11 @@ pub struct OperationLimits {
 
 impl Default for OperationLimits {
     fn default() -> Self {
-        Self { max_bytes: 64 * 1024, max_fields: 256, max_name_bytes: 256 }
+        Self {
+            max_bytes: 64 * 1024,
+            max_fields: 256,
+            max_name_bytes: 256,
+        }
     }
 }
 
@@ -58,7 +62,10 @@ pub enum OpError {
 
 impl OpError {
     fn invalid(what: impl Into<String>, why: impl Into<String>) -> Self {
-        OpError::Invalid { what: what.into(), why: why.into() }
+        OpError::Invalid {
+            what: what.into(),
+            why: why.into(),
+        }
     }
 }
 
@@ -151,7 +158,10 @@ impl Operation {
     /// Reads and canonicalises an operation from JSON bytes.
     pub fn from_slice(bytes: &[u8], limits: &OperationLimits) -> Result<Self, OpError> {
         if bytes.len() > limits.max_bytes {
-            return Err(OpError::TooLarge { size: bytes.len(), limit: limits.max_bytes });
+            return Err(OpError::TooLarge {
+                size: bytes.len(),
+                limit: limits.max_bytes,
+            });
         }
         // serde would also read a struct from a JSON array; an operation is an
         // object, always.
@@ -174,7 +184,11 @@ impl Operation {
     /// equal bytes.
     pub fn canonical_json(&self) -> String {
         let s = |v: &str| serde_json::to_string(v).expect("strings always serialise");
-        let mut out = format!("{{\"kind\":{},\"tenant\":{},\"fields\":{{", s(&self.kind), s(&self.tenant));
+        let mut out = format!(
+            "{{\"kind\":{},\"tenant\":{},\"fields\":{{",
+            s(&self.kind),
+            s(&self.tenant)
+        );
         for (i, (name, value)) in self.fields.iter().enumerate() {
             if i > 0 {
                 out.push(',');
@@ -297,11 +311,18 @@ fn check_name(what: &str, value: &str, limits: &OperationLimits) -> Result<Strin
     if value.len() > limits.max_name_bytes {
         return Err(OpError::invalid(
             what,
-            format!("is {} bytes; the limit is {}", value.len(), limits.max_name_bytes),
+            format!(
+                "is {} bytes; the limit is {}",
+                value.len(),
+                limits.max_name_bytes
+            ),
         ));
     }
     if value.chars().any(char::is_control) {
-        return Err(OpError::invalid(what, "must not contain control characters"));
+        return Err(OpError::invalid(
+            what,
+            "must not contain control characters",
+        ));
     }
     Ok(value)
 }
@@ -313,7 +334,11 @@ impl RawOperation {
         if self.fields.0.len() > limits.max_fields {
             return Err(OpError::invalid(
                 "`fields`",
-                format!("has {} fields; the limit is {}", self.fields.0.len(), limits.max_fields),
+                format!(
+                    "has {} fields; the limit is {}",
+                    self.fields.0.len(),
+                    limits.max_fields
+                ),
             ));
         }
         let mut fields = BTreeMap::new();
@@ -349,7 +374,13 @@ impl RawOperation {
                 })
             }
         };
-        Ok(Operation { kind, tenant, fields, run, now_ms: self.now_ms })
+        Ok(Operation {
+            kind,
+            tenant,
+            fields,
+            run,
+            now_ms: self.now_ms,
+        })
     }
 }
 
@@ -374,44 +405,76 @@ mod tests {
 
     #[test]
     fn one_logical_operation_is_one_canonical_spelling() {
-        let a = parse(r#"{"kind":"charge","tenant":"acme","fields":{"b":1.50,"a":"e\u0301"}}"#).unwrap();
-        let b = parse(r#"{ "fields": {"a":"é", "b":15e-1}, "tenant":"acme", "kind":"charge" }"#).unwrap();
+        let a = parse(r#"{"kind":"charge","tenant":"acme","fields":{"b":1.50,"a":"e\u0301"}}"#)
+            .unwrap();
+        let b = parse(r#"{ "fields": {"a":"é", "b":15e-1}, "tenant":"acme", "kind":"charge" }"#)
+            .unwrap();
         assert_eq!(a, b);
         assert_eq!(a.canonical_json(), b.canonical_json());
-        assert_eq!(a.canonical_json(), r#"{"kind":"charge","tenant":"acme","fields":{"a":"é","b":1.5}}"#);
+        assert_eq!(
+            a.canonical_json(),
+            r#"{"kind":"charge","tenant":"acme","fields":{"a":"é","b":1.5}}"#
+        );
         assert_eq!(parse(&a.canonical_json()).unwrap(), a);
     }
 
     #[test]
     fn refuses_unknown_members_everywhere() {
-        let err = parse(r#"{"kind":"k","tenant":"t","color":"red"}"#).unwrap_err().to_string();
-        assert!(err.contains("unknown field `color`"), "{err}");
-        let err = parse(r#"{"kind":"k","tenant":"t","run":{"run_id":"r","trigger":"manual","x":1}}"#)
+        let err = parse(r#"{"kind":"k","tenant":"t","color":"red"}"#)
             .unwrap_err()
             .to_string();
+        assert!(err.contains("unknown field `color`"), "{err}");
+        let err =
+            parse(r#"{"kind":"k","tenant":"t","run":{"run_id":"r","trigger":"manual","x":1}}"#)
+                .unwrap_err()
+                .to_string();
         assert!(err.contains("unknown field `x`"), "{err}");
     }
 
     #[test]
     fn refuses_repeated_and_colliding_names() {
-        let err = parse(r#"{"kind":"k","tenant":"t","fields":{"a":1,"a":2}}"#).unwrap_err().to_string();
+        let err = parse(r#"{"kind":"k","tenant":"t","fields":{"a":1,"a":2}}"#)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("field `a` appears twice"), "{err}");
-        let err = parse(r#"{"kind":"k","tenant":"t","fields":{"é":1,"e\u0301":2}}"#).unwrap_err().to_string();
+        let err = parse(r#"{"kind":"k","tenant":"t","fields":{"é":1,"e\u0301":2}}"#)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("NFC"), "{err}");
-        let err = parse(r#"{"kind":"k","kind":"j","tenant":"t"}"#).unwrap_err().to_string();
+        let err = parse(r#"{"kind":"k","kind":"j","tenant":"t"}"#)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("duplicate field `kind`"), "{err}");
     }
 
     #[test]
     fn refuses_bad_values() {
         for (doc, needle) in [
-            (r#"{"kind":"k","tenant":"t","fields":{"a":null}}"#, "field `a` is null"),
-            (r#"{"kind":"k","tenant":"t","fields":{"a":[1]}}"#, "field `a` is an array"),
-            (r#"{"kind":"k","tenant":"t","fields":{"a":{}}}"#, "field `a` is an object"),
-            (r#"{"kind":"k","tenant":"t","fields":{"a":1e999}}"#, "send it as a string"),
+            (
+                r#"{"kind":"k","tenant":"t","fields":{"a":null}}"#,
+                "field `a` is null",
+            ),
+            (
+                r#"{"kind":"k","tenant":"t","fields":{"a":[1]}}"#,
+                "field `a` is an array",
+            ),
+            (
+                r#"{"kind":"k","tenant":"t","fields":{"a":{}}}"#,
+                "field `a` is an object",
+            ),
+            (
+                r#"{"kind":"k","tenant":"t","fields":{"a":1e999}}"#,
+                "send it as a string",
+            ),
             (r#"{"kind":"","tenant":"t"}"#, "`kind`: must not be empty"),
-            (r#"{"kind":"k","tenant":"t","run":{"run_id":"r","trigger":"cron"}}"#, "unknown variant `cron`"),
-            (r#"{"kind":"k","tenant":"t","run":{"run_id":"r","trigger":"retry","attempt":0}}"#, "starts at 1"),
+            (
+                r#"{"kind":"k","tenant":"t","run":{"run_id":"r","trigger":"cron"}}"#,
+                "unknown variant `cron`",
+            ),
+            (
+                r#"{"kind":"k","tenant":"t","run":{"run_id":"r","trigger":"retry","attempt":0}}"#,
+                "starts at 1",
+            ),
             (r#"{"kind":"k"}"#, "missing field `tenant`"),
             (r#"{"kind":"k","tenant":"t""#, "EOF"),
             ("[]", "must be a JSON object"),
@@ -423,7 +486,10 @@ mod tests {
 
     #[test]
     fn refuses_oversized_documents_before_parsing() {
-        let limits = OperationLimits { max_bytes: 64, ..Default::default() };
+        let limits = OperationLimits {
+            max_bytes: 64,
+            ..Default::default()
+        };
         let err = Operation::from_json(SEED_OP, &limits).unwrap_err();
         assert!(matches!(err, OpError::TooLarge { limit: 64, .. }), "{err}");
     }

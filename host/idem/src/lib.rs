@@ -1,0 +1,13 @@
+//! # idem: side effects that happen exactly once
+//!
+//! A payment service embeds this library; teams ship their idempotency policy
+//! as a WebAssembly component. The policy derives a deterministic key for each
+//! operation and decides what a duplicate gets; the host enforces it.
+//!
+//! - [`policy`]: the sandboxed policy runtime (knows nothing of storage).
+//! - [`idem_core`] (re-exported as [`core`]): the contract in plain Rust:
+//!   canonical operations, key encoding, the decision safety gate.
+
+pub mod policy;
+
+pub use idem_core as core;

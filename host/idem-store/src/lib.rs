@@ -1,0 +1,1 @@
+//! Record stores (work in progress).

@@ -1,0 +1,66 @@
+//! The wasmtime engine, configured for deterministic, bounded evaluation.
+
+use std::time::Duration;
+
+use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
+
+use super::config::RuntimeConfig;
+use super::error::LoadError;
+
+/// How often the epoch advances: the granularity of the wall-clock deadline.
+pub(crate) const EPOCH_TICK: Duration = Duration::from_millis(5);
+
+/// Builds the engine. Every choice here is part of the compiled artifact's
+/// compatibility hash, so cached artifacts follow a change automatically.
+pub(crate) fn build_engine(config: &RuntimeConfig) -> Result<Engine, LoadError> {
+    let mut c = Config::new();
+    c.wasm_component_model(true);
+    // Determinism: the same policy and input give the same answer on every
+    // machine. NaNs are canonicalised, relaxed SIMD is off (its results vary
+    // by CPU), and threads are not even compiled in (wasmtime's `threads`
+    // feature is off).
+    c.cranelift_nan_canonicalization(true);
+    c.wasm_relaxed_simd(false);
+    // Fuel is the deterministic limit; the epoch is the wall-clock backstop.
+    c.consume_fuel(true);
+    c.epoch_interruption(true);
+    c.max_wasm_stack(512 << 10);
+    c.parallel_compilation(true);
+
+    // A fresh instance per evaluation is cheap with a pool: slots are reused
+    // and reset, not mapped anew.
+    let n = config.max_concurrent_evaluations.max(1);
+    let mut pool = PoolingAllocationConfig::new();
+    pool.total_component_instances(n)
+        .total_core_instances(n * 4)
+        .total_memories(n * 2)
+        .total_tables(n * 4)
+        .max_core_instances_per_component(8)
+        .max_memories_per_component(2)
+        .max_tables_per_component(4)
+        .max_memory_size(config.limits.memory_bytes)
+        .table_elements(config.limits.table_elements);
+    c.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+    Engine::new(&c).map_err(|e| LoadError::Runtime(format!("{e:#}")))
+}
+
+/// Advances the engine's epoch until the engine is dropped, so a runaway
+/// evaluation is interrupted by its deadline.
+pub(crate) fn start_epoch_ticker(engine: &Engine) {
+    let weak = engine.weak();
+    std::thread::Builder::new()
+        .name("idem-epoch".into())
+        .spawn(move || {
+            while let Some(engine) = weak.upgrade() {
+                engine.increment_epoch();
+                drop(engine);
+                std::thread::sleep(EPOCH_TICK);
+            }
+        })
+        .expect("spawning a thread succeeds");
+}
+
+/// Epoch ticks for a deadline, at least one.
+pub(crate) fn deadline_ticks(deadline: Duration) -> u64 {
+    (deadline.as_millis() / EPOCH_TICK.as_millis()).max(1) as u64 + 1
+}

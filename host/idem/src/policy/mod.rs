@@ -1,0 +1,348 @@
+//! The policy runtime: loads policy components and evaluates them in a
+//! sandbox. It knows nothing of storage; the engine composes it with a store.
+//!
+//! - [`PolicyRuntime`] owns the wasmtime engine (deterministic, fuel-metered,
+//!   epoch-interrupted, pooled instances) and the compiled-artifact cache.
+//! - [`LoadedPolicy`] is one checked policy, identified by `sha256:<hex>` of
+//!   its bytes. Every evaluation gets a fresh store and instance, so nothing
+//!   leaks between operations, and a trap kills only that evaluation.
+
+mod cache;
+mod config;
+mod convert;
+mod engine;
+mod error;
+mod inspect;
+mod limiter;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Instant;
+
+use idem_core::{
+    Decision, Derivation, Digest, DuplicateContext, KeyedDerivation, Operation, PolicyError,
+    PolicyInfo, check_decision,
+};
+use wasmtime::component::{Component, Linker};
+use wasmtime::{Engine, Store, Trap};
+
+pub use config::{Limits, RuntimeConfig, default_cache_dir};
+pub use error::{EvalError, LoadError};
+pub use inspect::POLICY_INTERFACE;
+
+use cache::ArtifactCache;
+use convert::wit::IdempotencyPolicyPre;
+use limiter::{EvalState, MemoryLimitExceeded};
+
+/// The result of one evaluation, with what it cost.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Evaluated<T> {
+    pub value: T,
+    /// Fuel consumed by the call.
+    pub fuel_used: u64,
+    /// Largest linear memory the instance reached, in bytes.
+    pub memory_peak: usize,
+}
+
+/// Where a loaded policy's machine code came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CodeSource {
+    Compiled,
+    Cache,
+}
+
+/// Loads and evaluates policies. Cheap to share (`Clone` is an `Arc`).
+#[derive(Clone)]
+pub struct PolicyRuntime {
+    inner: Arc<RuntimeInner>,
+}
+
+struct RuntimeInner {
+    engine: Engine,
+    limits: Limits,
+    cache: Option<ArtifactCache>,
+}
+
+impl PolicyRuntime {
+    /// A runtime with these settings.
+    pub fn new(config: RuntimeConfig) -> Result<Self, LoadError> {
+        let engine = engine::build_engine(&config)?;
+        engine::start_epoch_ticker(&engine);
+        let cache = config
+            .cache_dir
+            .as_deref()
+            .map(|dir| ArtifactCache::new(dir, &engine));
+        Ok(PolicyRuntime {
+            inner: Arc::new(RuntimeInner {
+                engine,
+                limits: config.limits,
+                cache,
+            }),
+        })
+    }
+
+    /// The limits every evaluation runs under.
+    pub fn limits(&self) -> &Limits {
+        &self.inner.limits
+    }
+
+    /// Loads a policy component from a file.
+    pub fn load_file(&self, path: &Path) -> Result<LoadedPolicy, LoadError> {
+        let bytes = std::fs::read(path).map_err(|source| LoadError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
+        self.load_bytes(&bytes)
+    }
+
+    /// Loads a policy component from its bytes: checks what it is, compiles
+    /// it (or loads the cached compilation), refuses any import and any world
+    /// but the policy's, and asks it to describe itself.
+    pub fn load_bytes(&self, bytes: &[u8]) -> Result<LoadedPolicy, LoadError> {
+        let inner = &self.inner;
+        if bytes.len() > inner.limits.max_component_bytes {
+            return Err(LoadError::TooLarge {
+                size: bytes.len(),
+                limit: inner.limits.max_component_bytes,
+            });
+        }
+        inspect::classify(bytes)?;
+        let digest = Digest::of_bytes(bytes);
+        let cached = inner
+            .cache
+            .as_ref()
+            .and_then(|c| c.load(&inner.engine, &digest.to_hex()));
+        let (component, source) = match cached {
+            Some(c) => (c, CodeSource::Cache),
+            None => {
+                let c = Component::new(&inner.engine, bytes)
+                    .map_err(|e| LoadError::Invalid(format!("{e:#}")))?;
+                (c, CodeSource::Compiled)
+            }
+        };
+        inspect::check_world(&inner.engine, &component)?;
+        if source == CodeSource::Compiled
+            && let Some(cache) = &inner.cache
+        {
+            cache.store(&digest.to_hex(), &component);
+        }
+        let linker: Linker<EvalState> = Linker::new(&inner.engine);
+        let pre = linker
+            .instantiate_pre(&component)
+            .map_err(|e| LoadError::Instantiate(format!("{e:#}")))?;
+        let pre =
+            IdempotencyPolicyPre::new(pre).map_err(|e| LoadError::Instantiate(format!("{e:#}")))?;
+        let mut policy = LoadedPolicy {
+            runtime: self.clone(),
+            pre,
+            digest: format!("sha256:{}", digest.to_hex()),
+            size: bytes.len(),
+            source,
+            info: PolicyInfo {
+                name: String::new(),
+                version: String::new(),
+                namespace: String::new(),
+                description: String::new(),
+            },
+        };
+        let info = policy.call(0, |bindings, store| {
+            bindings
+                .idem_policy_policy()
+                .call_describe(store)
+                .map(convert::info)
+        });
+        policy.info = info.map_err(|e| LoadError::Describe(Box::new(e)))?.value;
+        policy
+            .info
+            .validate()
+            .map_err(|e| LoadError::BadDescription(e.to_string()))?;
+        Ok(policy)
+    }
+}
+
+/// A loaded, checked policy.
+#[derive(Clone)]
+pub struct LoadedPolicy {
+    runtime: PolicyRuntime,
+    pre: IdempotencyPolicyPre<EvalState>,
+    digest: String,
+    size: usize,
+    source: CodeSource,
+    info: PolicyInfo,
+}
+
+impl std::fmt::Debug for LoadedPolicy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LoadedPolicy")
+            .field("digest", &self.digest)
+            .field("info", &self.info)
+            .finish()
+    }
+}
+
+impl LoadedPolicy {
+    /// `sha256:<64 hex>` of the component's bytes: the policy's identity.
+    pub fn digest(&self) -> &str {
+        &self.digest
+    }
+
+    /// What the policy says it is (validated at load).
+    pub fn info(&self) -> &PolicyInfo {
+        &self.info
+    }
+
+    /// The component's size in bytes.
+    pub fn size(&self) -> usize {
+        self.size
+    }
+
+    /// Whether this load compiled the policy or used the cache.
+    pub fn code_source(&self) -> CodeSource {
+        self.source
+    }
+
+    /// The limits evaluations run under.
+    pub fn limits(&self) -> &Limits {
+        self.runtime.limits()
+    }
+
+    /// Derives the key and fingerprint for an operation. `now_ms` is the
+    /// logical time handed to the policy when the operation has none. The
+    /// outer `Err` is a failure to evaluate (trap, limit, malformed output);
+    /// the inner one is the policy's own typed refusal.
+    pub fn derive(
+        &self,
+        op: &Operation,
+        now_ms: u64,
+    ) -> Result<Evaluated<Result<KeyedDerivation, PolicyError>>, EvalError> {
+        let raw = self.derive_raw(op, now_ms)?;
+        let value = match raw.value {
+            Ok(d) => Ok(d.finish(&self.info.namespace)?),
+            Err(e) => Err(e),
+        };
+        Ok(Evaluated {
+            value,
+            fuel_used: raw.fuel_used,
+            memory_peak: raw.memory_peak,
+        })
+    }
+
+    /// The derivation exactly as the policy returned it, unchecked.
+    pub fn derive_raw(
+        &self,
+        op: &Operation,
+        now_ms: u64,
+    ) -> Result<Evaluated<Result<Derivation, PolicyError>>, EvalError> {
+        let input = convert::operation(op, now_ms);
+        let size = op.canonical_json().len();
+        let limit = self.runtime.limits().operation.max_bytes;
+        if size > limit {
+            return Err(EvalError::Operation(idem_core::OpError::TooLarge {
+                size,
+                limit,
+            }));
+        }
+        self.call(self.runtime.limits().fuel, |bindings, store| {
+            bindings
+                .idem_policy_policy()
+                .call_derive(store, &input)
+                .map(|r| r.map(convert::derivation).map_err(convert::policy_error))
+        })
+    }
+
+    /// What a duplicate gets, after the host's safety gate: an unsafe
+    /// decision is an [`EvalError::Unsafe`] (the caller rejects the
+    /// duplicate: fail closed).
+    pub fn on_duplicate(
+        &self,
+        ctx: &DuplicateContext,
+        now_ms: u64,
+    ) -> Result<Evaluated<Decision>, EvalError> {
+        let decided = self.on_duplicate_unchecked(ctx, now_ms)?;
+        check_decision(ctx, &decided.value)?;
+        Ok(decided)
+    }
+
+    /// The policy's decision as it returned it, before the safety gate.
+    pub fn on_duplicate_unchecked(
+        &self,
+        ctx: &DuplicateContext,
+        now_ms: u64,
+    ) -> Result<Evaluated<Decision>, EvalError> {
+        let input = convert::duplicate_context(ctx, now_ms);
+        self.call(self.runtime.limits().fuel, |bindings, store| {
+            bindings
+                .idem_policy_policy()
+                .call_on_duplicate(store, &input)
+                .map(convert::decision)
+        })
+    }
+
+    /// Runs one call in a fresh store and instance, under the limits.
+    fn call<T>(
+        &self,
+        fuel: u64,
+        f: impl FnOnce(&convert::wit::IdempotencyPolicy, &mut Store<EvalState>) -> wasmtime::Result<T>,
+    ) -> Result<Evaluated<T>, EvalError> {
+        let limits = self.runtime.limits();
+        // describe() runs at load with the full budget too.
+        let fuel = if fuel == 0 { limits.fuel } else { fuel };
+        let mut store = Store::new(
+            &self.runtime.inner.engine,
+            EvalState {
+                max_memory: limits.memory_bytes,
+                max_table_elements: limits.table_elements,
+                peak_memory: 0,
+            },
+        );
+        store.limiter(|s| s);
+        store
+            .set_fuel(fuel)
+            .map_err(|e| EvalError::Instantiate(format!("{e:#}")))?;
+        store.set_epoch_deadline(engine::deadline_ticks(limits.deadline));
+        let started = Instant::now();
+        let bindings = self
+            .pre
+            .instantiate(&mut store)
+            .map_err(|e| classify_failure(e, limits, started))?;
+        let value = f(&bindings, &mut store).map_err(|e| classify_failure(e, limits, started))?;
+        let remaining = store.get_fuel().unwrap_or(0);
+        Ok(Evaluated {
+            value,
+            fuel_used: fuel - remaining,
+            memory_peak: store.data().peak_memory,
+        })
+    }
+}
+
+/// Turns a wasmtime error into the typed reason the evaluation failed.
+fn classify_failure(e: wasmtime::Error, limits: &Limits, started: Instant) -> EvalError {
+    if let Some(m) = e.downcast_ref::<MemoryLimitExceeded>() {
+        return EvalError::MemoryLimit {
+            requested: m.requested,
+            limit: m.limit,
+        };
+    }
+    match e.downcast_ref::<Trap>() {
+        Some(Trap::OutOfFuel) => EvalError::OutOfFuel { limit: limits.fuel },
+        Some(Trap::Interrupt) => EvalError::Deadline {
+            ms: started
+                .elapsed()
+                .as_millis()
+                .max(limits.deadline.as_millis()),
+        },
+        Some(trap) => EvalError::Trap {
+            message: match trap {
+                Trap::UnreachableCodeReached => {
+                    "wasm `unreachable` executed (a panic in the policy, or a failed allocation)"
+                        .to_string()
+                }
+                Trap::StackOverflow => "stack overflow (unbounded recursion?)".to_string(),
+                other => other.to_string(),
+            },
+        },
+        None => EvalError::Trap {
+            message: format!("{e:#}"),
+        },
+    }
+}
