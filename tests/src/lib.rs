@@ -1,6 +1,9 @@
 //! Shared helpers for idem's integration, conformance and chaos suites.
 
 use std::path::PathBuf;
+use std::sync::OnceLock;
+
+use idem::policy::{LoadedPolicy, PolicyRuntime, RuntimeConfig};
 
 /// The directory holding the components the build made for the tests.
 pub fn policies_dir() -> PathBuf {
@@ -10,4 +13,55 @@ pub fn policies_dir() -> PathBuf {
 /// The path of a built test policy, e.g. `policy_path("billing-charge")`.
 pub fn policy_path(name: &str) -> PathBuf {
     policies_dir().join(format!("{name}.wasm"))
+}
+
+/// The bytes of a built test policy.
+pub fn policy_bytes(name: &str) -> Vec<u8> {
+    let path = policy_path(name);
+    std::fs::read(&path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()))
+}
+
+/// The workspace root.
+pub fn workspace_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("tests/ is in the workspace")
+        .to_path_buf()
+}
+
+/// A runtime with default limits and no artifact cache, shared by tests.
+pub fn runtime() -> &'static PolicyRuntime {
+    static RUNTIME: OnceLock<PolicyRuntime> = OnceLock::new();
+    RUNTIME.get_or_init(|| {
+        PolicyRuntime::new(RuntimeConfig {
+            cache_dir: None,
+            ..RuntimeConfig::default()
+        })
+        .expect("runtime starts")
+    })
+}
+
+/// Loads a built test policy into the shared runtime.
+pub fn load(name: &str) -> LoadedPolicy {
+    runtime()
+        .load_bytes(&policy_bytes(name))
+        .unwrap_or_else(|e| panic!("cannot load {name}: {e}"))
+}
+
+/// The `idem` binary built beside this test binary (`cargo test --workspace`
+/// builds it).
+pub fn idem_bin() -> PathBuf {
+    let exe = std::env::current_exe().expect("test binary path");
+    // target/<profile>/deps/suite-<hash> → target/<profile>/idem
+    let bin = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .map(|p| p.join("idem"))
+        .expect("target layout");
+    assert!(
+        bin.is_file(),
+        "{} is missing: run the suites with `cargo test --workspace` (it builds the CLI)",
+        bin.display()
+    );
+    bin
 }

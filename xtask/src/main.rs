@@ -1,1 +1,112 @@
-fn main(){}
+//! `cargo xtask`: project automation that needs more than cargo alone.
+//!
+//! - `cargo xtask build`: the CLI (release) and the example policies as
+//!   components in `target/policies/`.
+//! - `cargo xtask build-policy PATH [--out DIR]`: one policy crate (any crate
+//!   using the idem-policy SDK) to `DIR/<name>.wasm`.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, Result, bail};
+use idem_guest_build::GuestBuild;
+
+const EXAMPLE_POLICIES: &[&str] = &["billing-charge", "http-idempotency-key"];
+
+fn main() -> Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let root = workspace_root();
+    match args.first().map(String::as_str) {
+        Some("build") => build_all(&root),
+        Some("build-policy") => {
+            let Some(path) = args.get(1) else {
+                bail!("usage: cargo xtask build-policy PATH [--out DIR]")
+            };
+            let out = match (args.get(2).map(String::as_str), args.get(3)) {
+                (Some("--out"), Some(dir)) => PathBuf::from(dir),
+                (None, _) => target_dir(&root).join("policies"),
+                _ => bail!("usage: cargo xtask build-policy PATH [--out DIR]"),
+            };
+            build_policy(&root, Path::new(path), &out)
+        }
+        _ => {
+            eprintln!("usage: cargo xtask build | build-policy PATH [--out DIR]");
+            std::process::exit(2);
+        }
+    }
+}
+
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask sits in the workspace")
+        .to_path_buf()
+}
+
+fn target_dir(root: &Path) -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root.join("target"))
+}
+
+fn cargo() -> PathBuf {
+    std::env::var_os("CARGO")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| "cargo".into())
+}
+
+fn build_all(root: &Path) -> Result<()> {
+    let status = Command::new(cargo())
+        .args(["build", "--release", "--package", "idem", "--bin", "idem"])
+        .current_dir(root)
+        .status()
+        .context("cannot run cargo")?;
+    if !status.success() {
+        bail!("building the idem CLI failed ({status})");
+    }
+    let target = target_dir(root);
+    let build = GuestBuild {
+        manifest: root.join("Cargo.toml"),
+        target_dir: target.join("idem-guests"),
+        out_dir: target.join("policies"),
+        cargo: cargo(),
+    };
+    for built in build.build(EXAMPLE_POLICIES)? {
+        println!("policy  {}", built.component.display());
+    }
+    println!("cli     {}", target.join("release").join("idem").display());
+    Ok(())
+}
+
+fn build_policy(root: &Path, crate_dir: &Path, out: &Path) -> Result<()> {
+    let manifest = crate_dir.join("Cargo.toml");
+    let text = std::fs::read_to_string(&manifest)
+        .with_context(|| format!("cannot read {}", manifest.display()))?;
+    let name = package_name(&text)
+        .with_context(|| format!("no [package] name in {}", manifest.display()))?;
+    let build = GuestBuild {
+        manifest,
+        target_dir: target_dir(root).join("idem-guests"),
+        out_dir: out.to_path_buf(),
+        cargo: cargo(),
+    };
+    for built in build.build(&[&name])? {
+        println!("{}", built.component.display());
+    }
+    Ok(())
+}
+
+/// The `name = "..."` of the `[package]` table (enough for a policy crate's
+/// manifest; avoids a TOML dependency in the build tool).
+fn package_name(manifest: &str) -> Option<String> {
+    let mut in_package = false;
+    for line in manifest.lines().map(str::trim) {
+        if line.starts_with('[') {
+            in_package = line == "[package]";
+        } else if in_package && let Some(rest) = line.strip_prefix("name") {
+            let value = rest.trim_start().strip_prefix('=')?.trim();
+            return Some(value.trim_matches('"').to_string());
+        }
+    }
+    None
+}

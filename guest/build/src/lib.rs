@@ -14,9 +14,26 @@ use anyhow::{Context, Result, bail};
 
 /// The target every policy is built for.
 pub const GUEST_TARGET: &str = "wasm32-unknown-unknown";
-/// The cargo profile policies are built with (optimised for size; defined in
-/// the workspace's Cargo.toml).
-pub const GUEST_PROFILE: &str = "guest";
+/// The cargo profile policies are built with. It is defined on the command
+/// line (see [`GUEST_PROFILE_CONFIG`]), so any policy crate builds without
+/// adding it to its own manifest.
+pub const GUEST_PROFILE: &str = "idem-guest";
+
+/// Policies are small and loaded often: optimise for size, one codegen unit,
+/// LTO, no unwinding (a panic is a trap either way), no debug info.
+pub const GUEST_PROFILE_CONFIG: &[&str] = &[
+    "profile.idem-guest.inherits=\"release\"",
+    "profile.idem-guest.opt-level=\"s\"",
+    "profile.idem-guest.lto=true",
+    "profile.idem-guest.codegen-units=1",
+    "profile.idem-guest.strip=true",
+    "profile.idem-guest.panic=\"abort\"",
+    "profile.idem-guest.debug=false",
+    // A policy needs little stack; Rust's default 1 MiB shadow stack would be
+    // part of every fresh instance's memory. 64 KiB keeps instances small
+    // (and a runaway recursion still traps cleanly).
+    "target.wasm32-unknown-unknown.rustflags=[\"-C\", \"link-arg=-zstack-size=65536\"]",
+];
 
 /// One built policy.
 #[derive(Debug, Clone)]
@@ -70,6 +87,9 @@ impl GuestBuild {
         .arg(&self.manifest)
         .arg("--target-dir")
         .arg(&self.target_dir);
+        for setting in GUEST_PROFILE_CONFIG {
+            cmd.args(["--config", setting]);
+        }
         scrub_cargo_env(&mut cmd);
         let status = cmd
             .status()

@@ -41,9 +41,18 @@
 //! must return the same answer for the same input. A panic is a trap: the host
 //! reports it but the message is lost, so return a [`PolicyError`] instead.
 
+#[cfg(all(target_arch = "wasm32", feature = "arena"))]
+mod arena;
 mod helpers;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod testing;
+
+/// On wasm the SDK installs a bump allocator (feature `arena`, on by
+/// default): every evaluation runs in a fresh instance, so freeing memory is
+/// wasted work. Turn the feature off to bring your own allocator.
+#[cfg(all(target_arch = "wasm32", feature = "arena"))]
+#[global_allocator]
+static ALLOCATOR: arena::BumpArena = arena::BumpArena;
 
 #[doc(hidden)]
 pub mod bindings {

@@ -58,9 +58,15 @@ pub fn derive_key<P: Policy>(op_json: &str) -> Result<KeyedDerivation, String> {
     let mut op = idem_core::Operation::from_json(op_json, &OperationLimits::default())
         .map_err(|e| e.to_string())?;
     op.now_ms.get_or_insert(0);
+    derive_native::<P>(&op)
+}
+
+/// Derives the key for a canonical operation natively (what the host does
+/// with the component, minus the sandbox). Used by benchmarks as the floor.
+pub fn derive_native<P: Policy>(op: &idem_core::Operation) -> Result<KeyedDerivation, String> {
     let info = P::describe();
     let derivation =
-        P::derive(&to_guest_operation(&op)).map_err(|e| from_guest_error(e).to_string())?;
+        P::derive(&to_guest_operation(op)).map_err(|e| from_guest_error(e).to_string())?;
     from_guest_derivation(derivation)
         .finish(&info.namespace)
         .map_err(|e| e.to_string())

@@ -227,7 +227,8 @@ mod tests {
 
     #[test]
     fn refuses_malformed_derivations() {
-        let cases: Vec<(fn(&mut Derivation), &str)> = vec![
+        type Mutation = fn(&mut Derivation);
+        let cases: Vec<(Mutation, &str)> = vec![
             (|d| d.key.clear(), "key has no parts"),
             (|d| d.key.push(Part::new("customer", "x")), "appears twice"),
             (|d| d.key[0].name.clear(), "part 0 has a name of 0 bytes"),

@@ -217,6 +217,20 @@ impl Operation {
         out
     }
 
+    /// An upper bound on the bytes of material in the operation (all
+    /// strings plus a little per field), cheaper than spelling it out.
+    pub fn material_bytes(&self) -> usize {
+        let run = self.run.as_ref().map_or(0, |r| r.run_id.len() + 16);
+        self.kind.len()
+            + self.tenant.len()
+            + run
+            + self
+                .fields
+                .iter()
+                .map(|(n, v)| n.len() + v.as_material().len() + 8)
+                .sum::<usize>()
+    }
+
     /// The field's value, if present.
     pub fn field(&self, name: &str) -> Option<&Value> {
         self.fields.get(name)

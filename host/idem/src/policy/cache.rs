@@ -40,14 +40,15 @@ impl ArtifactCache {
     /// corrupt or incompatible artifact counts as a miss.
     pub(crate) fn load(&self, engine: &Engine, digest_hex: &str) -> Option<Component> {
         let path = self.path(digest_hex);
-        if !path.is_file() {
-            return None;
-        }
+        // Read into memory rather than `deserialize_file`: a mapped file that
+        // something else truncates later would crash the host (SIGBUS); the
+        // copy costs ~50 µs once per load.
+        let bytes = std::fs::read(&path).ok()?;
         // SAFETY: the file was written by `store` below from
         // `Component::serialize` of a component this host compiled, in a
         // directory only this user can write; wasmtime also checks the
         // artifact's header and engine compatibility.
-        match unsafe { Component::deserialize_file(engine, &path) } {
+        match unsafe { Component::deserialize(engine, &bytes) } {
             Ok(c) => Some(c),
             Err(e) => {
                 tracing::warn!(path = %path.display(), error = %format!("{e:#}"), "ignoring unusable cached artifact");

@@ -234,7 +234,9 @@ impl LoadedPolicy {
         now_ms: u64,
     ) -> Result<Evaluated<Result<Derivation, PolicyError>>, EvalError> {
         let input = convert::operation(op, now_ms);
-        let size = op.canonical_json().len();
+        // Operations read from JSON were bounded by the reader; one built in
+        // code is bounded here.
+        let size = op.material_bytes();
         let limit = self.runtime.limits().operation.max_bytes;
         if size > limit {
             return Err(EvalError::Operation(idem_core::OpError::TooLarge {
