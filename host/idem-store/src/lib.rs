@@ -1,1 +1,446 @@
-//! Record stores (work in progress).
+//! idem's record stores.
+//!
+//! A store keeps one record per `(namespace, key)` and decides, atomically and
+//! by its own clock, who may execute an effect:
+//!
+//! - [`Store::claim`] inserts an in-progress record under a new fencing token
+//!   ("fence"), or reports the existing record ([`Existing`]) so that the
+//!   engine can ask the policy what a duplicate gets;
+//! - [`Store::take_over`] re-executes after a retryable failure, an unknown
+//!   outcome or an expired lease, under a new, higher fence;
+//! - [`Store::complete`], [`Store::fail`] and [`Store::heartbeat`] are
+//!   conditional on the holder's fence still being current: a deposed holder
+//!   gets [`StoreError::Fenced`] and changes nothing.
+//!
+//! Rules every store follows (the `conformance` module, behind the feature
+//! of that name, checks them; a PostgreSQL store must pass it too):
+//!
+//! - **One transaction per call.** Every method reads the store clock, reads
+//!   the record and writes it inside one transaction; no caller ever passes a
+//!   "now".
+//! - **Leases expire by the store's clock** ([`StoreClock`]), never the
+//!   caller's.
+//! - **Fences are a store-wide monotonic sequence**: every claim and every
+//!   take-over gets a fence strictly greater than any fence the store ever
+//!   issued, across garbage collection and reopening.
+//! - **A record past its retention counts as absent**, exactly as if
+//!   [`Store::gc`] had already removed it: [`Store::get`] does not return it,
+//!   [`Store::claim`] replaces it (under a new fence), and writes to it report
+//!   [`StoreError::Gone`]. An in-progress record whose lease is live is never
+//!   past its retention.
+//! - **A holder whose lease expired may still write while nobody has taken
+//!   over.** Its fence is still the current one, and the fence (not the lease)
+//!   is what decides who may write: the lease only decides when others may
+//!   *take over*. Once they do, the old fence is deposed.
+//! - **A final record is never overwritten**: completing or failing twice,
+//!   even under the same fence, is [`StoreError::NotInProgress`].
+//!
+//! This crate knows nothing of WebAssembly or policies.
+//!
+//! Stores are async ([`Store`] is an `async_trait`, usable as
+//! `Arc<dyn Store>` since the store is chosen by URL at run time) and must
+//! be called inside a tokio runtime: the SQLite store runs its blocking
+//! calls on tokio's blocking pool.
+
+#![warn(missing_docs)]
+
+mod clock;
+mod error;
+mod machine;
+mod memory;
+mod sqlite;
+mod url;
+
+#[cfg(feature = "conformance")]
+pub mod conformance;
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+pub use idem_core::{Digest, RecordState};
+use idem_core::{DuplicateContext, Operation, OutcomeSummary};
+
+pub use clock::{ManualClock, StoreClock};
+pub use error::{OpenErrorKind, StoreError};
+pub use memory::MemoryStore;
+pub use sqlite::{SCHEMA_VERSION, SqliteOptions, SqliteStore, Synchronous};
+pub use url::StoreUrl;
+
+/// Default cap on an outcome's body: 64 KiB.
+pub const DEFAULT_MAX_OUTCOME_BYTES: usize = 64 * 1024;
+
+/// Longest stored error text; longer text is cut (on a character boundary)
+/// and marked with [`TRUNCATION_MARK`]. Error text is diagnostic, so cutting
+/// it is safer than refusing the write that reports a failure.
+pub const MAX_ERROR_BYTES: usize = 4096;
+
+/// Appended to error text that was cut to [`MAX_ERROR_BYTES`].
+pub const TRUNCATION_MARK: &str = " …[truncated]";
+
+/// What identifies a record: keys of different namespaces never collide.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RecordKey {
+    /// The policy's namespace.
+    pub namespace: String,
+    /// The SHA-256 key the engine derived.
+    pub key: Digest,
+}
+
+impl RecordKey {
+    /// A key in a namespace.
+    pub fn new(namespace: impl Into<String>, key: Digest) -> Self {
+        RecordKey {
+            namespace: namespace.into(),
+            key,
+        }
+    }
+}
+
+impl fmt::Display for RecordKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.key)
+    }
+}
+
+/// Who holds (or last held) a record: provenance for `idem inspect`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Holder {
+    /// The run carrying the operation, when there is one.
+    pub run_id: Option<String>,
+    /// Why the run happened (`scheduled`, `retry`, `manual`, `client`).
+    pub trigger: Option<String>,
+    /// The run's own attempt number (not the record's attempts).
+    pub attempt: Option<u32>,
+    /// Host name of the holding process.
+    pub host: String,
+    /// Process id of the holding process.
+    pub pid: u32,
+}
+
+impl Holder {
+    /// This process: its host name and pid, no run context.
+    pub fn this_process() -> Self {
+        Holder {
+            run_id: None,
+            trigger: None,
+            attempt: None,
+            host: host_name(),
+            pid: std::process::id(),
+        }
+    }
+}
+
+/// Best-effort host name without a dependency: `HOSTNAME`, then the kernel's.
+fn host_name() -> String {
+    if let Ok(name) = std::env::var("HOSTNAME")
+        && !name.is_empty()
+    {
+        return name;
+    }
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "unknown".to_string())
+}
+
+/// The stored result of an attempt.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Outcome {
+    /// The caller's status: an exit code or an HTTP status.
+    pub status: i32,
+    /// The outcome's bytes, at most the store's `max_outcome_bytes`
+    /// (a larger body is refused with [`StoreError::OutcomeTooLarge`]).
+    pub body: Vec<u8>,
+    /// The error message of a failed attempt; cut to [`MAX_ERROR_BYTES`].
+    pub error: Option<String>,
+}
+
+impl Outcome {
+    /// A successful outcome.
+    pub fn new(status: i32, body: impl Into<Vec<u8>>) -> Self {
+        Outcome {
+            status,
+            body: body.into(),
+            error: None,
+        }
+    }
+
+    /// A failure with a message and no body.
+    pub fn error(status: i32, message: impl Into<String>) -> Self {
+        Outcome {
+            status,
+            body: Vec::new(),
+            error: Some(message.into()),
+        }
+    }
+
+    /// What a policy sees of the outcome (never its bytes).
+    pub fn summary(&self) -> OutcomeSummary {
+        OutcomeSummary {
+            status: self.status,
+            size: self.body.len() as u64,
+            error: self.error.clone(),
+        }
+    }
+}
+
+/// A stored record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Record {
+    /// Namespace and key.
+    pub key: RecordKey,
+    /// The digest of the policy that derived the key: `sha256:<64 hex>`.
+    pub policy_digest: String,
+    /// What must match for a duplicate to be a true replay.
+    pub fingerprint: Digest,
+    /// Who owns the effect (partitioned ownership).
+    pub partition: String,
+    /// Where the record is in its life.
+    pub state: RecordState,
+    /// The current fencing token: only its holder may write.
+    pub fence: u64,
+    /// When the current lease ends, in ms since the epoch, by the store clock.
+    pub lease_until_ms: u64,
+    /// Attempts made under this key (1 after the first claim).
+    pub attempts: u32,
+    /// When the record was created, store clock.
+    pub created_ms: u64,
+    /// When the record last changed, store clock.
+    pub updated_ms: u64,
+    /// How long the record is kept after it was last written, in ms.
+    pub retention_ms: u64,
+    /// When the record may be collected, store clock.
+    pub retain_until_ms: u64,
+    /// The outcome of a completed or failed attempt.
+    pub outcome: Option<Outcome>,
+    /// Who holds (or last held) the record.
+    pub holder: Holder,
+}
+
+impl Record {
+    /// Lease left at `now_ms`: 0 when expired or when not in progress.
+    pub fn lease_remaining_ms(&self, now_ms: u64) -> u64 {
+        if self.state == RecordState::InProgress {
+            self.lease_until_ms.saturating_sub(now_ms)
+        } else {
+            0
+        }
+    }
+}
+
+/// What the engine asks a store to claim.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimRequest {
+    /// Namespace and key.
+    pub key: RecordKey,
+    /// `sha256:<64 lowercase hex>`: the policy that derived the key.
+    pub policy_digest: String,
+    /// The operation's fingerprint.
+    pub fingerprint: Digest,
+    /// Who owns the effect.
+    pub partition: String,
+    /// How long the claim holds before its lease expires (store clock).
+    pub lease: Duration,
+    /// How long the record is kept after its last write (store clock).
+    pub retention: Duration,
+    /// Who is claiming.
+    pub holder: Holder,
+}
+
+/// A claim: the right to execute the effect, as long as `fence` is current.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Claim {
+    /// Namespace and key.
+    pub key: RecordKey,
+    /// The fencing token; hand it back on every write.
+    pub fence: u64,
+    /// When the lease ends, store clock.
+    pub lease_until_ms: u64,
+    /// Which attempt this is under the key (1 for the first).
+    pub attempt: u32,
+}
+
+/// A record as the store saw it, with store-clock times.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordView {
+    /// The record.
+    pub record: Record,
+    /// The store clock when the record was read.
+    pub now_ms: u64,
+    /// Age of the record (since creation), store clock.
+    pub age_ms: u64,
+    /// Lease left on an in-progress record; 0 when expired or not in
+    /// progress.
+    pub lease_remaining_ms: u64,
+}
+
+impl RecordView {
+    pub(crate) fn at(record: Record, now_ms: u64) -> Self {
+        RecordView {
+            age_ms: now_ms.saturating_sub(record.created_ms),
+            lease_remaining_ms: record.lease_remaining_ms(now_ms),
+            now_ms,
+            record,
+        }
+    }
+}
+
+/// The record a claim collided with: what the engine needs to ask the
+/// policy what the duplicate gets.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Existing {
+    /// The record and its store-clock times.
+    pub view: RecordView,
+    /// Whether the claim's fingerprint equals the stored one.
+    pub fingerprint_matches: bool,
+}
+
+impl Existing {
+    /// The duplicate context a policy's `on-duplicate` receives.
+    pub fn duplicate_context(&self, operation: Operation) -> DuplicateContext {
+        let record = &self.view.record;
+        DuplicateContext {
+            operation,
+            state: record.state,
+            fingerprint_matches: self.fingerprint_matches,
+            attempts: record.attempts,
+            age_ms: self.view.age_ms,
+            lease_remaining_ms: self.view.lease_remaining_ms,
+            outcome: record.outcome.as_ref().map(Outcome::summary),
+        }
+    }
+}
+
+/// What a claim got.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClaimOutcome {
+    /// No live record existed: the caller holds the key and executes.
+    Claimed(Claim),
+    /// A live record exists: ask the policy what the duplicate gets.
+    Existing(Box<Existing>),
+}
+
+/// Which records [`Store::list`] returns, most recently updated first.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ListFilter {
+    /// Only this namespace.
+    pub namespace: Option<String>,
+    /// Only this partition.
+    pub partition: Option<String>,
+    /// Only records in this state.
+    pub state: Option<RecordState>,
+    /// At most this many records (all when `None`).
+    pub limit: Option<u32>,
+}
+
+/// Options every store takes.
+#[derive(Debug, Clone)]
+pub struct StoreOptions {
+    /// The store clock: the system clock unless a test injects one.
+    pub clock: StoreClock,
+    /// Largest outcome body accepted (default 64 KiB).
+    pub max_outcome_bytes: usize,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        StoreOptions {
+            clock: StoreClock::system(),
+            max_outcome_bytes: DEFAULT_MAX_OUTCOME_BYTES,
+        }
+    }
+}
+
+/// A record store.
+///
+/// Every method is one atomic transaction that reads the store's own clock.
+/// Conflicts are typed errors: [`StoreError::Fenced`],
+/// [`StoreError::NotInProgress`], [`StoreError::NotEligible`],
+/// [`StoreError::Gone`] (see [`StoreError::is_conflict`]); a conflicting call
+/// changes nothing.
+#[async_trait]
+pub trait Store: Send + Sync + 'static {
+    /// Where the store is, for messages (e.g. `sqlite:/var/lib/idem.db`).
+    fn describe(&self) -> String;
+
+    /// Claims `request.key`: inserts an in-progress record under a new fence
+    /// when no live record exists (a record past its retention counts as
+    /// absent and is replaced), else reports the existing record.
+    async fn claim(&self, request: ClaimRequest) -> Result<ClaimOutcome, StoreError>;
+
+    /// Re-executes under a new, higher fence (attempts + 1), after the policy
+    /// decided `re-execute`. Succeeds only while the record still carries
+    /// `observed_fence` and is failed-retryable, outcome-unknown, or
+    /// in-progress with its lease expired by the store clock.
+    async fn take_over(
+        &self,
+        key: &RecordKey,
+        observed_fence: u64,
+        lease: Duration,
+        holder: Holder,
+    ) -> Result<Claim, StoreError>;
+
+    /// Marks an in-progress record whose lease expired as outcome-unknown,
+    /// if it still carries `observed_fence`. Idempotent: a record already
+    /// outcome-unknown under `observed_fence` is left as it is.
+    async fn mark_unknown(&self, key: &RecordKey, observed_fence: u64) -> Result<(), StoreError>;
+
+    /// Completes the attempt holding `fence`; the record is then final.
+    async fn complete(
+        &self,
+        key: &RecordKey,
+        fence: u64,
+        outcome: Outcome,
+    ) -> Result<(), StoreError>;
+
+    /// Records the failure of the attempt holding `fence`: failed-retryable
+    /// (a take-over may follow) or failed-permanent (final).
+    async fn fail(
+        &self,
+        key: &RecordKey,
+        fence: u64,
+        retryable: bool,
+        outcome: Outcome,
+    ) -> Result<(), StoreError>;
+
+    /// Extends the lease of the attempt holding `fence` to store-now +
+    /// `lease`; returns the new `lease_until_ms`.
+    async fn heartbeat(
+        &self,
+        key: &RecordKey,
+        fence: u64,
+        lease: Duration,
+    ) -> Result<u64, StoreError>;
+
+    /// The live record under `key`, if any.
+    async fn get(&self, key: &RecordKey) -> Result<Option<RecordView>, StoreError>;
+
+    /// Live records matching `filter`, most recently updated first.
+    async fn list(&self, filter: ListFilter) -> Result<Vec<RecordView>, StoreError>;
+
+    /// Removes the records past their retention (never an in-progress record
+    /// whose lease is live); returns how many were removed.
+    async fn gc(&self) -> Result<u64, StoreError>;
+}
+
+/// Opens the store a URL names: `sqlite:PATH`, `sqlite://PATH` (query
+/// `?synchronous=full|normal&busy_timeout_ms=N`) or `memory:`.
+pub async fn open(url: &str, options: StoreOptions) -> Result<Arc<dyn Store>, StoreError> {
+    match url.parse::<StoreUrl>()? {
+        StoreUrl::Memory => Ok(Arc::new(MemoryStore::new(options))),
+        StoreUrl::Sqlite {
+            path,
+            options: sqlite,
+        } => {
+            // Opening runs migrations and may wait on other processes' locks.
+            let store =
+                tokio::task::spawn_blocking(move || SqliteStore::open(&path, sqlite, options))
+                    .await
+                    .map_err(|e| StoreError::Task(e.to_string()))??;
+            Ok(Arc::new(store))
+        }
+    }
+}

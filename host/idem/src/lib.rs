@@ -5,9 +5,14 @@
 //! operation and decides what a duplicate gets; the host enforces it.
 //!
 //! - [`policy`]: the sandboxed policy runtime (knows nothing of storage).
+//! - [`store`] (`idem-store`): record stores (know nothing of wasm).
+//! - [`engine`]: composes the two: fenced claims, leases, duplicates.
 //! - [`idem_core`] (re-exported as [`core`]): the contract in plain Rust:
 //!   canonical operations, key encoding, the decision safety gate.
 
+pub mod engine;
 pub mod policy;
+
+pub use idem_store as store;
 
 pub use idem_core as core;

@@ -1,0 +1,609 @@
+//! A model-based property test: random interleavings of claims, writes,
+//! take-overs, clock advances, crashes and gc by 2 to 8 workers on a few
+//! keys, run against a store and against a small reference model of the
+//! record state machine, written independently of the stores' code.
+//!
+//! After every step the store's records must equal the model's, and:
+//! - fences strictly increase, store-wide;
+//! - at most one worker holds the current claim of a key;
+//! - a completed record never changes (until its retention passes);
+//! - a refused (fenced, ineligible...) call changes nothing.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use proptest::prelude::*;
+use proptest::test_runner::{Config, TestCaseError, TestRunner};
+
+use crate::conformance::{Fixture, START_MS, fingerprint, holder, key, request};
+use crate::{
+    ClaimOutcome, ManualClock, Outcome, Record, RecordState, Store, StoreError, StoreOptions,
+};
+
+/// Keys the workers fight over.
+const KEYS: u8 = 3;
+
+/// One step of a history.
+///
+/// Fields: `worker` and `key` are indices (the worker index wraps around the
+/// history's worker count); `fp` picks one of two fingerprints; `lease_ms`,
+/// `retention_ms` and `ms` are store-clock durations; `retryable` chooses
+/// failed-retryable over failed-permanent.
+#[derive(Debug, Clone)]
+#[allow(missing_docs)] // The fields are documented above, once.
+pub enum Op {
+    /// A worker claims a key (with a fingerprint, lease and retention).
+    Claim {
+        worker: u8,
+        key: u8,
+        fp: u8,
+        lease_ms: u64,
+        retention_ms: u64,
+    },
+    /// A worker completes the key with the fence it holds.
+    Complete { worker: u8, key: u8 },
+    /// A worker fails the key with the fence it holds.
+    Fail {
+        worker: u8,
+        key: u8,
+        retryable: bool,
+    },
+    /// A worker extends its lease.
+    Heartbeat { worker: u8, key: u8, lease_ms: u64 },
+    /// A worker takes over the record it last observed.
+    TakeOver { worker: u8, key: u8, lease_ms: u64 },
+    /// A worker marks the record it last observed outcome-unknown.
+    MarkUnknown { worker: u8, key: u8 },
+    /// The store clock moves.
+    Advance { ms: u64 },
+    /// A worker crashes: it forgets its claims and observations.
+    Crash { worker: u8 },
+    /// Garbage collection.
+    Gc,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    let worker = 0u8..8;
+    let k = 0u8..KEYS;
+    let lease = prop::sample::select(vec![1u64, 50, 200, 1_000]);
+    let retention = prop::sample::select(vec![0u64, 100, 1_000, 10_000]);
+    prop_oneof![
+        4 => (worker.clone(), k.clone(), 0u8..2, lease.clone(), retention)
+            .prop_map(|(worker, key, fp, lease_ms, retention_ms)| Op::Claim { worker, key, fp, lease_ms, retention_ms }),
+        2 => (worker.clone(), k.clone()).prop_map(|(worker, key)| Op::Complete { worker, key }),
+        2 => (worker.clone(), k.clone(), any::<bool>()).prop_map(|(worker, key, retryable)| Op::Fail { worker, key, retryable }),
+        1 => (worker.clone(), k.clone(), lease.clone()).prop_map(|(worker, key, lease_ms)| Op::Heartbeat { worker, key, lease_ms }),
+        3 => (worker.clone(), k.clone(), lease).prop_map(|(worker, key, lease_ms)| Op::TakeOver { worker, key, lease_ms }),
+        1 => (worker.clone(), k).prop_map(|(worker, key)| Op::MarkUnknown { worker, key }),
+        3 => prop::sample::select(vec![1u64, 10, 100, 500, 1_000, 5_000]).prop_map(|ms| Op::Advance { ms }),
+        1 => worker.prop_map(|worker| Op::Crash { worker }),
+        1 => Just(Op::Gc),
+    ]
+}
+
+/// The strategy of whole histories: a worker count and a list of steps.
+pub fn histories() -> impl Strategy<Value = (usize, Vec<Op>)> {
+    (2usize..=8, prop::collection::vec(op(), 1..48))
+}
+
+/// The model's record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct MRecord {
+    state: RecordState,
+    fence: u64,
+    fp: u8,
+    lease_until: u64,
+    attempts: u32,
+    created: u64,
+    retention: u64,
+    retain_until: u64,
+    outcome: Option<Outcome>,
+}
+
+impl MRecord {
+    fn lease_live(&self, now: u64) -> bool {
+        self.state == RecordState::InProgress && self.lease_until > now
+    }
+
+    fn expired(&self, now: u64) -> bool {
+        self.retain_until < now && !self.lease_live(now)
+    }
+}
+
+/// What a worker remembers about a key.
+#[derive(Debug, Clone, Copy, Default)]
+struct Memory {
+    /// The fence of the worker's own claim (kept after being deposed).
+    held: Option<u64>,
+    /// The fence the worker last saw on the record.
+    observed: Option<u64>,
+}
+
+#[derive(Debug, Default)]
+struct Model {
+    records: BTreeMap<u8, MRecord>,
+    workers: Vec<[Memory; KEYS as usize]>,
+    max_fence: u64,
+}
+
+impl Model {
+    fn live(&self, k: u8, now: u64) -> Option<&MRecord> {
+        self.records.get(&k).filter(|r| !r.expired(now))
+    }
+}
+
+/// What the model expects of a write.
+#[derive(Debug, PartialEq, Eq)]
+enum Expect {
+    Ok,
+    Gone,
+    Fenced(u64),
+    NotInProgress,
+    NotEligible,
+}
+
+fn kind<T>(result: &Result<T, StoreError>) -> Result<Expect, String> {
+    match result {
+        Ok(_) => Ok(Expect::Ok),
+        Err(StoreError::Gone { .. }) => Ok(Expect::Gone),
+        Err(StoreError::Fenced { current, .. }) => Ok(Expect::Fenced(*current)),
+        Err(StoreError::NotInProgress { .. }) => Ok(Expect::NotInProgress),
+        Err(StoreError::NotEligible { .. }) => Ok(Expect::NotEligible),
+        Err(other) => Err(format!("unexpected store error: {other}")),
+    }
+}
+
+/// The model's verdict on a write by a holder of `fence`.
+fn holder_write(model: &Model, k: u8, fence: u64, now: u64) -> Expect {
+    match model.live(k, now) {
+        None => Expect::Gone,
+        Some(r) if r.fence != fence => Expect::Fenced(r.fence),
+        Some(r) if r.state != RecordState::InProgress => Expect::NotInProgress,
+        Some(_) => Expect::Ok,
+    }
+}
+
+macro_rules! ensure {
+    ($cond:expr, $($msg:tt)+) => {
+        if !$cond {
+            return Err(format!($($msg)+));
+        }
+    };
+}
+
+async fn snapshot(store: &dyn crate::Store) -> Result<BTreeMap<u8, Record>, String> {
+    let mut out = BTreeMap::new();
+    for k in 0..KEYS {
+        if let Some(v) = store
+            .get(&key(u32::from(k)))
+            .await
+            .map_err(|e| format!("get: {e}"))?
+        {
+            out.insert(k, v.record);
+        }
+    }
+    Ok(out)
+}
+
+/// Runs one history against a fresh store; `Err` describes the first
+/// divergence from the model.
+///
+/// With `connection_per_worker` (and a factory whose fixtures can reopen),
+/// each worker talks to the store through a connection of its own, as
+/// separate processes would.
+pub async fn run_history<F, Fut>(
+    factory: &F,
+    workers: usize,
+    ops: &[Op],
+    connection_per_worker: bool,
+) -> Result<(), String>
+where
+    F: Fn(StoreOptions) -> Fut,
+    Fut: Future<Output = Fixture>,
+{
+    let clock = ManualClock::new(START_MS);
+    let fx = factory(StoreOptions {
+        clock: clock.store_clock(),
+        ..StoreOptions::default()
+    })
+    .await;
+    let store = fx.store.as_ref();
+    let mut stores: Vec<Arc<dyn Store>> = Vec::with_capacity(workers);
+    for _ in 0..workers {
+        stores.push(match (&fx.reopen, connection_per_worker) {
+            (Some(reopen), true) => reopen().await,
+            _ => fx.store.clone(),
+        });
+    }
+    let mut model = Model {
+        workers: vec![[Memory::default(); KEYS as usize]; workers],
+        ..Model::default()
+    };
+    // Completed records as first seen, by key: they must never change.
+    let mut finals: BTreeMap<u8, Record> = BTreeMap::new();
+    let mut before = snapshot(store).await?;
+
+    for (step, op) in ops.iter().enumerate() {
+        let now = clock.now_ms();
+        let w = |worker: u8| usize::from(worker) % workers;
+        let refused = match op.clone() {
+            Op::Claim {
+                worker,
+                key: k,
+                fp,
+                lease_ms,
+                retention_ms,
+            } => {
+                let who = w(worker);
+                let req = request(
+                    &key(u32::from(k)),
+                    u32::from(fp),
+                    lease_ms,
+                    retention_ms,
+                    who as u32,
+                );
+                let got = store
+                    .claim(req)
+                    .await
+                    .map_err(|e| format!("step {step}: claim: {e}"))?;
+                match (model.live(k, now).cloned(), got) {
+                    (None, ClaimOutcome::Claimed(c)) => {
+                        ensure!(
+                            c.fence > model.max_fence,
+                            "step {step}: fence {} after {}",
+                            c.fence,
+                            model.max_fence
+                        );
+                        ensure!(
+                            c.attempt == 1 && c.lease_until_ms == now + lease_ms,
+                            "step {step}: claim {c:?}"
+                        );
+                        model.max_fence = c.fence;
+                        let lease_until = now + lease_ms;
+                        model.records.insert(
+                            k,
+                            MRecord {
+                                state: RecordState::InProgress,
+                                fence: c.fence,
+                                fp,
+                                lease_until,
+                                attempts: 1,
+                                created: now,
+                                retention: retention_ms,
+                                retain_until: (now + retention_ms).max(lease_until),
+                                outcome: None,
+                            },
+                        );
+                        model.workers[who][usize::from(k)] = Memory {
+                            held: Some(c.fence),
+                            observed: Some(c.fence),
+                        };
+                    }
+                    (Some(r), ClaimOutcome::Existing(e)) => {
+                        let v = &e.view;
+                        ensure!(
+                            v.record.fence == r.fence
+                                && v.record.state == r.state
+                                && e.fingerprint_matches == (r.fp == fp)
+                                && v.age_ms == now - r.created
+                                && v.lease_remaining_ms
+                                    == if r.state == RecordState::InProgress {
+                                        r.lease_until.saturating_sub(now)
+                                    } else {
+                                        0
+                                    },
+                            "step {step}: existing {e:?} but the model has {r:?}"
+                        );
+                        model.workers[who][usize::from(k)].observed = Some(r.fence);
+                    }
+                    (expected, got) => {
+                        return Err(format!(
+                            "step {step}: model has {expected:?}, store answered {got:?}"
+                        ));
+                    }
+                }
+                false
+            }
+            Op::Complete { worker, key: k } | Op::Fail { worker, key: k, .. } => {
+                let who = w(worker);
+                let mem = model.workers[who][usize::from(k)];
+                // A worker without a claim tries the fence it saw: a
+                // non-holder's write must be refused too.
+                let fence = mem.held.or(mem.observed).unwrap_or(1);
+                let outcome =
+                    Outcome::new(who as i32, format!("w{who} f{fence} s{step}").into_bytes());
+                let (result, state) = match op {
+                    Op::Fail { retryable, .. } => {
+                        let to = if *retryable {
+                            RecordState::FailedRetryable
+                        } else {
+                            RecordState::FailedPermanent
+                        };
+                        (
+                            store
+                                .fail(&key(u32::from(k)), fence, *retryable, outcome.clone())
+                                .await,
+                            to,
+                        )
+                    }
+                    _ => (
+                        store
+                            .complete(&key(u32::from(k)), fence, outcome.clone())
+                            .await,
+                        RecordState::Completed,
+                    ),
+                };
+                let expected = holder_write(&model, k, fence, now);
+                let got = kind(&result).map_err(|e| format!("step {step}: {e}"))?;
+                ensure!(
+                    got == expected,
+                    "step {step}: {op:?} with fence {fence}: expected {expected:?}, got {result:?}"
+                );
+                if got == Expect::Ok
+                    && let Some(r) = model.records.get_mut(&k)
+                {
+                    r.state = state;
+                    r.outcome = Some(outcome);
+                    r.retain_until = now + r.retention;
+                }
+                got != Expect::Ok
+            }
+            Op::Heartbeat {
+                worker,
+                key: k,
+                lease_ms,
+            } => {
+                let who = w(worker);
+                let mem = model.workers[who][usize::from(k)];
+                let fence = mem.held.or(mem.observed).unwrap_or(1);
+                let result = store
+                    .heartbeat(&key(u32::from(k)), fence, Duration::from_millis(lease_ms))
+                    .await;
+                let expected = holder_write(&model, k, fence, now);
+                let got = kind(&result).map_err(|e| format!("step {step}: {e}"))?;
+                ensure!(
+                    got == expected,
+                    "step {step}: heartbeat with fence {fence}: expected {expected:?}, got {result:?}"
+                );
+                if let (Ok(until), Some(r)) = (&result, model.records.get_mut(&k)) {
+                    ensure!(
+                        *until == now + lease_ms,
+                        "step {step}: heartbeat returned {until}"
+                    );
+                    r.lease_until = now + lease_ms;
+                    r.retain_until = r.retain_until.max(r.lease_until);
+                }
+                got != Expect::Ok
+            }
+            Op::TakeOver {
+                worker,
+                key: k,
+                lease_ms,
+            } => {
+                let who = w(worker);
+                let mem = model.workers[who][usize::from(k)];
+                let observed = mem.observed.or(mem.held).unwrap_or(1);
+                let result = store
+                    .take_over(
+                        &key(u32::from(k)),
+                        observed,
+                        Duration::from_millis(lease_ms),
+                        holder(who as u32),
+                    )
+                    .await;
+                let expected = match model.live(k, now) {
+                    None => Expect::Gone,
+                    Some(r) if r.fence != observed => Expect::Fenced(r.fence),
+                    Some(r)
+                        if matches!(
+                            r.state,
+                            RecordState::FailedRetryable | RecordState::OutcomeUnknown
+                        ) || (r.state == RecordState::InProgress && r.lease_until <= now) =>
+                    {
+                        Expect::Ok
+                    }
+                    Some(_) => Expect::NotEligible,
+                };
+                let got = kind(&result).map_err(|e| format!("step {step}: {e}"))?;
+                ensure!(
+                    got == expected,
+                    "step {step}: take-over of fence {observed}: expected {expected:?}, got {result:?}"
+                );
+                if let (Ok(c), Some(r)) = (&result, model.records.get_mut(&k)) {
+                    ensure!(
+                        c.fence > model.max_fence,
+                        "step {step}: fence {} after {}",
+                        c.fence,
+                        model.max_fence
+                    );
+                    ensure!(
+                        c.attempt == r.attempts + 1,
+                        "step {step}: attempt {} after {}",
+                        c.attempt,
+                        r.attempts
+                    );
+                    model.max_fence = c.fence;
+                    r.state = RecordState::InProgress;
+                    r.fence = c.fence;
+                    r.attempts += 1;
+                    r.lease_until = now + lease_ms;
+                    r.retain_until = (now + r.retention).max(r.lease_until);
+                    r.outcome = None;
+                    model.workers[who][usize::from(k)] = Memory {
+                        held: Some(c.fence),
+                        observed: Some(c.fence),
+                    };
+                }
+                if let Expect::Fenced(current) = got {
+                    model.workers[who][usize::from(k)].observed = Some(current);
+                }
+                got != Expect::Ok
+            }
+            Op::MarkUnknown { worker, key: k } => {
+                let who = w(worker);
+                let mem = model.workers[who][usize::from(k)];
+                let observed = mem.observed.or(mem.held).unwrap_or(1);
+                let result = stores[who].mark_unknown(&key(u32::from(k)), observed).await;
+                let expected = match model.live(k, now) {
+                    None => Expect::Gone,
+                    Some(r) if r.fence != observed => Expect::Fenced(r.fence),
+                    Some(r) if r.state == RecordState::OutcomeUnknown => Expect::Ok,
+                    Some(r) if r.state == RecordState::InProgress && r.lease_until <= now => {
+                        Expect::Ok
+                    }
+                    Some(_) => Expect::NotEligible,
+                };
+                let got = kind(&result).map_err(|e| format!("step {step}: {e}"))?;
+                ensure!(
+                    got == expected,
+                    "step {step}: mark-unknown of fence {observed}: expected {expected:?}, got {result:?}"
+                );
+                if got == Expect::Ok
+                    && let Some(r) = model.records.get_mut(&k)
+                    && r.state == RecordState::InProgress
+                {
+                    r.state = RecordState::OutcomeUnknown;
+                    r.retain_until = now + r.retention;
+                }
+                got != Expect::Ok
+            }
+            Op::Advance { ms } => {
+                clock.advance(Duration::from_millis(ms));
+                false
+            }
+            Op::Crash { worker } => {
+                model.workers[w(worker)] = [Memory::default(); KEYS as usize];
+                false
+            }
+            Op::Gc => {
+                let removed = store
+                    .gc()
+                    .await
+                    .map_err(|e| format!("step {step}: gc: {e}"))?;
+                let expected = model.records.values().filter(|r| r.expired(now)).count() as u64;
+                ensure!(
+                    removed == expected,
+                    "step {step}: gc removed {removed}, the model expected {expected}"
+                );
+                model.records.retain(|_, r| !r.expired(now));
+                false
+            }
+        };
+
+        // The store agrees with the model.
+        let now = clock.now_ms();
+        let after = snapshot(store)
+            .await
+            .map_err(|e| format!("step {step}: {e}"))?;
+        for k in 0..KEYS {
+            let got = after.get(&k);
+            match (model.live(k, now), got) {
+                (None, None) => {}
+                (Some(m), Some(r)) => {
+                    let same = r.state == m.state
+                        && r.fence == m.fence
+                        && r.fingerprint == fingerprint(u32::from(m.fp))
+                        && r.lease_until_ms == m.lease_until
+                        && r.attempts == m.attempts
+                        && r.created_ms == m.created
+                        && r.retain_until_ms == m.retain_until
+                        && r.outcome == m.outcome
+                        && r.key == key(u32::from(k));
+                    ensure!(
+                        same,
+                        "step {step} ({op:?}): key {k}: store has {r:?}, model has {m:?}"
+                    );
+                }
+                (m, r) => {
+                    return Err(format!(
+                        "step {step} ({op:?}): key {k}: store has {r:?}, model has {m:?}"
+                    ));
+                }
+            }
+            // A completed record never changes while it lives.
+            match (finals.get(&k), got) {
+                (Some(first), Some(r)) if r.fence == first.fence => {
+                    ensure!(
+                        r == first,
+                        "step {step}: completed record {k} changed from {first:?} to {r:?}"
+                    );
+                }
+                _ => {
+                    finals.remove(&k);
+                    if let Some(r) = got.filter(|r| r.state == RecordState::Completed) {
+                        finals.insert(k, r.clone());
+                    }
+                }
+            }
+            // At most one worker holds the current claim.
+            if let Some(r) = got.filter(|r| r.state == RecordState::InProgress) {
+                let holders = model
+                    .workers
+                    .iter()
+                    .filter(|m| m[usize::from(k)].held == Some(r.fence))
+                    .count();
+                ensure!(
+                    holders <= 1,
+                    "step {step}: {holders} workers hold fence {} of key {k}",
+                    r.fence
+                );
+            }
+        }
+        // A refused call changes nothing (the clock moved nowhere).
+        if refused {
+            ensure!(
+                after == before,
+                "step {step}: refused {op:?} changed the store: {before:?} -> {after:?}"
+            );
+        }
+        before = after;
+    }
+    Ok(())
+}
+
+/// Runs `cases` random histories against stores from `factory`, shrinking
+/// a failure to a minimal history. Must not be called from inside a tokio
+/// runtime (it runs its own).
+pub fn check<F, Fut>(factory: F, cases: u32)
+where
+    F: Fn(StoreOptions) -> Fut,
+    Fut: Future<Output = Fixture>,
+{
+    run(factory, cases, false);
+}
+
+/// Like [`check`], with each worker on a connection of its own (for stores
+/// whose fixtures can reopen; others fall back to one shared store).
+pub fn check_across_connections<F, Fut>(factory: F, cases: u32)
+where
+    F: Fn(StoreOptions) -> Fut,
+    Fut: Future<Output = Fixture>,
+{
+    run(factory, cases, true);
+}
+
+fn run<F, Fut>(factory: F, cases: u32, connection_per_worker: bool)
+where
+    F: Fn(StoreOptions) -> Fut,
+    Fut: Future<Output = Fixture>,
+{
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
+    let mut runner = TestRunner::new(Config {
+        cases,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    let result = runner.run(&histories(), |(workers, ops)| {
+        runtime
+            .block_on(run_history(&factory, workers, &ops, connection_per_worker))
+            .map_err(TestCaseError::fail)
+    });
+    if let Err(e) = result {
+        panic!("model check failed: {e}");
+    }
+}

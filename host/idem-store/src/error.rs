@@ -1,0 +1,182 @@
+//! What can go wrong in a store.
+
+use std::fmt;
+use std::path::PathBuf;
+
+use idem_core::RecordState;
+use thiserror::Error;
+
+use crate::RecordKey;
+
+/// Why a store file could not be opened. Nothing was written to it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpenErrorKind {
+    /// The path is a directory.
+    IsADirectory,
+    /// The path is neither a file nor absent (a socket, a device...).
+    NotAFile,
+    /// The file, or a directory on its path, cannot be read or created.
+    Unreadable,
+    /// The file or its directory is read-only (a store must write).
+    ReadOnly,
+    /// The file is not a SQLite database.
+    NotADatabase,
+    /// The file is a SQLite database of another application.
+    NotAnIdemStore,
+}
+
+impl fmt::Display for OpenErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            OpenErrorKind::IsADirectory => "it is a directory",
+            OpenErrorKind::NotAFile => "it is not a regular file",
+            OpenErrorKind::Unreadable => "it cannot be opened",
+            OpenErrorKind::ReadOnly => "it is read-only",
+            OpenErrorKind::NotADatabase => "it is not a SQLite database",
+            OpenErrorKind::NotAnIdemStore => "it is a SQLite database but not an idem store",
+        })
+    }
+}
+
+/// A store error. The first four variants are conflicts (see
+/// [`StoreError::is_conflict`]): the call was refused and changed nothing.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// The caller's fence is not the record's current fence: the caller was
+    /// deposed (someone took over) and its write changed nothing.
+    #[error(
+        "fenced: record {key} is now held under fence {current}; fence {fence} is deposed and its write changed nothing"
+    )]
+    Fenced {
+        /// The record.
+        key: RecordKey,
+        /// The caller's fence.
+        fence: u64,
+        /// The record's current fence.
+        current: u64,
+    },
+    /// The caller's fence is current but the record is no longer in
+    /// progress (already completed, failed or marked outcome-unknown): a
+    /// final record is never overwritten.
+    #[error("record {key} is {}, not in progress: fence {fence} can no longer write to it", .state.as_str())]
+    NotInProgress {
+        /// The record.
+        key: RecordKey,
+        /// The caller's (current) fence.
+        fence: u64,
+        /// The record's state.
+        state: RecordState,
+    },
+    /// A take-over or mark-unknown the record's state does not allow.
+    #[error("record {key} is {} and cannot be {action}: {why}", .state.as_str())]
+    NotEligible {
+        /// The record.
+        key: RecordKey,
+        /// What was refused: `taken over` or `marked outcome-unknown`.
+        action: &'static str,
+        /// The record's state.
+        state: RecordState,
+        /// Why.
+        why: &'static str,
+    },
+    /// No live record under the key: it never existed, or it is past its
+    /// retention (collected, or as good as).
+    #[error("no record {key}: it never existed or it expired")]
+    Gone {
+        /// The record.
+        key: RecordKey,
+    },
+    /// The outcome's body is larger than the store accepts; nothing was
+    /// written and the holder still holds its claim.
+    #[error(
+        "outcome of {size} bytes for record {key} exceeds the limit of {limit} bytes; nothing was written"
+    )]
+    OutcomeTooLarge {
+        /// The record.
+        key: RecordKey,
+        /// The body's size.
+        size: usize,
+        /// The store's limit.
+        limit: usize,
+    },
+    /// A malformed request (e.g. a policy digest not `sha256:<hex>`).
+    #[error("invalid store request: {0}")]
+    InvalidRequest(String),
+    /// A store URL this build cannot open.
+    #[error(
+        "unsupported store URL `{url}`: {why}. Supported: `sqlite:PATH` (or `sqlite://PATH`, query `?synchronous=full|normal&busy_timeout_ms=N`) and `memory:`; `postgres://` is planned"
+    )]
+    UnsupportedUrl {
+        /// The URL as given.
+        url: String,
+        /// What is wrong with it.
+        why: String,
+    },
+    /// The store file could not be opened; nothing was written.
+    #[error("cannot open store `{}`: {kind}: {detail}", .path.display())]
+    Open {
+        /// The file.
+        path: PathBuf,
+        /// Why, as a type.
+        kind: OpenErrorKind,
+        /// The underlying message.
+        detail: String,
+    },
+    /// The store was written by a newer idem.
+    #[error("store `{}` has schema version {found}, newer than this idem supports ({supported}): upgrade idem", .path.display())]
+    SchemaTooNew {
+        /// The file.
+        path: PathBuf,
+        /// The file's schema version.
+        found: i64,
+        /// The newest version this build knows.
+        supported: i64,
+    },
+    /// The database stayed locked by others past the busy timeout.
+    #[error(
+        "store `{store}` is busy (locked by another connection past the busy timeout) during {context}"
+    )]
+    Busy {
+        /// The store.
+        store: String,
+        /// What was being done.
+        context: &'static str,
+    },
+    /// A stored row that does not decode (hand-edited or corrupt database).
+    #[error("store `{store}` holds a corrupt record: {what}")]
+    Corrupt {
+        /// The store.
+        store: String,
+        /// What is wrong.
+        what: String,
+    },
+    /// The storage backend failed.
+    #[error("store `{store}` failed during {context}: {source}")]
+    Backend {
+        /// The store.
+        store: String,
+        /// What was being done.
+        context: &'static str,
+        /// The backend's error.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// The blocking task running a store call panicked or was cancelled.
+    #[error("store task failed: {0}")]
+    Task(String),
+}
+
+impl StoreError {
+    /// Whether the call was refused because of the record's state or fence
+    /// (nothing changed), as opposed to a failure of the store itself.
+    pub fn is_conflict(&self) -> bool {
+        matches!(
+            self,
+            StoreError::Fenced { .. }
+                | StoreError::NotInProgress { .. }
+                | StoreError::NotEligible { .. }
+                | StoreError::Gone { .. }
+        )
+    }
+}

@@ -1,0 +1,328 @@
+//! The record state machine as pure functions.
+//!
+//! Every store runs a call the same way: inside one transaction it reads the
+//! store clock and the current record, asks a function here what to do, and
+//! writes the record it returns. Keeping the transitions here, free of I/O,
+//! means the memory and SQLite stores (and PostgreSQL later) cannot drift
+//! apart; the conformance suite checks them against an independent model.
+
+use std::time::Duration;
+
+use idem_core::RecordState;
+
+use crate::{
+    Claim, ClaimRequest, Existing, Holder, MAX_ERROR_BYTES, Outcome, Record, RecordKey, RecordView,
+    StoreError, TRUNCATION_MARK,
+};
+
+/// Times are stored as SQL integers (i64): clamp so they always fit.
+const MAX_TIME_MS: u64 = i64::MAX as u64;
+
+/// `now + d`, clamped to what a store can hold.
+pub(crate) fn after(now_ms: u64, d: Duration) -> u64 {
+    let ms = u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+    now_ms.saturating_add(ms).min(MAX_TIME_MS)
+}
+
+/// Milliseconds of a duration, clamped like [`after`].
+pub(crate) fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis())
+        .unwrap_or(u64::MAX)
+        .min(MAX_TIME_MS)
+}
+
+/// Whether a record is past its retention, i.e. counts as absent. An
+/// in-progress record whose lease is live never is.
+pub(crate) fn is_expired(record: &Record, now_ms: u64) -> bool {
+    let live_lease = record.state == RecordState::InProgress && record.lease_until_ms > now_ms;
+    record.retain_until_ms < now_ms && !live_lease
+}
+
+/// The record, unless it counts as absent.
+pub(crate) fn live(record: Option<Record>, now_ms: u64) -> Option<Record> {
+    record.filter(|r| !is_expired(r, now_ms))
+}
+
+/// Checks a claim request before anything is read.
+pub(crate) fn validate(request: &ClaimRequest) -> Result<(), StoreError> {
+    let hex = request.policy_digest.strip_prefix("sha256:");
+    let ok = hex.is_some_and(|h| {
+        h.len() == 64 && h.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+    });
+    if !ok {
+        return Err(StoreError::InvalidRequest(format!(
+            "policy digest `{}` is not `sha256:` followed by 64 lowercase hex characters",
+            request.policy_digest
+        )));
+    }
+    Ok(())
+}
+
+/// What a claim does with the current record.
+pub(crate) enum ClaimStep {
+    /// No live record: allocate a fence and insert [`new_record`].
+    Insert,
+    /// A live record exists.
+    Existing(Box<Existing>),
+}
+
+/// Decides a claim.
+pub(crate) fn claim(current: Option<Record>, request: &ClaimRequest, now_ms: u64) -> ClaimStep {
+    match live(current, now_ms) {
+        None => ClaimStep::Insert,
+        Some(record) => {
+            let fingerprint_matches = record.fingerprint == request.fingerprint;
+            ClaimStep::Existing(Box::new(Existing {
+                view: RecordView::at(record, now_ms),
+                fingerprint_matches,
+            }))
+        }
+    }
+}
+
+/// The record a successful claim inserts (replacing any expired one).
+pub(crate) fn new_record(request: &ClaimRequest, fence: u64, now_ms: u64) -> Record {
+    let lease_until_ms = after(now_ms, request.lease);
+    let retention_ms = millis(request.retention);
+    Record {
+        key: request.key.clone(),
+        policy_digest: request.policy_digest.clone(),
+        fingerprint: request.fingerprint,
+        partition: request.partition.clone(),
+        state: RecordState::InProgress,
+        fence,
+        lease_until_ms,
+        attempts: 1,
+        created_ms: now_ms,
+        updated_ms: now_ms,
+        retention_ms,
+        retain_until_ms: in_progress_retention(now_ms, retention_ms, lease_until_ms),
+        outcome: None,
+        holder: request.holder.clone(),
+    }
+}
+
+/// An in-progress record is kept at least as long as its lease, so that a
+/// live holder's record never counts as absent.
+fn in_progress_retention(now_ms: u64, retention_ms: u64, lease_until_ms: u64) -> u64 {
+    now_ms
+        .saturating_add(retention_ms)
+        .min(MAX_TIME_MS)
+        .max(lease_until_ms)
+}
+
+/// The claim a record stands for.
+pub(crate) fn claim_of(record: &Record) -> Claim {
+    Claim {
+        key: record.key.clone(),
+        fence: record.fence,
+        lease_until_ms: record.lease_until_ms,
+        attempt: record.attempts,
+    }
+}
+
+/// The live record under `key` carrying `fence`.
+fn fenced(
+    current: Option<Record>,
+    key: &RecordKey,
+    fence: u64,
+    now_ms: u64,
+) -> Result<Record, StoreError> {
+    let record = live(current, now_ms).ok_or_else(|| StoreError::Gone { key: key.clone() })?;
+    if record.fence != fence {
+        return Err(StoreError::Fenced {
+            key: key.clone(),
+            fence,
+            current: record.fence,
+        });
+    }
+    Ok(record)
+}
+
+/// The live in-progress record under `key` held with `fence`: the
+/// precondition of every holder write. A lease that expired does not matter
+/// while the fence is current (nobody took over yet).
+fn held(
+    current: Option<Record>,
+    key: &RecordKey,
+    fence: u64,
+    now_ms: u64,
+) -> Result<Record, StoreError> {
+    let record = fenced(current, key, fence, now_ms)?;
+    if record.state != RecordState::InProgress {
+        return Err(StoreError::NotInProgress {
+            key: key.clone(),
+            fence,
+            state: record.state,
+        });
+    }
+    Ok(record)
+}
+
+/// Checks that a take-over is allowed; the caller then allocates a fence
+/// and calls [`taken_over`].
+pub(crate) fn take_over_check(
+    current: Option<Record>,
+    key: &RecordKey,
+    observed_fence: u64,
+    now_ms: u64,
+) -> Result<Record, StoreError> {
+    let record = fenced(current, key, observed_fence, now_ms)?;
+    let refuse = |why| {
+        Err(StoreError::NotEligible {
+            key: key.clone(),
+            action: "taken over",
+            state: record.state,
+            why,
+        })
+    };
+    match record.state {
+        RecordState::FailedRetryable | RecordState::OutcomeUnknown => Ok(record),
+        RecordState::InProgress if record.lease_until_ms <= now_ms => Ok(record),
+        RecordState::InProgress => refuse("its holder's lease is still live"),
+        RecordState::Completed | RecordState::FailedPermanent => {
+            refuse("a final record is never executed again")
+        }
+    }
+}
+
+/// The record after a take-over under `fence`.
+pub(crate) fn taken_over(
+    mut record: Record,
+    fence: u64,
+    lease: Duration,
+    holder: Holder,
+    now_ms: u64,
+) -> Record {
+    record.state = RecordState::InProgress;
+    record.fence = fence;
+    record.lease_until_ms = after(now_ms, lease);
+    record.attempts = record.attempts.saturating_add(1);
+    record.updated_ms = now_ms;
+    record.retain_until_ms =
+        in_progress_retention(now_ms, record.retention_ms, record.lease_until_ms);
+    // The outcome belongs to a finished attempt; a new one is running.
+    record.outcome = None;
+    record.holder = holder;
+    record
+}
+
+/// The record after mark-unknown, or `None` when it already is
+/// outcome-unknown under `observed_fence` (nothing to write).
+pub(crate) fn mark_unknown(
+    current: Option<Record>,
+    key: &RecordKey,
+    observed_fence: u64,
+    now_ms: u64,
+) -> Result<Option<Record>, StoreError> {
+    let mut record = fenced(current, key, observed_fence, now_ms)?;
+    let refuse = |why| {
+        Err(StoreError::NotEligible {
+            key: key.clone(),
+            action: "marked outcome-unknown",
+            state: record.state,
+            why,
+        })
+    };
+    match record.state {
+        RecordState::OutcomeUnknown => Ok(None),
+        RecordState::InProgress if record.lease_until_ms <= now_ms => {
+            record.state = RecordState::OutcomeUnknown;
+            record.updated_ms = now_ms;
+            record.retain_until_ms = now_ms.saturating_add(record.retention_ms).min(MAX_TIME_MS);
+            Ok(Some(record))
+        }
+        RecordState::InProgress => refuse("its holder's lease is still live"),
+        _ => refuse("only an in-progress record whose lease expired can be"),
+    }
+}
+
+/// Enforces the body cap and cuts the error text.
+fn checked_outcome(
+    key: &RecordKey,
+    mut outcome: Outcome,
+    limit: usize,
+) -> Result<Outcome, StoreError> {
+    if outcome.body.len() > limit {
+        return Err(StoreError::OutcomeTooLarge {
+            key: key.clone(),
+            size: outcome.body.len(),
+            limit,
+        });
+    }
+    if let Some(error) = &mut outcome.error {
+        truncate_error(error);
+    }
+    Ok(outcome)
+}
+
+/// Cuts error text to [`MAX_ERROR_BYTES`] (mark included), on a character
+/// boundary.
+pub(crate) fn truncate_error(error: &mut String) {
+    if error.len() <= MAX_ERROR_BYTES {
+        return;
+    }
+    let mut end = MAX_ERROR_BYTES - TRUNCATION_MARK.len();
+    while !error.is_char_boundary(end) {
+        end -= 1;
+    }
+    error.truncate(end);
+    error.push_str(TRUNCATION_MARK);
+}
+
+/// The record after its holder finished: completed, failed-retryable or
+/// failed-permanent.
+pub(crate) fn finish(
+    current: Option<Record>,
+    key: &RecordKey,
+    fence: u64,
+    state: RecordState,
+    outcome: Outcome,
+    limit: usize,
+    now_ms: u64,
+) -> Result<Record, StoreError> {
+    let outcome = checked_outcome(key, outcome, limit)?;
+    let mut record = held(current, key, fence, now_ms)?;
+    record.state = state;
+    record.outcome = Some(outcome);
+    record.updated_ms = now_ms;
+    record.retain_until_ms = now_ms.saturating_add(record.retention_ms).min(MAX_TIME_MS);
+    Ok(record)
+}
+
+/// The record after a heartbeat: lease until `now + lease`.
+pub(crate) fn heartbeat(
+    current: Option<Record>,
+    key: &RecordKey,
+    fence: u64,
+    lease: Duration,
+    now_ms: u64,
+) -> Result<Record, StoreError> {
+    let mut record = held(current, key, fence, now_ms)?;
+    record.lease_until_ms = after(now_ms, lease);
+    record.updated_ms = now_ms;
+    record.retain_until_ms = record.retain_until_ms.max(record.lease_until_ms);
+    Ok(record)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_text_is_cut_on_a_char_boundary() {
+        let mut text = "é".repeat(MAX_ERROR_BYTES);
+        truncate_error(&mut text);
+        assert!(text.len() <= MAX_ERROR_BYTES);
+        assert!(text.ends_with(TRUNCATION_MARK));
+        let mut short = "short".to_string();
+        truncate_error(&mut short);
+        assert_eq!(short, "short");
+    }
+
+    #[test]
+    fn times_are_clamped() {
+        assert_eq!(after(5, Duration::MAX), MAX_TIME_MS);
+        assert_eq!(after(5, Duration::from_millis(10)), 15);
+    }
+}

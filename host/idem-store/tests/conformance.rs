@@ -1,0 +1,552 @@
+//! Runs the conformance suite against the memory and SQLite stores, plus
+//! SQLite-specific tests: opening bad files, schema versions, and real
+//! concurrent connections racing on one file.
+
+use std::path::Path;
+use std::sync::{Arc, Barrier};
+use std::time::Duration;
+
+use idem_store::conformance::{self, memory_factory, request, sqlite_factory};
+use idem_store::{
+    ClaimOutcome, ManualClock, OpenErrorKind, Outcome, RecordState, SqliteOptions, SqliteStore,
+    Store, StoreError, StoreOptions, StoreUrl, Synchronous,
+};
+
+macro_rules! conformance {
+    ($($check:ident),* $(,)?) => {
+        mod memory {
+            $(
+                #[tokio::test]
+                async fn $check() {
+                    idem_store::conformance::$check(&idem_store::conformance::memory_factory()).await;
+                }
+            )*
+        }
+        mod sqlite {
+            $(
+                #[tokio::test]
+                async fn $check() {
+                    let factory = idem_store::conformance::sqlite_factory(Default::default());
+                    idem_store::conformance::$check(&factory).await;
+                }
+            )*
+        }
+    };
+}
+
+conformance!(
+    claim_and_duplicate,
+    complete_then_replay,
+    fenced_stale_writes,
+    lease_expiry_and_take_over,
+    expired_holder_may_still_write,
+    take_over_refused_for_final,
+    heartbeat_extends_and_is_fenced,
+    fail_retryable_then_take_over,
+    mark_unknown,
+    retention_and_gc,
+    fence_monotonic_across_gc_and_reopen,
+    outcome_size_cap,
+    list_filters,
+);
+
+#[tokio::test]
+async fn run_all_covers_both_stores() {
+    conformance::run_all(&memory_factory()).await;
+    conformance::run_all(&sqlite_factory(SqliteOptions::default())).await;
+}
+
+#[test]
+fn model_memory() {
+    conformance::model::check(memory_factory(), 256);
+}
+
+#[test]
+fn model_sqlite() {
+    conformance::model::check(conformance::sqlite_fast_factory(), 64);
+}
+
+#[test]
+fn model_sqlite_connection_per_worker() {
+    conformance::model::check_across_connections(conformance::sqlite_fast_factory(), 32);
+}
+
+fn open(path: &Path) -> Result<SqliteStore, StoreError> {
+    SqliteStore::open(path, SqliteOptions::default(), StoreOptions::default())
+}
+
+fn open_kind(path: &Path) -> OpenErrorKind {
+    match open(path) {
+        Err(StoreError::Open { kind, .. }) => kind,
+        other => panic!(
+            "expected an open error for {}, got {other:?}",
+            path.display()
+        ),
+    }
+}
+
+/// Every file in `dir`, with its bytes: to show that nothing was written.
+fn snapshot(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .expect("read dir")
+        .map(|e| {
+            let e = e.expect("entry");
+            let bytes = if e.path().is_file() {
+                std::fs::read(e.path()).expect("read")
+            } else {
+                Vec::new()
+            };
+            (e.file_name().to_string_lossy().into_owned(), bytes)
+        })
+        .collect();
+    files.sort();
+    files
+}
+
+#[test]
+fn a_directory_is_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let before = snapshot(dir.path());
+    assert_eq!(open_kind(dir.path()), OpenErrorKind::IsADirectory);
+    let err = open(dir.path()).unwrap_err().to_string();
+    assert!(
+        err.contains(&dir.path().display().to_string()) && err.contains("directory"),
+        "{err}"
+    );
+    assert_eq!(snapshot(dir.path()), before);
+}
+
+#[test]
+fn a_file_that_is_not_a_database_is_refused_untouched() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("notes.db");
+    std::fs::write(
+        &path,
+        "these are my notes, not a database, but long enough to have a header".repeat(20),
+    )
+    .expect("write");
+    let before = snapshot(dir.path());
+    assert_eq!(open_kind(&path), OpenErrorKind::NotADatabase);
+    assert_eq!(
+        snapshot(dir.path()),
+        before,
+        "nothing written, no -wal or -shm file"
+    );
+}
+
+#[test]
+fn another_applications_database_is_refused_untouched() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("other.db");
+    {
+        let conn = rusqlite::Connection::open(&path).expect("open");
+        conn.execute_batch(
+            "CREATE TABLE accounts (id INTEGER PRIMARY KEY); INSERT INTO accounts VALUES (1);",
+        )
+        .expect("create");
+    }
+    let before = snapshot(dir.path());
+    assert_eq!(open_kind(&path), OpenErrorKind::NotAnIdemStore);
+    assert_eq!(snapshot(dir.path()), before);
+}
+
+#[test]
+fn a_missing_directory_is_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("no/such/dir/idem.db");
+    assert_eq!(open_kind(&path), OpenErrorKind::Unreadable);
+    let text = open(&path).expect_err("an error").to_string();
+    assert!(
+        text.contains("does not exist") && text.contains("no/such/dir"),
+        "{text}"
+    );
+    assert!(!dir.path().join("no").exists());
+}
+
+#[test]
+fn a_read_only_file_is_refused_untouched() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("idem.db");
+    drop(open(&path).expect("create a store"));
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o444)).expect("chmod");
+    if std::fs::OpenOptions::new().write(true).open(&path).is_ok() {
+        // Root ignores file modes: a read-only *connection* stands in.
+        let conn = rusqlite::Connection::open_with_flags(
+            &path,
+            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+        )
+        .expect("open read-only");
+        assert!(conn.is_readonly(rusqlite::MAIN_DB).expect("is_readonly"));
+        eprintln!("running as root: file modes are not enforced, skipping the open check");
+        return;
+    }
+    let before = snapshot(dir.path());
+    assert_eq!(open_kind(&path), OpenErrorKind::ReadOnly);
+    assert_eq!(snapshot(dir.path()), before);
+}
+
+#[test]
+fn a_newer_schema_is_refused_untouched() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("idem.db");
+    drop(open(&path).expect("create a store"));
+    {
+        let conn = rusqlite::Connection::open(&path).expect("open");
+        conn.execute_batch(&format!(
+            "PRAGMA user_version = {}",
+            idem_store::SCHEMA_VERSION + 1
+        ))
+        .expect("bump");
+    }
+    let before = snapshot(dir.path());
+    match open(&path) {
+        Err(err @ StoreError::SchemaTooNew { .. }) => {
+            let text = err.to_string();
+            assert!(
+                text.contains("schema version 2") && text.contains("upgrade idem"),
+                "{text}"
+            );
+        }
+        other => panic!("expected SchemaTooNew, got {other:?}"),
+    }
+    assert_eq!(snapshot(dir.path()), before);
+}
+
+#[tokio::test]
+async fn a_new_file_is_migrated_to_the_current_schema_in_wal_mode() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("idem.db");
+    let store = open(&path).expect("open");
+    assert_eq!(
+        store.schema_version().await.expect("version"),
+        idem_store::SCHEMA_VERSION
+    );
+    drop(store);
+    let conn = rusqlite::Connection::open(&path).expect("open");
+    let mode: String = conn
+        .pragma_query_value(None, "journal_mode", |r| r.get(0))
+        .expect("journal_mode");
+    assert_eq!(mode, "wal");
+    // Reopening an up-to-date store is fine.
+    drop(open(&path).expect("reopen"));
+}
+
+#[tokio::test]
+async fn synchronous_is_full_unless_the_url_says_normal() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for (query, expected) in [
+        ("", Synchronous::Full),
+        ("?synchronous=normal", Synchronous::Normal),
+    ] {
+        let url = format!("sqlite:{}{query}", dir.path().join("s.db").display());
+        let StoreUrl::Sqlite { path, options } = url.parse().expect("a sqlite URL") else {
+            panic!("{url} is not a sqlite URL")
+        };
+        let store = SqliteStore::open(&path, options, StoreOptions::default()).expect("open");
+        assert_eq!(
+            store.synchronous().await.expect("synchronous"),
+            expected,
+            "{url}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn store_urls_open_stores() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let url = format!(
+        "sqlite://{}?synchronous=normal",
+        dir.path().join("u.db").display()
+    );
+    let store = idem_store::open(&url, StoreOptions::default())
+        .await
+        .expect("open sqlite url");
+    assert!(store.describe().starts_with("sqlite:"));
+    let memory = idem_store::open("memory:", StoreOptions::default())
+        .await
+        .expect("open memory");
+    assert_eq!(memory.describe(), "memory:");
+    let err = idem_store::open("redis://localhost", StoreOptions::default())
+        .await
+        .err()
+        .expect("an error");
+    assert!(err.to_string().contains("`redis://localhost`"), "{err}");
+    let dir_url = format!("sqlite:{}", dir.path().display());
+    assert!(matches!(
+        idem_store::open(&dir_url, StoreOptions::default()).await,
+        Err(StoreError::Open {
+            kind: OpenErrorKind::IsADirectory,
+            ..
+        })
+    ));
+}
+
+/// Separate connections (each its own store, as separate processes would
+/// have), on separate OS threads, race to open a brand-new file and claim
+/// the same key: every open succeeds and exactly one claim wins.
+#[test]
+fn racing_connections_claim_exactly_once() {
+    const RACERS: usize = 8;
+    for round in 0..5 {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = Arc::new(dir.path().join("race.db"));
+        let barrier = Arc::new(Barrier::new(RACERS));
+        let handles: Vec<_> = (0..RACERS)
+            .map(|who| {
+                let (path, barrier) = (path.clone(), barrier.clone());
+                std::thread::spawn(move || {
+                    let runtime = tokio::runtime::Builder::new_current_thread()
+                        .build()
+                        .expect("runtime");
+                    barrier.wait();
+                    let opened = open(&path);
+                    // Everyone reaches the second barrier, even after a
+                    // failed open, so a failure cannot hang the test.
+                    barrier.wait();
+                    let store = opened.map_err(|e| format!("open: {e}"))?;
+                    let k = conformance::key(round);
+                    runtime
+                        .block_on(store.claim(request(&k, 1, 60_000, 60_000, who as u32)))
+                        .map_err(|e| format!("claim: {e}"))
+                })
+            })
+            .collect();
+        let outcomes: Vec<ClaimOutcome> = handles
+            .into_iter()
+            .map(|h| h.join().expect("racer").expect("open and claim"))
+            .collect();
+        let winners: Vec<_> = outcomes
+            .iter()
+            .filter_map(|o| match o {
+                ClaimOutcome::Claimed(c) => Some(c.fence),
+                ClaimOutcome::Existing(_) => None,
+            })
+            .collect();
+        assert_eq!(winners.len(), 1, "round {round}: {outcomes:?}");
+        for o in &outcomes {
+            if let ClaimOutcome::Existing(e) = o {
+                assert_eq!(
+                    e.view.record.fence, winners[0],
+                    "losers see the winner's record"
+                );
+            }
+        }
+    }
+}
+
+/// Racing take-overs of one expired lease through separate connections:
+/// exactly one wins, the others are fenced.
+#[test]
+fn racing_take_overs_have_one_winner() {
+    const RACERS: usize = 6;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("race.db");
+    let clock = ManualClock::new(conformance::START_MS);
+    let options = || StoreOptions {
+        clock: clock.store_clock(),
+        ..StoreOptions::default()
+    };
+    let k = conformance::key(1);
+    let first = {
+        let store = SqliteStore::open(&path, SqliteOptions::default(), options()).expect("open");
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime");
+        match runtime
+            .block_on(store.claim(request(&k, 1, 1_000, 60_000, 0)))
+            .expect("claim")
+        {
+            ClaimOutcome::Claimed(c) => c,
+            other => panic!("expected a claim, got {other:?}"),
+        }
+    };
+    clock.advance(Duration::from_millis(1_000));
+    let barrier = Arc::new(Barrier::new(RACERS));
+    let handles: Vec<_> = (0..RACERS)
+        .map(|who| {
+            let (path, barrier, k, store_options) =
+                (path.clone(), barrier.clone(), k.clone(), options());
+            std::thread::spawn(move || {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .build()
+                    .expect("runtime");
+                let store = SqliteStore::open(&path, SqliteOptions::default(), store_options)
+                    .expect("open");
+                barrier.wait();
+                runtime.block_on(store.take_over(
+                    &k,
+                    first.fence,
+                    Duration::from_millis(1_000),
+                    conformance::holder(who as u32),
+                ))
+            })
+        })
+        .collect();
+    let results: Vec<_> = handles
+        .into_iter()
+        .map(|h| h.join().expect("racer"))
+        .collect();
+    let winners: Vec<_> = results.iter().filter_map(|r| r.as_ref().ok()).collect();
+    assert_eq!(winners.len(), 1, "{results:?}");
+    for r in &results {
+        match r {
+            Ok(c) => assert!(c.fence > first.fence && c.attempt == 2),
+            Err(StoreError::Fenced { current, .. }) => assert_eq!(*current, winners[0].fence),
+            Err(other) => panic!("unexpected {other}"),
+        }
+    }
+}
+
+/// A record written through one connection is seen, and fenced, through
+/// another: the state lives in the file, not in a connection.
+#[tokio::test]
+async fn two_connections_share_fences() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("shared.db");
+    let clock = ManualClock::new(conformance::START_MS);
+    let options = || StoreOptions {
+        clock: clock.store_clock(),
+        ..StoreOptions::default()
+    };
+    let a = SqliteStore::open(&path, SqliteOptions::default(), options()).expect("open a");
+    let b = SqliteStore::open(&path, SqliteOptions::default(), options()).expect("open b");
+    let k = conformance::key(1);
+    let ClaimOutcome::Claimed(claim) = a
+        .claim(request(&k, 1, 1_000, 60_000, 1))
+        .await
+        .expect("claim")
+    else {
+        panic!("expected a claim")
+    };
+    clock.advance(Duration::from_millis(1_000));
+    let taken = b
+        .take_over(
+            &k,
+            claim.fence,
+            Duration::from_millis(1_000),
+            conformance::holder(2),
+        )
+        .await
+        .expect("take");
+    match a
+        .complete(&k, claim.fence, Outcome::new(200, Vec::new()))
+        .await
+    {
+        Err(StoreError::Fenced { current, .. }) => assert_eq!(current, taken.fence),
+        other => panic!("expected Fenced, got {other:?}"),
+    }
+    b.complete(&k, taken.fence, Outcome::new(200, b"ok".to_vec()))
+        .await
+        .expect("complete");
+    let seen = a.get(&k).await.expect("get").expect("record");
+    assert_eq!(
+        (seen.record.state, seen.record.fence),
+        (RecordState::Completed, taken.fence)
+    );
+}
+
+/// The child side of [`processes_race_claims_exactly_once`]: opens the store
+/// named by the environment, says `ready`, waits for `go` on stdin, claims
+/// and reports.
+#[test]
+#[ignore = "a child process of processes_race_claims_exactly_once"]
+fn race_child() {
+    let path = std::env::var(RACE_CHILD_ENV).expect("run by processes_race_claims_exactly_once");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("runtime");
+    let store = match open(Path::new(&path)) {
+        Ok(store) => store,
+        Err(e) => {
+            println!("RACE:error open: {e}");
+            return;
+        }
+    };
+    println!("RACE:ready");
+    let mut go = String::new();
+    std::io::stdin().read_line(&mut go).expect("read go");
+    let k = conformance::key(0);
+    match runtime.block_on(store.claim(request(&k, 1, 60_000, 60_000, std::process::id()))) {
+        Ok(ClaimOutcome::Claimed(c)) => println!("RACE:claimed {}", c.fence),
+        Ok(ClaimOutcome::Existing(e)) => println!("RACE:existing {}", e.view.record.fence),
+        Err(e) => println!("RACE:error claim: {e}"),
+    }
+}
+
+const RACE_CHILD_ENV: &str = "IDEM_STORE_RACE_CHILD_DB";
+
+/// Separate processes open a brand-new file at once, then race to claim one
+/// key (released together through their stdin): exactly one wins.
+#[test]
+fn processes_race_claims_exactly_once() {
+    use std::io::{BufRead, BufReader, Write};
+    use std::process::{Command, Stdio};
+    const PROCESSES: usize = 4;
+    let exe = std::env::current_exe().expect("the test binary");
+    for round in 0..3 {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("processes.db");
+        let mut children: Vec<_> = (0..PROCESSES)
+            .map(|_| {
+                Command::new(&exe)
+                    .args([
+                        "race_child",
+                        "--exact",
+                        "--ignored",
+                        "--nocapture",
+                        "--test-threads=1",
+                    ])
+                    .env(RACE_CHILD_ENV, &path)
+                    .stdin(Stdio::piped())
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::inherit())
+                    .spawn()
+                    .expect("spawn a child")
+            })
+            .collect();
+        let mut readers: Vec<_> = children
+            .iter_mut()
+            .map(|c| BufReader::new(c.stdout.take().expect("child stdout")))
+            .collect();
+        // Reads a child's stdout up to its next `RACE:` line.
+        let next = |reader: &mut BufReader<std::process::ChildStdout>| -> String {
+            let mut line = String::new();
+            loop {
+                line.clear();
+                let n = reader.read_line(&mut line).expect("read child stdout");
+                assert!(n > 0, "round {round}: a child exited without reporting");
+                // The harness may print `test race_child ... ` first.
+                if let Some(at) = line.find("RACE:") {
+                    return line[at + "RACE:".len()..].trim().to_string();
+                }
+            }
+        };
+        for reader in &mut readers {
+            assert_eq!(next(reader), "ready", "round {round}");
+        }
+        for child in &mut children {
+            let mut stdin = child.stdin.take().expect("child stdin");
+            writeln!(stdin, "go").expect("release a child");
+        }
+        let reports: Vec<String> = readers.iter_mut().map(next).collect();
+        for mut child in children {
+            assert!(
+                child.wait().expect("wait").success(),
+                "round {round}: a child failed"
+            );
+        }
+        let claimed: Vec<&String> = reports
+            .iter()
+            .filter(|r| r.starts_with("claimed "))
+            .collect();
+        assert_eq!(claimed.len(), 1, "round {round}: {reports:?}");
+        let fence = claimed[0].trim_start_matches("claimed ");
+        for report in &reports {
+            assert!(
+                report == claimed[0] || report == &format!("existing {fence}"),
+                "round {round}: {reports:?}"
+            );
+        }
+    }
+}

@@ -1,0 +1,119 @@
+//! Running the user's command for one operation: environment, stdin,
+//! captured stdout, and what its exit means for the record.
+
+use std::process::Stdio;
+
+use idem::engine::Execution;
+use idem::store::Outcome;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::process::Command;
+
+/// How much of the command's stdout is stored (and replayed).
+pub const MAX_STORED_STDOUT: usize = 64 * 1024;
+
+/// Exit status meaning "temporary failure, try again later" (sysexits).
+pub const EX_TEMPFAIL: u8 = 75;
+/// Exit status of `idem exec`/`idem run` for a fingerprint conflict.
+pub const EX_CONFLICT: u8 = 65;
+/// Exit status for a duplicate the policy rejected.
+pub const EX_REJECTED: u8 = 77;
+/// Exit status when this holder was deposed and its result not recorded.
+pub const EX_FENCED: u8 = 76;
+/// Exit status when the command died by a signal (its outcome is unknown).
+pub const EX_UNKNOWN: u8 = 70;
+
+/// What the command did.
+pub enum CommandEnd {
+    /// It exited with a status; its captured stdout.
+    Exited { status: i32, stdout: Vec<u8> },
+    /// It was killed by a signal: the effect may or may not have happened.
+    Killed { signal: i32 },
+}
+
+/// How the command is run.
+pub struct CommandSpec<'a> {
+    pub argv: &'a [String],
+    /// Forward the command's stdout to ours as well as capturing it.
+    pub forward_stdout: bool,
+    /// Written to the command's stdin (then closed); `None` inherits ours.
+    pub stdin: Option<Vec<u8>>,
+}
+
+/// Runs the command for a held execution. The environment carries the key,
+/// the fence and the attempt, so the command can hand them downstream.
+pub async fn run_command(
+    spec: &CommandSpec<'_>,
+    execution: &Execution,
+    op_json: &str,
+) -> std::io::Result<CommandEnd> {
+    let mut cmd = Command::new(&spec.argv[0]);
+    cmd.args(&spec.argv[1..])
+        .env("IDEM_KEY", execution.key_hex())
+        .env("IDEM_FENCE", execution.fence().to_string())
+        .env("IDEM_ATTEMPT", execution.attempt().to_string())
+        .env(
+            "IDEM_TAKE_OVER",
+            if execution.is_take_over() { "1" } else { "0" },
+        )
+        .env("IDEM_PARTITION", &execution.derivation().partition)
+        .env("IDEM_OP", op_json)
+        .stdout(Stdio::piped())
+        .stdin(if spec.stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::inherit()
+        })
+        .kill_on_drop(false);
+    let mut child = cmd.spawn()?;
+    if let (Some(input), Some(mut pipe)) = (spec.stdin.clone(), child.stdin.take()) {
+        tokio::spawn(async move {
+            // A command that does not read its stdin closes the pipe early;
+            // that is its business.
+            let _ = pipe.write_all(&input).await;
+        });
+    }
+    let mut stdout = child.stdout.take().expect("stdout is piped");
+    let mut captured = Vec::new();
+    let mut buf = vec![0u8; 8192];
+    let mut out = tokio::io::stdout();
+    loop {
+        let n = stdout.read(&mut buf).await?;
+        if n == 0 {
+            break;
+        }
+        if spec.forward_stdout {
+            out.write_all(&buf[..n]).await?;
+        }
+        let room = MAX_STORED_STDOUT.saturating_sub(captured.len());
+        captured.extend_from_slice(&buf[..n.min(room)]);
+    }
+    out.flush().await?;
+    let status = child.wait().await?;
+    Ok(match status.code() {
+        Some(code) => CommandEnd::Exited {
+            status: code,
+            stdout: captured,
+        },
+        None => {
+            #[cfg(unix)]
+            let signal = std::os::unix::process::ExitStatusExt::signal(&status).unwrap_or(0);
+            #[cfg(not(unix))]
+            let signal = 0;
+            CommandEnd::Killed { signal }
+        }
+    })
+}
+
+/// The stored outcome of a failed command.
+pub fn failure_outcome(status: i32, stdout: Vec<u8>) -> Outcome {
+    Outcome {
+        status,
+        body: stdout,
+        error: Some(format!("command exited with status {status}")),
+    }
+}
+
+/// An exit code for a stored status (exit codes are 0..=255).
+pub fn exit_code(status: i32) -> u8 {
+    u8::try_from(status).unwrap_or(1)
+}

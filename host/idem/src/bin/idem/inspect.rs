@@ -1,0 +1,168 @@
+//! `idem inspect` and `idem gc`: what the store holds, and cleaning it.
+
+use clap::Args;
+use idem::core::{Digest, RecordState};
+use idem::store::{ListFilter, RecordView};
+use serde_json::json;
+
+use crate::Failure;
+use crate::store_args::{StoreArgs, runtime};
+
+#[derive(Args, Debug)]
+pub struct InspectArgs {
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// One record's key (64 hex); without it, a table of records.
+    #[arg(value_name = "KEY")]
+    pub key: Option<String>,
+    /// Only this namespace.
+    #[arg(long)]
+    pub namespace: Option<String>,
+    /// Only records in this state (in-progress, completed, failed-retryable,
+    /// failed-permanent, outcome-unknown).
+    #[arg(long)]
+    pub state: Option<RecordState>,
+    /// At most this many records.
+    #[arg(long, default_value_t = 100)]
+    pub limit: u32,
+    /// JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct GcArgs {
+    #[command(flatten)]
+    pub store: StoreArgs,
+}
+
+fn record_json(v: &RecordView) -> serde_json::Value {
+    let r = &v.record;
+    json!({
+        "key": r.key.key.to_hex(),
+        "namespace": r.key.namespace,
+        "state": r.state.as_str(),
+        "fence": r.fence,
+        "attempts": r.attempts,
+        "partition": r.partition,
+        "policy": r.policy_digest,
+        "fingerprint": r.fingerprint.to_hex(),
+        "created_ms": r.created_ms,
+        "updated_ms": r.updated_ms,
+        "lease_until_ms": r.lease_until_ms,
+        "lease_remaining_ms": v.lease_remaining_ms,
+        "retain_until_ms": r.retain_until_ms,
+        "age_ms": v.age_ms,
+        "holder": {
+            "run_id": r.holder.run_id, "trigger": r.holder.trigger, "attempt": r.holder.attempt,
+            "host": r.holder.host, "pid": r.holder.pid,
+        },
+        "outcome": r.outcome.as_ref().map(|o| json!({
+            "status": o.status,
+            "size": o.body.len(),
+            "body": String::from_utf8_lossy(&o.body),
+            "error": o.error,
+        })),
+    })
+}
+
+pub fn inspect(args: InspectArgs) -> Result<u8, Failure> {
+    let wanted = match &args.key {
+        Some(k) => Some(
+            Digest::from_hex(k)
+                .ok_or_else(|| Failure::input(format!("`{k}` is not a key (64 hex characters)")))?,
+        ),
+        None => None,
+    };
+    runtime()?.block_on(async {
+        let store = args.store.open().await?;
+        let filter = ListFilter {
+            namespace: args.namespace.clone(),
+            state: args.state,
+            limit: if wanted.is_some() {
+                None
+            } else {
+                Some(args.limit)
+            },
+            ..ListFilter::default()
+        };
+        let mut views = store
+            .list(filter)
+            .await
+            .map_err(|e| Failure::input(format!("cannot read {}: {e}", args.store.store)))?;
+        if let Some(key) = wanted {
+            views.retain(|v| v.record.key.key == key);
+            if views.is_empty() {
+                return Err(Failure {
+                    code: 1,
+                    message: format!("no record with key {key} in {}", args.store.store),
+                });
+            }
+        }
+        if args.json || wanted.is_some() {
+            let records: Vec<_> = views.iter().map(record_json).collect();
+            let out = if wanted.is_some() && records.len() == 1 {
+                records[0].clone()
+            } else {
+                json!(records)
+            };
+            println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
+            return Ok(0);
+        }
+        println!(
+            "{:<16}  {:<10} {:<16} {:>6} {:>4} {:>9} {:>8} {:<22} {:>6}",
+            "KEY", "NAMESPACE", "STATE", "FENCE", "ATT", "AGE", "LEASE", "HOLDER", "STATUS"
+        );
+        for v in &views {
+            let r = &v.record;
+            let holder = format!(
+                "{}/{}",
+                r.holder.run_id.as_deref().unwrap_or("-"),
+                r.holder.trigger.as_deref().unwrap_or("-")
+            );
+            println!(
+                "{:<16}  {:<10} {:<16} {:>6} {:>4} {:>9} {:>8} {:<22} {:>6}",
+                &r.key.key.to_hex()[..16],
+                r.key.namespace,
+                r.state.as_str(),
+                r.fence,
+                r.attempts,
+                human_ms(v.age_ms),
+                if v.lease_remaining_ms > 0 {
+                    human_ms(v.lease_remaining_ms)
+                } else {
+                    "-".into()
+                },
+                holder,
+                r.outcome
+                    .as_ref()
+                    .map(|o| o.status.to_string())
+                    .unwrap_or_else(|| "-".into()),
+            );
+        }
+        println!("{} records", views.len());
+        Ok(0)
+    })
+}
+
+fn human_ms(ms: u64) -> String {
+    match ms {
+        0..1_000 => format!("{ms}ms"),
+        1_000..60_000 => format!("{}s", ms / 1_000),
+        60_000..3_600_000 => format!("{}m", ms / 60_000),
+        3_600_000..86_400_000 => format!("{}h", ms / 3_600_000),
+        _ => format!("{}d", ms / 86_400_000),
+    }
+}
+
+pub fn gc(args: GcArgs) -> Result<u8, Failure> {
+    runtime()?.block_on(async {
+        let store = args.store.open().await?;
+        let removed = store
+            .gc()
+            .await
+            .map_err(|e| Failure::input(format!("gc failed on {}: {e}", args.store.store)))?;
+        println!("removed {removed} records past their retention");
+        Ok(0)
+    })
+}

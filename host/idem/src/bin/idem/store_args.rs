@@ -1,0 +1,33 @@
+//! Flags shared by every command that opens a store, and the async runtime.
+
+use std::sync::Arc;
+
+use clap::Args;
+use idem::store::{Store, StoreOptions};
+
+use crate::Failure;
+
+/// Which store.
+#[derive(Args, Debug, Clone)]
+pub struct StoreArgs {
+    /// The store: `sqlite:PATH` (the embedded default) or `memory:`.
+    #[arg(long, value_name = "URL", env = "IDEM_STORE")]
+    pub store: String,
+}
+
+impl StoreArgs {
+    /// Opens the store (creating and migrating a SQLite file when needed).
+    pub async fn open(&self) -> Result<Arc<dyn Store>, Failure> {
+        idem::store::open(&self.store, StoreOptions::default())
+            .await
+            .map_err(|e| Failure::input(format!("cannot open store {}: {e}", self.store)))
+    }
+}
+
+/// The async runtime commands run on.
+pub fn runtime() -> Result<tokio::runtime::Runtime, Failure> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Failure::input(format!("cannot start the async runtime: {e}")))
+}

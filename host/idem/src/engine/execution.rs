@@ -1,0 +1,133 @@
+//! A held claim: the right to perform the effect while its fence is current.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use idem_core::KeyedDerivation;
+use idem_store::{Claim, Outcome, RecordKey, Store};
+
+use super::EngineError;
+
+/// The right to perform an effect. Every write is conditional on the fence:
+/// a deposed holder gets [`EngineError::Fenced`] and changes nothing.
+///
+/// Dropping an execution without completing or failing it leaves the record
+/// in progress until its lease expires; the next duplicate then asks the
+/// policy (the effect may have happened, so it is never re-run blindly).
+pub struct Execution {
+    store: Arc<dyn Store>,
+    claim: Claim,
+    lease: Duration,
+    derivation: KeyedDerivation,
+    taken_over: bool,
+}
+
+impl std::fmt::Debug for Execution {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Execution")
+            .field("store", &self.store.describe())
+            .field("claim", &self.claim)
+            .field("taken_over", &self.taken_over)
+            .finish()
+    }
+}
+
+impl Execution {
+    pub(crate) fn new(
+        store: Arc<dyn Store>,
+        claim: Claim,
+        lease: Duration,
+        derivation: KeyedDerivation,
+        taken_over: bool,
+    ) -> Self {
+        Execution {
+            store,
+            claim,
+            lease,
+            derivation,
+            taken_over,
+        }
+    }
+
+    /// Namespace and key.
+    pub fn key(&self) -> &RecordKey {
+        &self.claim.key
+    }
+
+    /// The key as 64 hex characters: hand it downstream as the idempotency
+    /// key.
+    pub fn key_hex(&self) -> String {
+        self.claim.key.key.to_hex()
+    }
+
+    /// The fencing token: hand it downstream so a deposed holder's writes
+    /// can be refused there too.
+    pub fn fence(&self) -> u64 {
+        self.claim.fence
+    }
+
+    /// Which attempt this is under the key (1 for the first).
+    pub fn attempt(&self) -> u32 {
+        self.claim.attempt
+    }
+
+    /// When the lease ends, by the store's clock (ms since the epoch).
+    pub fn lease_until_ms(&self) -> u64 {
+        self.claim.lease_until_ms
+    }
+
+    /// The lease this claim is renewed for.
+    pub fn lease(&self) -> Duration {
+        self.lease
+    }
+
+    /// The derivation behind the key (material, partition, retention).
+    pub fn derivation(&self) -> &KeyedDerivation {
+        &self.derivation
+    }
+
+    /// Whether this claim took over an earlier attempt (after a retryable
+    /// failure, an unknown outcome or an expired lease): the effect may have
+    /// happened before, so downstream must deduplicate by the key.
+    pub fn is_take_over(&self) -> bool {
+        self.taken_over
+    }
+
+    /// Extends the lease to the store's now + the lease.
+    pub async fn heartbeat(&mut self) -> Result<u64, EngineError> {
+        let until = self
+            .store
+            .heartbeat(&self.claim.key, self.claim.fence, self.lease)
+            .await?;
+        self.claim.lease_until_ms = until;
+        Ok(until)
+    }
+
+    /// Records the outcome; the record becomes final (replayed to every
+    /// duplicate until its retention ends).
+    pub async fn complete(self, outcome: Outcome) -> Result<(), EngineError> {
+        Ok(self
+            .store
+            .complete(&self.claim.key, self.claim.fence, outcome)
+            .await?)
+    }
+
+    /// Records a failure: retryable (the policy may re-execute) or permanent
+    /// (final, replayed).
+    pub async fn fail(self, retryable: bool, outcome: Outcome) -> Result<(), EngineError> {
+        Ok(self
+            .store
+            .fail(&self.claim.key, self.claim.fence, retryable, outcome)
+            .await?)
+    }
+
+    /// A handle that can heartbeat this claim from another task.
+    pub(crate) fn heartbeat_handle(&self) -> (Arc<dyn Store>, RecordKey, u64, Duration) {
+        (
+            self.store.clone(),
+            self.claim.key.clone(),
+            self.claim.fence,
+            self.lease,
+        )
+    }
+}

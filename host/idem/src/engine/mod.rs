@@ -1,0 +1,326 @@
+//! The exactly-once engine: a policy composed with a store.
+//!
+//! [`Engine::begin`] derives an operation's key through the policy and makes
+//! an atomic claim in the store. The caller then either holds an
+//! [`Execution`] (and performs the effect, handing the key and fence
+//! downstream) or gets what the policy decided a duplicate gets: a replay of
+//! the stored outcome, in-progress, a conflict or a rejection.
+//!
+//! Every write an [`Execution`] makes is conditional on its fence: a holder
+//! that was deposed (its lease expired and someone took over) gets
+//! [`EngineError::Fenced`] and changes nothing. Leases expire by the store's
+//! clock. An expired claim is never re-executed blindly: the policy decides
+//! (re-execute with the same key, send to review, reject).
+
+mod execution;
+mod run_once;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use idem_core::{Decision, KeyedDerivation, OpError, Operation, PolicyError, RecordState};
+use idem_store::{ClaimOutcome, ClaimRequest, Holder, Outcome, RecordKey, Store, StoreError};
+use thiserror::Error;
+
+use crate::policy::{EvalError, LoadedPolicy};
+
+pub use execution::Execution;
+pub use run_once::{ExecContext, Failed, RunResult, spawn_heartbeat};
+
+/// Settings of an [`Engine`].
+#[derive(Debug, Clone)]
+pub struct EngineOptions {
+    /// Overrides the policy's lease for claims made by this engine.
+    pub lease: Option<Duration>,
+    /// How often a `wait` decision looks at the record again.
+    pub wait_poll: Duration,
+    /// How many times `begin` retries after losing a race (another holder
+    /// took over or finished between our read and our write).
+    pub max_rounds: u32,
+}
+
+impl Default for EngineOptions {
+    fn default() -> Self {
+        EngineOptions {
+            lease: None,
+            wait_poll: Duration::from_millis(25),
+            max_rounds: 4,
+        }
+    }
+}
+
+/// Why the engine could not proceed.
+#[derive(Debug, Error)]
+pub enum EngineError {
+    /// The operation itself is malformed.
+    #[error("{0}")]
+    Operation(#[from] OpError),
+    /// The policy refused to derive a key for the operation.
+    #[error("the policy refused the operation: {0}")]
+    Refused(PolicyError),
+    /// The policy failed (trap, limit, malformed output, unsafe decision).
+    #[error("the policy failed: {0}")]
+    Policy(#[from] EvalError),
+    /// This holder was deposed: its write changed nothing.
+    #[error("fenced: {0}")]
+    Fenced(StoreError),
+    /// The store failed.
+    #[error("store error: {0}")]
+    Store(StoreError),
+}
+
+impl From<StoreError> for EngineError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::Fenced { .. }
+            | StoreError::NotInProgress { .. }
+            | StoreError::Gone { .. } => EngineError::Fenced(e),
+            other => EngineError::Store(other),
+        }
+    }
+}
+
+/// What [`Engine::begin`] got.
+#[derive(Debug)]
+pub enum Begin {
+    /// The caller holds the key: perform the effect, then complete or fail.
+    Execute(Execution),
+    /// The effect already happened (or failed for good): here is its outcome.
+    Replay(Replay),
+    /// Another holder is performing the effect.
+    InProgress {
+        key: RecordKey,
+        retry_after_ms: Option<u64>,
+        reason: String,
+    },
+    /// The key was used for a different request (fingerprint mismatch).
+    Conflict {
+        key: RecordKey,
+        status: u16,
+        reason: String,
+    },
+    /// The policy rejected the duplicate. `marked_unknown` says the engine
+    /// sent an expired claim to review (outcome-unknown) on the policy's word.
+    Rejected {
+        key: RecordKey,
+        status: u16,
+        reason: String,
+        retry_after_ms: Option<u64>,
+        marked_unknown: bool,
+    },
+}
+
+/// A stored outcome handed back to a duplicate.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Replay {
+    pub key: RecordKey,
+    /// Completed or failed-permanent.
+    pub state: RecordState,
+    pub outcome: Outcome,
+    /// The fence of the attempt that produced the outcome.
+    pub fence: u64,
+}
+
+/// A policy composed with a store.
+#[derive(Clone)]
+pub struct Engine {
+    policy: LoadedPolicy,
+    store: Arc<dyn Store>,
+    options: EngineOptions,
+}
+
+impl Engine {
+    /// An engine deduplicating with `policy` against `store`.
+    pub fn new(policy: LoadedPolicy, store: Arc<dyn Store>, options: EngineOptions) -> Self {
+        Engine {
+            policy,
+            store,
+            options,
+        }
+    }
+
+    /// The policy.
+    pub fn policy(&self) -> &LoadedPolicy {
+        &self.policy
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    /// Derives the operation's key (no store access): what `begin` would
+    /// claim.
+    pub fn derive(&self, op: &Operation) -> Result<KeyedDerivation, EngineError> {
+        let derived = self.policy.derive(op, wall_clock_ms())?;
+        derived.value.map_err(EngineError::Refused)
+    }
+
+    /// Derives the key and claims it; see [`Begin`].
+    pub async fn begin(&self, op: &Operation) -> Result<Begin, EngineError> {
+        let keyed = self.derive(op)?;
+        self.begin_derived(op, keyed).await
+    }
+
+    /// [`Engine::begin`] for an operation whose key is already derived.
+    pub async fn begin_derived(
+        &self,
+        op: &Operation,
+        keyed: KeyedDerivation,
+    ) -> Result<Begin, EngineError> {
+        let key = RecordKey::new(keyed.namespace.clone(), keyed.key);
+        let lease = self
+            .options
+            .lease
+            .unwrap_or(Duration::from_secs(u64::from(keyed.lease_s)));
+        let holder = holder_for(op);
+        let request = ClaimRequest {
+            key: key.clone(),
+            policy_digest: self.policy.digest().to_string(),
+            fingerprint: keyed.fingerprint,
+            partition: keyed.partition.clone(),
+            lease,
+            retention: Duration::from_secs(keyed.retention_s),
+            holder: holder.clone(),
+        };
+        let mut last_in_progress = None;
+        for _round in 0..self.options.max_rounds.max(1) {
+            let existing = match self.store.claim(request.clone()).await? {
+                ClaimOutcome::Claimed(claim) => {
+                    return Ok(Begin::Execute(Execution::new(
+                        self.store.clone(),
+                        claim,
+                        lease,
+                        keyed,
+                        false,
+                    )));
+                }
+                ClaimOutcome::Existing(existing) => existing,
+            };
+            let record = &existing.view.record;
+            let ctx = existing.duplicate_context(op.clone());
+            let decision = self.policy.on_duplicate(&ctx, wall_clock_ms())?.value;
+            tracing::debug!(key = %key, state = record.state.as_str(), decision = decision.name(), "duplicate");
+            match decision {
+                Decision::Replay => {
+                    return Ok(Begin::Replay(Replay {
+                        key,
+                        state: record.state,
+                        outcome: record.outcome.clone().unwrap_or_default(),
+                        fence: record.fence,
+                    }));
+                }
+                Decision::Reject(r) => {
+                    return Ok(if !existing.fingerprint_matches {
+                        Begin::Conflict {
+                            key,
+                            status: r.status,
+                            reason: r.reason,
+                        }
+                    } else if record.state == RecordState::InProgress {
+                        Begin::InProgress {
+                            key,
+                            retry_after_ms: r.retry_after_ms,
+                            reason: r.reason,
+                        }
+                    } else {
+                        Begin::Rejected {
+                            key,
+                            status: r.status,
+                            reason: r.reason,
+                            retry_after_ms: r.retry_after_ms,
+                            marked_unknown: false,
+                        }
+                    });
+                }
+                Decision::Wait { max_ms } => {
+                    last_in_progress = Some(existing.view.lease_remaining_ms);
+                    self.wait_while_in_progress(&key, record.fence, Duration::from_millis(max_ms))
+                        .await?;
+                }
+                Decision::ReExecute => match self
+                    .store
+                    .take_over(&key, record.fence, lease, holder.clone())
+                    .await
+                {
+                    Ok(claim) => {
+                        return Ok(Begin::Execute(Execution::new(
+                            self.store.clone(),
+                            claim,
+                            lease,
+                            keyed,
+                            true,
+                        )));
+                    }
+                    // Someone else moved first; look again.
+                    Err(e) if e.is_conflict() => continue,
+                    Err(e) => return Err(e.into()),
+                },
+                Decision::MarkUnknown(r) => match self.store.mark_unknown(&key, record.fence).await
+                {
+                    Ok(()) => {
+                        return Ok(Begin::Rejected {
+                            key,
+                            status: r.status,
+                            reason: r.reason,
+                            retry_after_ms: r.retry_after_ms,
+                            marked_unknown: true,
+                        });
+                    }
+                    Err(e) if e.is_conflict() => continue,
+                    Err(e) => return Err(e.into()),
+                },
+            }
+        }
+        Ok(Begin::InProgress {
+            key,
+            retry_after_ms: last_in_progress,
+            reason: "the record kept changing while we looked at it".into(),
+        })
+    }
+
+    /// Polls the record until it is no longer the in-progress attempt
+    /// `fence`, its lease expires, or `max` passes.
+    async fn wait_while_in_progress(
+        &self,
+        key: &RecordKey,
+        fence: u64,
+        max: Duration,
+    ) -> Result<(), EngineError> {
+        let deadline = tokio::time::Instant::now() + max;
+        loop {
+            match self.store.get(key).await? {
+                Some(view)
+                    if view.record.fence == fence
+                        && view.record.state == RecordState::InProgress
+                        && view.lease_remaining_ms > 0 => {}
+                _ => return Ok(()),
+            }
+            let now = tokio::time::Instant::now();
+            if now >= deadline {
+                return Ok(());
+            }
+            tokio::time::sleep(self.options.wait_poll.min(deadline - now)).await;
+        }
+    }
+}
+
+/// Provenance of a claim: the run from the operation, this host and pid.
+fn holder_for(op: &Operation) -> Holder {
+    let mut holder = Holder::this_process();
+    if let Some(run) = &op.run {
+        holder.run_id = Some(run.run_id.clone());
+        holder.trigger = Some(run.trigger.as_str().to_string());
+        holder.attempt = Some(run.attempt);
+    }
+    holder
+}
+
+/// The logical time handed to policies. It never decides a lease (the
+/// store's clock does); policies should rarely look at it.
+pub(crate) fn wall_clock_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}

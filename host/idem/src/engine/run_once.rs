@@ -1,0 +1,163 @@
+//! Run a closure exactly once per key, heartbeating while it runs.
+
+use std::future::Future;
+
+use idem_core::Operation;
+use idem_store::{Outcome, RecordKey};
+
+use super::{Begin, Engine, EngineError, Replay};
+
+/// What the closure is handed: the key and fence to pass downstream.
+#[derive(Debug, Clone)]
+pub struct ExecContext {
+    /// The idempotency key (64 hex).
+    pub key: String,
+    /// The fencing token.
+    pub fence: u64,
+    /// Which attempt under this key (1 for the first).
+    pub attempt: u32,
+    /// Whether an earlier attempt may have performed the effect.
+    pub take_over: bool,
+}
+
+/// A failed effect, as the closure reports it.
+#[derive(Debug, Clone)]
+pub struct Failed {
+    /// Whether a later duplicate may re-execute.
+    pub retryable: bool,
+    pub outcome: Outcome,
+}
+
+/// What [`Engine::run_once`] did.
+#[derive(Debug)]
+pub enum RunResult {
+    /// The closure ran and its result was recorded.
+    Executed {
+        key: RecordKey,
+        fence: u64,
+        attempt: u32,
+        result: Result<Outcome, Failed>,
+    },
+    /// The effect had already happened: the stored outcome.
+    Replayed(Replay),
+    /// Another holder is running it.
+    InProgress {
+        key: RecordKey,
+        retry_after_ms: Option<u64>,
+        reason: String,
+    },
+    /// The key was used for a different request.
+    Conflict {
+        key: RecordKey,
+        status: u16,
+        reason: String,
+    },
+    /// The policy rejected the duplicate.
+    Rejected {
+        key: RecordKey,
+        status: u16,
+        reason: String,
+        marked_unknown: bool,
+    },
+}
+
+impl Engine {
+    /// Runs `effect` at most once per key. While it runs, the claim is
+    /// heartbeated every third of its lease. Its result is recorded under the
+    /// claim's fence; if this holder was deposed meanwhile, the result is not
+    /// recorded and [`EngineError::Fenced`] is returned.
+    pub async fn run_once<F, Fut>(
+        &self,
+        op: &Operation,
+        effect: F,
+    ) -> Result<RunResult, EngineError>
+    where
+        F: FnOnce(ExecContext) -> Fut,
+        Fut: Future<Output = Result<Outcome, Failed>>,
+    {
+        let execution = match self.begin(op).await? {
+            Begin::Execute(e) => e,
+            Begin::Replay(r) => return Ok(RunResult::Replayed(r)),
+            Begin::InProgress {
+                key,
+                retry_after_ms,
+                reason,
+            } => {
+                return Ok(RunResult::InProgress {
+                    key,
+                    retry_after_ms,
+                    reason,
+                });
+            }
+            Begin::Conflict {
+                key,
+                status,
+                reason,
+            } => {
+                return Ok(RunResult::Conflict {
+                    key,
+                    status,
+                    reason,
+                });
+            }
+            Begin::Rejected {
+                key,
+                status,
+                reason,
+                marked_unknown,
+                ..
+            } => {
+                return Ok(RunResult::Rejected {
+                    key,
+                    status,
+                    reason,
+                    marked_unknown,
+                });
+            }
+        };
+        let ctx = ExecContext {
+            key: execution.key_hex(),
+            fence: execution.fence(),
+            attempt: execution.attempt(),
+            take_over: execution.is_take_over(),
+        };
+        let heartbeat = spawn_heartbeat(&execution);
+        let result = effect(ctx).await;
+        heartbeat.abort();
+        let (key, fence, attempt) = (
+            execution.key().clone(),
+            execution.fence(),
+            execution.attempt(),
+        );
+        match &result {
+            Ok(outcome) => execution.complete(outcome.clone()).await?,
+            Err(failed) => {
+                execution
+                    .fail(failed.retryable, failed.outcome.clone())
+                    .await?
+            }
+        }
+        Ok(RunResult::Executed {
+            key,
+            fence,
+            attempt,
+            result,
+        })
+    }
+}
+
+/// Heartbeats the claim every third of its lease until aborted or deposed.
+/// Abort the handle when the effect is done.
+pub fn spawn_heartbeat(execution: &super::Execution) -> tokio::task::JoinHandle<()> {
+    let (store, key, fence, lease) = execution.heartbeat_handle();
+    tokio::spawn(async move {
+        let every = (lease / 3).max(std::time::Duration::from_millis(10));
+        loop {
+            tokio::time::sleep(every).await;
+            if let Err(e) = store.heartbeat(&key, fence, lease).await {
+                tracing::warn!(key = %key, fence, error = %e, "heartbeat failed; stopping");
+                return;
+            }
+        }
+    })
+}
