@@ -48,8 +48,9 @@ pub fn load(name: &str) -> LoadedPolicy {
         .unwrap_or_else(|e| panic!("cannot load {name}: {e}"))
 }
 
-/// The `idem` binary built beside this test binary (`cargo test --workspace`
-/// builds it).
+/// The `idem` binary built beside this test binary. `cargo test --workspace`
+/// builds it, because the `idem` package has an integration test of its own
+/// (cargo builds a package's binaries for its integration tests).
 pub fn idem_bin() -> PathBuf {
     let exe = std::env::current_exe().expect("test binary path");
     // target/<profile>/deps/suite-<hash> → target/<profile>/idem
@@ -60,7 +61,7 @@ pub fn idem_bin() -> PathBuf {
         .expect("target layout");
     assert!(
         bin.is_file(),
-        "{} is missing: run the suites with `cargo test --workspace` (it builds the CLI)",
+        "{} is missing: run the suites with `cargo test --workspace`, which builds the CLI (or `cargo build -p idem` first)",
         bin.display()
     );
     bin

@@ -4,6 +4,9 @@
 //!   components in `target/policies/`.
 //! - `cargo xtask build-policy PATH [--out DIR]`: one policy crate (any crate
 //!   using the idem-policy SDK) to `DIR/<name>.wasm`.
+//! - `cargo xtask nightly`: builds everything, then runs the nightly-billing
+//!   example job twice on the embedded store: the second run replays every
+//!   charge instead of making it again.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -18,6 +21,10 @@ fn main() -> Result<()> {
     let root = workspace_root();
     match args.first().map(String::as_str) {
         Some("build") => build_all(&root),
+        Some("nightly") => {
+            build_all(&root)?;
+            nightly(&root)
+        }
         Some("build-policy") => {
             let Some(path) = args.get(1) else {
                 bail!("usage: cargo xtask build-policy PATH [--out DIR]")
@@ -30,7 +37,7 @@ fn main() -> Result<()> {
             build_policy(&root, Path::new(path), &out)
         }
         _ => {
-            eprintln!("usage: cargo xtask build | build-policy PATH [--out DIR]");
+            eprintln!("usage: cargo xtask build | nightly | build-policy PATH [--out DIR]");
             std::process::exit(2);
         }
     }
@@ -109,4 +116,66 @@ fn package_name(manifest: &str) -> Option<String> {
         }
     }
     None
+}
+
+/// The nightly-billing job, run twice on a fresh SQLite store.
+fn nightly(root: &Path) -> Result<()> {
+    let target = target_dir(root);
+    let dir = target.join("nightly-demo");
+    if dir.exists() {
+        std::fs::remove_dir_all(&dir).with_context(|| format!("cannot clear {}", dir.display()))?;
+    }
+    std::fs::create_dir_all(&dir)?;
+    let example = root.join("examples").join("nightly-billing");
+    let ops = example.join("ops.jsonl");
+    let ledger = dir.join("ledger.txt");
+    let store = format!("sqlite:{}", dir.join("idem.db").display());
+    let idem = target.join("release").join("idem");
+    let policy = target.join("policies").join("billing-charge.wasm");
+    let runs = [
+        ("nightly-2026-11-30", "scheduled"),
+        ("nightly-2026-11-30-rerun", "manual"),
+    ];
+    for (i, (run_id, trigger)) in runs.iter().enumerate() {
+        println!("\n== run {} ({trigger}, run id {run_id})", i + 1);
+        let status = Command::new(&idem)
+            .arg("run")
+            .arg("--policy")
+            .arg(&policy)
+            .args([
+                "--store",
+                &store,
+                "--concurrency",
+                "4",
+                "--run-id",
+                run_id,
+                "--trigger",
+                trigger,
+            ])
+            .arg("--ops")
+            .arg(&ops)
+            .arg("--")
+            .arg(example.join("charge.sh"))
+            .env("LEDGER", &ledger)
+            .env("IDEM_CACHE_DIR", target.join("idem-cache"))
+            .status()
+            .with_context(|| format!("cannot run {}", idem.display()))?;
+        if !status.success() {
+            bail!("run {} failed ({status})", i + 1);
+        }
+    }
+    let operations = std::fs::read_to_string(&ops)?
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .count();
+    let charges = std::fs::read_to_string(&ledger)?.lines().count();
+    println!(
+        "\nledger: {charges} charges for {operations} invoices, two runs ({})",
+        ledger.display()
+    );
+    println!("records: {} inspect --store {store}", idem.display());
+    if charges != operations {
+        bail!("expected exactly one charge per invoice");
+    }
+    Ok(())
 }

@@ -36,6 +36,20 @@ impl StoreClock {
         StoreClock(Source::Offset(offset_ms))
     }
 
+    /// How a store with a clock of its own (a database server's) reads this
+    /// clock: `(Some(ms), 0)` pins "now" to a [`ManualClock`]'s reading;
+    /// `(None, offset)` means the database's clock shifted by `offset` ms
+    /// (0 for [`StoreClock::system`]). The system clock of *this* process is
+    /// then never read: leases are measured by the server, which every
+    /// client of a shared database agrees on.
+    pub(crate) fn for_database(&self) -> (Option<u64>, i64) {
+        match &self.0 {
+            Source::System => (None, 0),
+            Source::Manual(ms) => (Some(ms.load(Ordering::SeqCst)), 0),
+            Source::Offset(offset) => (None, *offset),
+        }
+    }
+
     /// Now, in ms since the Unix epoch.
     pub fn now_ms(&self) -> u64 {
         match &self.0 {

@@ -38,6 +38,43 @@ impl fmt::Display for OpenErrorKind {
     }
 }
 
+/// Why a database store (PostgreSQL) could not be reached or opened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ConnectErrorKind {
+    /// Nothing answered: connection refused, unknown host, timeout.
+    Unreachable,
+    /// The server refused the credentials.
+    Auth,
+    /// The TLS handshake failed (or the server does not offer TLS although
+    /// `sslmode` requires it).
+    Tls,
+    /// The database named in the URL does not exist.
+    NoSuchDatabase,
+    /// The role may not do what opening needs (create the schema, its
+    /// tables).
+    Permission,
+    /// The schema holds tables of another application (a `records` table
+    /// but no idem migration history): refused rather than modified.
+    ForeignSchema,
+    /// Anything else the server or the client reported.
+    Other,
+}
+
+impl fmt::Display for ConnectErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ConnectErrorKind::Unreachable => "the server is unreachable",
+            ConnectErrorKind::Auth => "authentication failed",
+            ConnectErrorKind::Tls => "TLS failed",
+            ConnectErrorKind::NoSuchDatabase => "the database does not exist",
+            ConnectErrorKind::Permission => "permission denied",
+            ConnectErrorKind::ForeignSchema => "the schema belongs to another application",
+            ConnectErrorKind::Other => "the connection failed",
+        })
+    }
+}
+
 /// A store error. The first four variants are conflicts (see
 /// [`StoreError::is_conflict`]): the call was refused and changed nothing.
 #[derive(Debug, Error)]
@@ -105,7 +142,7 @@ pub enum StoreError {
     InvalidRequest(String),
     /// A store URL this build cannot open.
     #[error(
-        "unsupported store URL `{url}`: {why}. Supported: `sqlite:PATH` (or `sqlite://PATH`, query `?synchronous=full|normal&busy_timeout_ms=N`) and `memory:`; `postgres://` is planned"
+        "unsupported store URL `{url}`: {why}. Supported: `sqlite:PATH` (or `sqlite://PATH`, query `?synchronous=full|normal&busy_timeout_ms=N`), `postgres://USER@HOST[:PORT]/DB` (or `postgresql://`, query `?idem_schema=NAME&idem_pool_size=N&sslmode=disable|prefer|require|verify-ca|verify-full` plus libpq options) and `memory:`"
     )]
     UnsupportedUrl {
         /// The URL as given.
@@ -122,6 +159,29 @@ pub enum StoreError {
         kind: OpenErrorKind,
         /// The underlying message.
         detail: String,
+    },
+    /// A database store could not be reached or opened. `url` never holds
+    /// the password.
+    #[error("cannot open store `{url}`: {kind}: {detail}")]
+    Connect {
+        /// The store URL, password masked.
+        url: String,
+        /// Why, as a type.
+        kind: ConnectErrorKind,
+        /// The underlying message.
+        detail: String,
+    },
+    /// A database store's schema was migrated by a newer idem.
+    #[error(
+        "store `{store}` has schema version {found}, newer than this idem supports ({supported}): upgrade idem"
+    )]
+    DatabaseSchemaTooNew {
+        /// The store URL (password masked) and schema.
+        store: String,
+        /// The schema's version.
+        found: i64,
+        /// The newest version this build knows.
+        supported: i64,
     },
     /// The store was written by a newer idem.
     #[error("store `{}` has schema version {found}, newer than this idem supports ({supported}): upgrade idem", .path.display())]

@@ -40,7 +40,8 @@
 //! Stores are async ([`Store`] is an `async_trait`, usable as
 //! `Arc<dyn Store>` since the store is chosen by URL at run time) and must
 //! be called inside a tokio runtime: the SQLite store runs its blocking
-//! calls on tokio's blocking pool.
+//! calls on tokio's blocking pool, the PostgreSQL store (module `postgres`)
+//! is async throughout.
 
 #![warn(missing_docs)]
 
@@ -48,6 +49,7 @@ mod clock;
 mod error;
 mod machine;
 mod memory;
+mod postgres;
 mod sqlite;
 mod url;
 
@@ -63,8 +65,11 @@ pub use idem_core::{Digest, RecordState};
 use idem_core::{DuplicateContext, Operation, OutcomeSummary};
 
 pub use clock::{ManualClock, StoreClock};
-pub use error::{OpenErrorKind, StoreError};
+pub use error::{ConnectErrorKind, OpenErrorKind, StoreError};
 pub use memory::MemoryStore;
+pub use postgres::{
+    DEFAULT_POOL_SIZE, DEFAULT_SCHEMA, POSTGRES_SCHEMA_VERSION, PostgresStore, PostgresUrl, TlsMode,
+};
 pub use sqlite::{SCHEMA_VERSION, SqliteOptions, SqliteStore, Synchronous};
 pub use url::StoreUrl;
 
@@ -427,7 +432,9 @@ pub trait Store: Send + Sync + 'static {
 }
 
 /// Opens the store a URL names: `sqlite:PATH`, `sqlite://PATH` (query
-/// `?synchronous=full|normal&busy_timeout_ms=N`) or `memory:`.
+/// `?synchronous=full|normal&busy_timeout_ms=N`), `postgres://…` or
+/// `postgresql://…` (see [`PostgresUrl`]) or `memory:`. Opening migrates a
+/// persistent store's schema.
 pub async fn open(url: &str, options: StoreOptions) -> Result<Arc<dyn Store>, StoreError> {
     match url.parse::<StoreUrl>()? {
         StoreUrl::Memory => Ok(Arc::new(MemoryStore::new(options))),
@@ -441,6 +448,36 @@ pub async fn open(url: &str, options: StoreOptions) -> Result<Arc<dyn Store>, St
                     .await
                     .map_err(|e| StoreError::Task(e.to_string()))??;
             Ok(Arc::new(store))
+        }
+        StoreUrl::Postgres(url) => Ok(Arc::new(PostgresStore::open(url, options).await?)),
+    }
+}
+
+/// Brings the schema of the store a URL names to the newest version this
+/// build knows (creating the store when absent) and returns that version:
+/// the `idem migrate --store URL` entry point. Idempotent, and safe to run
+/// from several processes at once. A store of a newer schema is refused
+/// ([`StoreError::SchemaTooNew`], [`StoreError::DatabaseSchemaTooNew`]); an
+/// in-memory store has no schema (version 0).
+pub async fn migrate(url: &str) -> Result<i64, StoreError> {
+    match url.parse::<StoreUrl>()? {
+        StoreUrl::Memory => Ok(0),
+        StoreUrl::Sqlite {
+            path,
+            options: sqlite,
+        } => {
+            let store = tokio::task::spawn_blocking(move || {
+                SqliteStore::open(&path, sqlite, StoreOptions::default())
+            })
+            .await
+            .map_err(|e| StoreError::Task(e.to_string()))??;
+            store.schema_version().await
+        }
+        StoreUrl::Postgres(url) => {
+            PostgresStore::open(url, StoreOptions::default())
+                .await?
+                .schema_version()
+                .await
         }
     }
 }

@@ -1,10 +1,11 @@
-//! Store URLs: `sqlite:PATH`, `sqlite://PATH`, `memory:`.
+//! Store URLs: `sqlite:PATH`, `sqlite://PATH`, `postgres://…`, `memory:`.
 
 use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
 
-use crate::{SqliteOptions, StoreError, Synchronous};
+use crate::postgres::is_postgres;
+use crate::{PostgresUrl, SqliteOptions, StoreError, Synchronous};
 
 /// A parsed store URL.
 ///
@@ -12,6 +13,8 @@ use crate::{SqliteOptions, StoreError, Synchronous};
 ///   absolute and `sqlite://idem.db` relative), with an optional query:
 ///   `synchronous=full|normal` and `busy_timeout_ms=N`. Everything after the
 ///   first `?` is the query, so a path cannot contain `?`.
+/// - `postgres://…` or `postgresql://…`: a PostgreSQL database (see
+///   [`PostgresUrl`] for the query parameters idem reads).
 /// - `memory:` (or `memory://`): a fresh in-memory store.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StoreUrl {
@@ -22,6 +25,8 @@ pub enum StoreUrl {
         /// From the query.
         options: SqliteOptions,
     },
+    /// A PostgreSQL database.
+    Postgres(PostgresUrl),
     /// An in-memory store.
     Memory,
 }
@@ -37,13 +42,16 @@ impl FromStr for StoreUrl {
         if url == "memory:" || url == "memory://" {
             return Ok(StoreUrl::Memory);
         }
+        if is_postgres(url) {
+            return url.parse().map(StoreUrl::Postgres);
+        }
         let Some(rest) = url.strip_prefix("sqlite:") else {
             let why = match url.split_once(':') {
                 Some((scheme, _))
                     if scheme.eq_ignore_ascii_case("postgres")
                         || scheme.eq_ignore_ascii_case("postgresql") =>
                 {
-                    "PostgreSQL stores are not implemented yet".to_string()
+                    format!("write `{scheme}://HOST/DB`")
                 }
                 Some((scheme, _)) if !scheme.is_empty() => format!("unknown scheme `{scheme}:`"),
                 _ => "no scheme".to_string(),
@@ -145,7 +153,7 @@ mod tests {
     #[test]
     fn bad_urls_name_the_url_and_the_schemes() {
         for (url, why) in [
-            ("postgres://db/idem", "not implemented yet"),
+            ("postgres:db/idem", "write `postgres://HOST/DB`"),
             ("mysql://x", "unknown scheme `mysql:`"),
             ("/just/a/path", "no scheme"),
             ("sqlite:", "no file path"),

@@ -31,6 +31,18 @@ macro_rules! conformance {
                 }
             )*
         }
+        mod postgres {
+            $(
+                #[tokio::test]
+                async fn $check() {
+                    let Some(url) = idem_store::conformance::postgres_test_url(concat!("postgres::", stringify!($check))) else {
+                        return;
+                    };
+                    let factory = idem_store::conformance::postgres_factory(url);
+                    idem_store::conformance::$check(&factory).await;
+                }
+            )*
+        }
     };
 }
 
@@ -69,6 +81,22 @@ fn model_sqlite() {
 #[test]
 fn model_sqlite_connection_per_worker() {
     conformance::model::check_across_connections(conformance::sqlite_fast_factory(), 32);
+}
+
+#[test]
+fn model_postgres() {
+    let Some(url) = conformance::postgres_test_url("model_postgres") else {
+        return;
+    };
+    conformance::model::check(conformance::postgres_factory(url), 32);
+}
+
+#[test]
+fn model_postgres_connection_per_worker() {
+    let Some(url) = conformance::postgres_test_url("model_postgres_connection_per_worker") else {
+        return;
+    };
+    conformance::model::check_across_connections(conformance::postgres_factory(url), 16);
 }
 
 fn open(path: &Path) -> Result<SqliteStore, StoreError> {

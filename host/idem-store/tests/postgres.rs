@@ -1,0 +1,585 @@
+//! PostgreSQL-specific tests: URLs and connection errors, migrations,
+//! TLS, the database clock, and connections racing on one key. The
+//! conformance suite itself runs in `conformance.rs`.
+//!
+//! Every test that needs a database reads `IDEM_TEST_POSTGRES_URL` through
+//! [`conformance::postgres_test_url`]: without it, the test says it was
+//! skipped and passes, except under `CI=true`, where it fails.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use idem_store::conformance::{self, fresh_schema, postgres_test_url, request};
+use idem_store::{
+    ClaimOutcome, ConnectErrorKind, ManualClock, MemoryStore, PostgresStore, PostgresUrl,
+    RecordKey, Store, StoreClock, StoreError, StoreOptions, StoreUrl,
+};
+use tokio::sync::Barrier;
+
+/// The test URL with a fresh schema.
+fn fresh(url: &str) -> PostgresUrl {
+    let base: PostgresUrl = url.parse().expect("a postgres URL");
+    base.with_schema(&fresh_schema()).expect("a schema")
+}
+
+/// A raw client for poking at the database behind idem's back. Plain TCP:
+/// the test URL must not demand TLS.
+async fn raw(url: &str) -> tokio_postgres::Client {
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .expect("a raw connection to the test database");
+    tokio::spawn(connection);
+    client
+}
+
+/// Drops a schema left by a test (the conformance fixtures drop their own).
+async fn drop_schema(url: &str, schema: &str) {
+    raw(url)
+        .await
+        .batch_execute(&format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"))
+        .await
+        .expect("drop the test schema");
+}
+
+fn manual_options(clock: &ManualClock) -> StoreOptions {
+    StoreOptions {
+        clock: clock.store_clock(),
+        ..StoreOptions::default()
+    }
+}
+
+fn connect_error(result: Result<PostgresStore, StoreError>) -> (ConnectErrorKind, String) {
+    match result {
+        Err(err @ StoreError::Connect { kind, .. }) => (kind, err.to_string()),
+        Err(other) => panic!("expected a connection error, got {other}"),
+        Ok(_) => panic!("expected a connection error, got a store"),
+    }
+}
+
+#[tokio::test]
+async fn postgres_urls_parse_through_store_url() {
+    let parsed: StoreUrl = "postgresql://u:pw@db/app?idem_schema=billing"
+        .parse()
+        .expect("a postgres URL");
+    let StoreUrl::Postgres(url) = parsed else {
+        panic!("not a postgres URL")
+    };
+    assert_eq!(url.schema, "billing");
+    assert_eq!(
+        url.redacted(),
+        "postgresql://u:***@db/app?idem_schema=billing"
+    );
+    let err = "postgres://u:pw@db/app?idem_schema=Robert');DROP"
+        .parse::<StoreUrl>()
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("idem_schema") && !err.contains(":pw@"),
+        "{err}"
+    );
+}
+
+/// Needs no database: nothing listens on port 1.
+#[tokio::test]
+async fn a_refused_connection_names_the_url_without_the_password() {
+    let result = PostgresStore::connect(
+        "postgres://idem:hunter2@127.0.0.1:1/test?connect_timeout=5",
+        StoreOptions::default(),
+    )
+    .await;
+    let (kind, text) = connect_error(result);
+    assert_eq!(kind, ConnectErrorKind::Unreachable, "{text}");
+    assert!(
+        text.contains("postgres://idem:***@127.0.0.1:1/test"),
+        "{text}"
+    );
+    assert!(!text.contains("hunter2"), "{text}");
+    // The same through `open`, as the CLI calls it.
+    let err = idem_store::open(
+        "postgres://idem:hunter2@127.0.0.1:1/test",
+        StoreOptions::default(),
+    )
+    .await
+    .err()
+    .expect("an error");
+    assert!(!err.to_string().contains("hunter2"), "{err}");
+}
+
+#[tokio::test]
+async fn an_unknown_role_or_database_is_a_typed_error() {
+    let Some(url) = postgres_test_url("an_unknown_role_or_database_is_a_typed_error") else {
+        return;
+    };
+    let base: PostgresUrl = url.parse().expect("a postgres URL");
+    let config: tokio_postgres::Config = url.parse().expect("a client URL");
+    let host = match &config.get_hosts()[0] {
+        tokio_postgres::config::Host::Tcp(h) => h.clone(),
+        tokio_postgres::config::Host::Unix(p) => p.display().to_string(),
+    };
+    let port = config.get_ports().first().copied().unwrap_or(5432);
+    let user = config.get_user().unwrap_or("postgres");
+    let (kind, text) = connect_error(
+        PostgresStore::connect(
+            &format!("postgres://{user}@{host}:{port}/idem_no_such_database"),
+            StoreOptions::default(),
+        )
+        .await,
+    );
+    assert_eq!(kind, ConnectErrorKind::NoSuchDatabase, "{text}");
+    assert!(text.contains("idem_no_such_database"), "{text}");
+    let (kind, text) = connect_error(
+        PostgresStore::connect(
+            &format!("postgres://idem_no_such_role:secret@{host}:{port}/test"),
+            StoreOptions::default(),
+        )
+        .await,
+    );
+    assert_eq!(kind, ConnectErrorKind::Auth, "{text}");
+    assert!(!text.contains("secret"), "{text}");
+    drop(base);
+}
+
+#[tokio::test]
+async fn migrations_run_once_and_a_newer_schema_is_refused() {
+    let Some(url) = postgres_test_url("migrations_run_once_and_a_newer_schema_is_refused") else {
+        return;
+    };
+    let target = fresh(&url);
+    // Several pools race to create the same new schema: all succeed.
+    let opens: Vec<_> = (0..6)
+        .map(|_| {
+            let target = target.clone();
+            tokio::spawn(async move { PostgresStore::open(target, StoreOptions::default()).await })
+        })
+        .collect();
+    let mut stores = Vec::new();
+    for open in opens {
+        stores.push(open.await.expect("task").expect("open"));
+    }
+    let store = &stores[0];
+    assert_eq!(
+        store.schema_version().await.expect("version"),
+        idem_store::POSTGRES_SCHEMA_VERSION
+    );
+    assert_eq!(store.migrate().await.expect("migrate again"), 1);
+    let client = raw(&url).await;
+    let rows = client
+        .query(
+            &format!(
+                "SELECT version FROM \"{}\".idem_schema_migrations",
+                target.schema
+            ),
+            &[],
+        )
+        .await
+        .expect("history");
+    assert_eq!(rows.len(), 1, "migrated once");
+    // The `migrate` entry point of the CLI.
+    let target_url = format!(
+        "{url}{}idem_schema={}",
+        if url.contains('?') { '&' } else { '?' },
+        target.schema
+    );
+    assert_eq!(idem_store::migrate(&target_url).await.expect("migrate"), 1);
+
+    client
+        .execute(
+            &format!(
+                "INSERT INTO \"{}\".idem_schema_migrations (version) VALUES (2)",
+                target.schema
+            ),
+            &[],
+        )
+        .await
+        .expect("bump");
+    match PostgresStore::open(target.clone(), StoreOptions::default()).await {
+        Err(
+            err @ StoreError::DatabaseSchemaTooNew {
+                found: 2,
+                supported: 1,
+                ..
+            },
+        ) => {
+            let text = err.to_string();
+            assert!(
+                text.contains("upgrade idem") && text.contains(&target.schema),
+                "{text}"
+            );
+        }
+        Err(other) => panic!("expected DatabaseSchemaTooNew, got {other}"),
+        Ok(_) => panic!("expected DatabaseSchemaTooNew, got a store"),
+    }
+    drop(stores);
+    drop_schema(&url, &target.schema).await;
+}
+
+#[tokio::test]
+async fn another_applications_schema_is_refused_untouched() {
+    let Some(url) = postgres_test_url("another_applications_schema_is_refused_untouched") else {
+        return;
+    };
+    let target = fresh(&url);
+    let client = raw(&url).await;
+    client
+        .batch_execute(&format!(
+            "CREATE SCHEMA \"{0}\"; CREATE TABLE \"{0}\".records (id int); INSERT INTO \"{0}\".records VALUES (1);",
+            target.schema
+        ))
+        .await
+        .expect("a foreign schema");
+    let (kind, text) =
+        connect_error(PostgresStore::open(target.clone(), StoreOptions::default()).await);
+    assert_eq!(kind, ConnectErrorKind::ForeignSchema, "{text}");
+    let tables: i64 = client
+        .query_one(
+            "SELECT count(*) FROM pg_tables WHERE schemaname = $1",
+            &[&target.schema],
+        )
+        .await
+        .expect("count")
+        .get(0);
+    assert_eq!(tables, 1, "nothing was created in the foreign schema");
+    drop_schema(&url, &target.schema).await;
+}
+
+#[tokio::test]
+async fn schemas_keep_services_apart() {
+    let Some(url) = postgres_test_url("schemas_keep_services_apart") else {
+        return;
+    };
+    let (a_url, b_url) = (fresh(&url), fresh(&url));
+    let a = PostgresStore::open(a_url.clone(), StoreOptions::default())
+        .await
+        .expect("a");
+    let b = PostgresStore::open(b_url.clone(), StoreOptions::default())
+        .await
+        .expect("b");
+    let k = conformance::key(1);
+    assert!(matches!(
+        a.claim(request(&k, 1, 60_000, 60_000, 1))
+            .await
+            .expect("claim a"),
+        ClaimOutcome::Claimed(_)
+    ));
+    assert!(
+        matches!(
+            b.claim(request(&k, 1, 60_000, 60_000, 1))
+                .await
+                .expect("claim b"),
+            ClaimOutcome::Claimed(_)
+        ),
+        "the same key in another schema is another record"
+    );
+    assert!(a.describe().contains(&a_url.schema) || a.schema() == a_url.schema);
+    drop((a, b));
+    drop_schema(&url, &a_url.schema).await;
+    drop_schema(&url, &b_url.schema).await;
+}
+
+/// `sslmode` behaves as in libpq: `disable` is plain, `require` encrypts
+/// (without checking the server's certificate), `verify-full` refuses a
+/// certificate no trusted root signed (the test server's is self-signed).
+/// A server without TLS must refuse `require`.
+#[tokio::test]
+async fn sslmode_disable_require_and_verify_full() {
+    let Some(url) = postgres_test_url("sslmode_disable_require_and_verify_full") else {
+        return;
+    };
+    let target = fresh(&url);
+    let with = |mode: &str| -> PostgresUrl {
+        let sep = if url.contains('?') { '&' } else { '?' };
+        format!("{url}{sep}sslmode={mode}&idem_schema={}", target.schema)
+            .parse()
+            .expect("a URL")
+    };
+    let plain = PostgresStore::open(with("disable"), StoreOptions::default())
+        .await
+        .expect("sslmode=disable");
+    assert!(!plain.tls_in_use().await.expect("tls"));
+    let server_ssl: String = raw(&url)
+        .await
+        .query_one("SHOW ssl", &[])
+        .await
+        .expect("SHOW ssl")
+        .get(0);
+    let required = PostgresStore::open(with("require"), StoreOptions::default()).await;
+    if server_ssl == "on" {
+        let store = required.expect("sslmode=require against a self-signed server");
+        assert!(store.tls_in_use().await.expect("tls"), "require encrypts");
+        let store = PostgresStore::open(with("prefer"), StoreOptions::default())
+            .await
+            .expect("sslmode=prefer");
+        assert!(
+            store.tls_in_use().await.expect("tls"),
+            "prefer encrypts when it can"
+        );
+        let (kind, text) =
+            connect_error(PostgresStore::open(with("verify-full"), StoreOptions::default()).await);
+        assert_eq!(kind, ConnectErrorKind::Tls, "{text}");
+    } else {
+        let (kind, text) = connect_error(required);
+        assert_eq!(kind, ConnectErrorKind::Tls, "{text}");
+    }
+    drop(plain);
+    drop_schema(&url, &target.schema).await;
+}
+
+/// Production reads the database's clock, not this process's: a lease is
+/// measured from the server's `clock_timestamp()`, and an offset clock
+/// shifts it.
+#[tokio::test]
+async fn leases_are_measured_by_the_database_clock() {
+    let Some(url) = postgres_test_url("leases_are_measured_by_the_database_clock") else {
+        return;
+    };
+    let target = fresh(&url);
+    let client = raw(&url).await;
+    let db_now = || async {
+        let row = client
+            .query_one(
+                "SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::int8",
+                &[],
+            )
+            .await
+            .expect("clock");
+        u64::try_from(row.get::<_, i64>(0)).expect("after 1970")
+    };
+    let day: u64 = 86_400_000;
+    for (offset, store_clock) in [
+        (0, StoreClock::system()),
+        (day, StoreClock::system_with_offset(day as i64)),
+    ] {
+        let store = PostgresStore::open(
+            target.clone(),
+            StoreOptions {
+                clock: store_clock,
+                ..StoreOptions::default()
+            },
+        )
+        .await
+        .expect("open");
+        let k = RecordKey::new("clock", idem_core::Digest::of_bytes(&offset.to_le_bytes()));
+        let before = db_now().await;
+        let claim = match store
+            .claim(request(&k, 1, 5_000, 60_000, 1))
+            .await
+            .expect("claim")
+        {
+            ClaimOutcome::Claimed(c) => c,
+            other => panic!("expected a claim, got {other:?}"),
+        };
+        let after = db_now().await;
+        assert!(
+            (before + offset + 5_000..=after + offset + 5_000).contains(&claim.lease_until_ms),
+            "lease until {} not within the database's [{before}, {after}] + {offset} + 5000",
+            claim.lease_until_ms
+        );
+        let view = store.get(&k).await.expect("get").expect("a record");
+        assert!(view.now_ms >= before + offset && view.now_ms <= db_now().await + offset);
+    }
+    drop_schema(&url, &target.schema).await;
+}
+
+/// The one-round-trip claim's SQL arithmetic agrees with the state machine
+/// (as the memory store runs it) at the extremes, where times are clamped.
+#[tokio::test]
+async fn the_fast_claim_agrees_with_the_machine_at_the_extremes() {
+    let Some(url) = postgres_test_url("the_fast_claim_agrees_with_the_machine_at_the_extremes")
+    else {
+        return;
+    };
+    let target = fresh(&url);
+    let clock = ManualClock::new(conformance::START_MS);
+    let pg = PostgresStore::open(target.clone(), manual_options(&clock))
+        .await
+        .expect("open");
+    let memory = MemoryStore::new(manual_options(&clock));
+    for (n, (lease, retention)) in [
+        (Duration::MAX, Duration::MAX),
+        (Duration::ZERO, Duration::ZERO),
+        (Duration::from_millis(10), Duration::MAX),
+        (Duration::MAX, Duration::ZERO),
+        (Duration::from_millis(1), Duration::from_millis(3)),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let k = conformance::key(n as u32);
+        let mut req = request(&k, 1, 0, 0, 1);
+        (req.lease, req.retention) = (lease, retention);
+        let (ClaimOutcome::Claimed(a), ClaimOutcome::Claimed(b)) = (
+            pg.claim(req.clone()).await.expect("pg claim"),
+            memory.claim(req).await.expect("memory claim"),
+        ) else {
+            panic!("expected two claims")
+        };
+        assert_eq!(a.lease_until_ms, b.lease_until_ms);
+        let mut pg_record = pg.get(&k).await.expect("get").expect("pg record").record;
+        let memory_record = memory
+            .get(&k)
+            .await
+            .expect("get")
+            .expect("memory record")
+            .record;
+        pg_record.fence = memory_record.fence;
+        assert_eq!(
+            pg_record, memory_record,
+            "lease {lease:?}, retention {retention:?}"
+        );
+    }
+    drop(pg);
+    drop_schema(&url, &target.schema).await;
+}
+
+/// Tasks on a multi-threaded runtime, each on its own pool connection, and
+/// separate pools (as separate processes would have), race to claim one key:
+/// exactly one `Claimed`, and every loser sees the winner's record.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn racing_connections_claim_exactly_once() {
+    let Some(url) = postgres_test_url("racing_connections_claim_exactly_once") else {
+        return;
+    };
+    const RACERS: usize = 8;
+    let target = fresh(&url);
+    let shared = Arc::new(
+        PostgresStore::open(target.clone(), StoreOptions::default())
+            .await
+            .expect("open"),
+    );
+    let mut stores: Vec<Arc<PostgresStore>> = vec![shared.clone(); RACERS / 2];
+    for _ in 0..RACERS / 2 {
+        stores.push(Arc::new(
+            PostgresStore::open(target.clone(), StoreOptions::default())
+                .await
+                .expect("open another pool"),
+        ));
+    }
+    for round in 0..10 {
+        let k = conformance::key(round);
+        let barrier = Arc::new(Barrier::new(RACERS));
+        let racers: Vec<_> = stores
+            .iter()
+            .enumerate()
+            .map(|(who, store)| {
+                let (store, barrier, k) = (store.clone(), barrier.clone(), k.clone());
+                tokio::spawn(async move {
+                    barrier.wait().await;
+                    store
+                        .claim(request(&k, 1, 60_000, 60_000, who as u32))
+                        .await
+                })
+            })
+            .collect();
+        let mut outcomes = Vec::new();
+        for racer in racers {
+            outcomes.push(racer.await.expect("racer").expect("claim"));
+        }
+        let winners: Vec<u64> = outcomes
+            .iter()
+            .filter_map(|o| match o {
+                ClaimOutcome::Claimed(c) => Some(c.fence),
+                ClaimOutcome::Existing(_) => None,
+            })
+            .collect();
+        assert_eq!(winners.len(), 1, "round {round}: {outcomes:?}");
+        for o in &outcomes {
+            if let ClaimOutcome::Existing(e) = o {
+                assert_eq!(e.view.record.fence, winners[0], "round {round}");
+            }
+        }
+    }
+    drop((shared, stores));
+    drop_schema(&url, &target.schema).await;
+}
+
+/// Racing take-overs of one expired lease, and racing claims of an expired
+/// record (the replace path, under the row lock): one winner each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn racing_take_overs_and_replacements_have_one_winner() {
+    let Some(url) = postgres_test_url("racing_take_overs_and_replacements_have_one_winner") else {
+        return;
+    };
+    const RACERS: usize = 6;
+    let target = fresh(&url);
+    let clock = ManualClock::new(conformance::START_MS);
+    let mut stores = Vec::new();
+    for _ in 0..RACERS {
+        stores.push(Arc::new(
+            PostgresStore::open(target.clone(), manual_options(&clock))
+                .await
+                .expect("open"),
+        ));
+    }
+    for round in 0..5 {
+        let k = conformance::key(round);
+        let ClaimOutcome::Claimed(first) = stores[0]
+            .claim(request(&k, 1, 1_000, 0, 0))
+            .await
+            .expect("claim")
+        else {
+            panic!("expected a claim")
+        };
+        clock.advance(Duration::from_millis(1_000));
+        let barrier = Arc::new(Barrier::new(RACERS));
+        let racers: Vec<_> = stores
+            .iter()
+            .enumerate()
+            .map(|(who, store)| {
+                let (store, barrier, k) = (store.clone(), barrier.clone(), k.clone());
+                tokio::spawn(async move {
+                    barrier.wait().await;
+                    store
+                        .take_over(
+                            &k,
+                            first.fence,
+                            Duration::from_millis(1_000),
+                            conformance::holder(who as u32),
+                        )
+                        .await
+                })
+            })
+            .collect();
+        let mut results = Vec::new();
+        for racer in racers {
+            results.push(racer.await.expect("racer"));
+        }
+        let winners: Vec<_> = results.iter().filter_map(|r| r.as_ref().ok()).collect();
+        assert_eq!(winners.len(), 1, "round {round}: {results:?}");
+        let winner = winners[0].clone();
+        assert!(winner.fence > first.fence && winner.attempt == 2);
+        for r in &results {
+            match r {
+                Ok(_) => {}
+                Err(StoreError::Fenced { current, .. }) => assert_eq!(*current, winner.fence),
+                Err(other) => panic!("round {round}: unexpected {other}"),
+            }
+        }
+        // Lease and retention (0) over: the record counts as absent, and
+        // racing claims replace it exactly once.
+        clock.advance(Duration::from_millis(1_001));
+        let barrier = Arc::new(Barrier::new(RACERS));
+        let racers: Vec<_> = stores
+            .iter()
+            .enumerate()
+            .map(|(who, store)| {
+                let (store, barrier, k) = (store.clone(), barrier.clone(), k.clone());
+                tokio::spawn(async move {
+                    barrier.wait().await;
+                    store
+                        .claim(request(&k, 2, 60_000, 60_000, who as u32))
+                        .await
+                })
+            })
+            .collect();
+        let mut claimed = Vec::new();
+        for racer in racers {
+            if let ClaimOutcome::Claimed(c) = racer.await.expect("racer").expect("claim") {
+                claimed.push(c);
+            }
+        }
+        assert_eq!(claimed.len(), 1, "round {round}: {claimed:?}");
+        assert!(claimed[0].fence > winner.fence && claimed[0].attempt == 1);
+    }
+    drop(stores);
+    drop_schema(&url, &target.schema).await;
+}

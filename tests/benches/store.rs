@@ -1,0 +1,187 @@
+//! Durable begin+complete through the engine on SQLite, against the floor: a
+//! raw rusqlite transaction pair doing the same writes on the same schema
+//! with the same durability (WAL, synchronous=FULL), measured side by side in
+//! one run, with 1, 8 and 32 concurrent callers.
+//!
+//! `cargo bench -p idem-tests --bench store`
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use idem::core::{Operation, OperationLimits};
+use idem::engine::{Begin, Engine, EngineOptions};
+use idem::store::{Outcome, SqliteOptions, SqliteStore, StoreOptions};
+use idem_tests::load;
+
+/// Fresh operations: every begin claims a new key.
+fn op(n: u64) -> Operation {
+    let json = format!(
+        r#"{{"kind":"charge","tenant":"acme","fields":{{"customer":"c{}","billing_period":"2026-11","invoice_id":"i{n}","amount":"100","currency":"EUR"}}}}"#,
+        n % 1000
+    );
+    Operation::from_json(&json, &OperationLimits::default()).unwrap()
+}
+
+/// The store's schema (version 1), for the raw floor.
+const SCHEMA: &str = "
+    PRAGMA journal_mode = WAL;
+    CREATE TABLE fence_seq (id INTEGER PRIMARY KEY CHECK (id = 1), last INTEGER NOT NULL);
+    INSERT INTO fence_seq (id, last) VALUES (1, 0);
+    CREATE TABLE records (
+        namespace TEXT NOT NULL, key BLOB NOT NULL, policy_digest TEXT NOT NULL, fingerprint BLOB NOT NULL,
+        partition TEXT NOT NULL, state TEXT NOT NULL, fence INTEGER NOT NULL, lease_until INTEGER NOT NULL,
+        attempts INTEGER NOT NULL, created INTEGER NOT NULL, updated INTEGER NOT NULL, retention_ms INTEGER NOT NULL,
+        retain_until INTEGER NOT NULL, outcome_status INTEGER, outcome_body BLOB, outcome_error TEXT,
+        holder_run_id TEXT, holder_trigger TEXT, holder_attempt INTEGER, holder_host TEXT NOT NULL,
+        holder_pid INTEGER NOT NULL, PRIMARY KEY (namespace, key)) WITHOUT ROWID;
+    CREATE INDEX records_retain_until ON records (retain_until);";
+
+fn raw_connection(path: &std::path::Path) -> rusqlite::Connection {
+    let c = rusqlite::Connection::open(path).unwrap();
+    c.busy_timeout(Duration::from_secs(30)).unwrap();
+    c.pragma_update(None, "synchronous", "FULL").unwrap();
+    c
+}
+
+/// The floor: claim (fence + insert) and complete (conditional update), two
+/// durable transactions, the same writes the store makes.
+fn raw_begin_complete(c: &mut rusqlite::Connection, n: u64) {
+    let key = idem::core::Digest::of_bytes(&n.to_be_bytes()).0;
+    let now = 1_800_000_000_000i64 + n as i64;
+    let tx = c
+        .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+        .unwrap();
+    let fence: i64 = tx
+        .prepare_cached("UPDATE fence_seq SET last = last + 1 WHERE id = 1 RETURNING last")
+        .unwrap()
+        .query_row([], |r| r.get(0))
+        .unwrap();
+    tx.prepare_cached(
+        "INSERT INTO records VALUES ('billing', ?1, 'sha256:x', ?1, 'c1', 'in-progress', ?2, ?3, 1, ?4, ?4, 86400000, ?3,
+         NULL, NULL, NULL, 'run', 'scheduled', 1, 'host', 1)",
+    )
+    .unwrap()
+    .execute(rusqlite::params![&key[..], fence, now + 300_000, now])
+    .unwrap();
+    tx.commit().unwrap();
+    let tx = c
+        .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+        .unwrap();
+    let changed = tx
+        .prepare_cached(
+            "UPDATE records SET state = 'completed', outcome_status = 0, outcome_body = ?1, updated = ?2, retain_until = ?2 + retention_ms
+             WHERE namespace = 'billing' AND key = ?3 AND fence = ?4 AND state = 'in-progress'",
+        )
+        .unwrap()
+        .execute(rusqlite::params![&b"receipt"[..], now, &key[..], fence])
+        .unwrap();
+    assert_eq!(changed, 1);
+    tx.commit().unwrap();
+}
+
+/// Operations per second for `callers` concurrent callers doing `per_caller`
+/// begin+complete each through the engine.
+fn engine_rate(callers: u64, per_caller: u64, rt: &tokio::runtime::Runtime) -> f64 {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(
+        &dir.path().join("idem.db"),
+        SqliteOptions::default(),
+        StoreOptions::default(),
+    )
+    .unwrap();
+    let engine = Arc::new(Engine::new(
+        load("billing-charge"),
+        Arc::new(store),
+        EngineOptions::default(),
+    ));
+    let next = Arc::new(AtomicU64::new(0));
+    rt.block_on(async {
+        let start = Instant::now();
+        let mut tasks = tokio::task::JoinSet::new();
+        for _ in 0..callers {
+            let (engine, next) = (engine.clone(), next.clone());
+            tasks.spawn(async move {
+                for _ in 0..per_caller {
+                    let n = next.fetch_add(1, Ordering::Relaxed);
+                    match engine.begin(&op(n)).await.unwrap() {
+                        Begin::Execute(e) => e
+                            .complete(Outcome::new(0, b"receipt".to_vec()))
+                            .await
+                            .unwrap(),
+                        other => panic!("expected a fresh claim: {other:?}"),
+                    }
+                }
+            });
+        }
+        while let Some(r) = tasks.join_next().await {
+            r.unwrap();
+        }
+        (callers * per_caller) as f64 / start.elapsed().as_secs_f64()
+    })
+}
+
+/// The same for the raw floor: one connection per caller (thread).
+fn raw_rate(callers: u64, per_caller: u64) -> f64 {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("raw.db");
+    let setup = raw_connection(&path);
+    setup.execute_batch(SCHEMA).unwrap();
+    let mode: String = setup
+        .pragma_query_value(None, "journal_mode", |r| r.get(0))
+        .unwrap();
+    assert_eq!(mode, "wal");
+    drop(setup);
+    let next = Arc::new(AtomicU64::new(0));
+    let start = Instant::now();
+    let threads: Vec<_> = (0..callers)
+        .map(|_| {
+            let (path, next) = (path.clone(), next.clone());
+            std::thread::spawn(move || {
+                let mut c = raw_connection(&path);
+                for _ in 0..per_caller {
+                    raw_begin_complete(&mut c, next.fetch_add(1, Ordering::Relaxed));
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    (callers * per_caller) as f64 / start.elapsed().as_secs_f64()
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    v[v.len() / 2]
+}
+
+fn main() {
+    // `cargo test --benches` runs benches once in test mode: keep that short.
+    let quick = std::env::args().any(|a| a == "--test" || a == "--list");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let total: u64 = if quick { 32 } else { 600 };
+    let rounds = if quick { 1 } else { 5 };
+    println!(
+        "durable begin+complete on SQLite (WAL, synchronous=FULL), medians of {rounds} rounds, {total} ops each"
+    );
+    println!(
+        "{:>8} {:>14} {:>14} {:>8}",
+        "callers", "engine ops/s", "floor ops/s", "ratio"
+    );
+    for callers in [1u64, 8, 32] {
+        let per = (total / callers).max(1);
+        // Interleave engine and floor rounds so both see the same machine.
+        let mut e = Vec::new();
+        let mut f = Vec::new();
+        for _ in 0..rounds {
+            e.push(engine_rate(callers, per, &rt));
+            f.push(raw_rate(callers, per));
+        }
+        let (e, f) = (median(e), median(f));
+        println!("{callers:>8} {e:>14.0} {f:>14.0} {:>7.2}x", e / f);
+    }
+}
