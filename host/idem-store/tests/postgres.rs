@@ -110,7 +110,6 @@ async fn an_unknown_role_or_database_is_a_typed_error() {
     let Some(url) = postgres_test_url("an_unknown_role_or_database_is_a_typed_error") else {
         return;
     };
-    let base: PostgresUrl = url.parse().expect("a postgres URL");
     let config: tokio_postgres::Config = url.parse().expect("a client URL");
     let host = match &config.get_hosts()[0] {
         tokio_postgres::config::Host::Tcp(h) => h.clone(),
@@ -136,7 +135,6 @@ async fn an_unknown_role_or_database_is_a_typed_error() {
     );
     assert_eq!(kind, ConnectErrorKind::Auth, "{text}");
     assert!(!text.contains("secret"), "{text}");
-    drop(base);
 }
 
 #[tokio::test]

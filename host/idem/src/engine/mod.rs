@@ -11,6 +11,32 @@
 //! [`EngineError::Fenced`] and changes nothing. Leases expire by the store's
 //! clock. An expired claim is never re-executed blindly: the policy decides
 //! (re-execute with the same key, send to review, reject).
+//!
+//! ```no_run
+//! # async fn charge(key: &str, fence: u64) -> Vec<u8> { Vec::new() }
+//! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
+//! use idem::engine::{Begin, Engine, EngineOptions};
+//! use idem::policy::{PolicyRuntime, RuntimeConfig};
+//! use idem::store::{Outcome, StoreOptions};
+//!
+//! let policy = PolicyRuntime::new(RuntimeConfig::default())?.load_file("billing-charge.wasm".as_ref())?;
+//! let store = idem::store::open("sqlite:idem.db", StoreOptions::default()).await?;
+//! let engine = Engine::new(policy, store, EngineOptions::default());
+//! let op = idem::core::Operation::from_json(
+//!     r#"{"kind":"charge","tenant":"acme","fields":{"customer":"c1","billing_period":"2026-11","invoice_id":"i1","amount":"100","currency":"EUR"}}"#,
+//!     &Default::default(),
+//! )?;
+//! match engine.begin(&op).await? {
+//!     Begin::Execute(claim) => {
+//!         let receipt = charge(&claim.key_hex(), claim.fence()).await;
+//!         claim.complete(Outcome::new(0, receipt)).await?;
+//!     }
+//!     Begin::Replay(replay) => println!("already charged: {:?}", replay.outcome),
+//!     other => println!("not now: {other:?}"),
+//! }
+//! # Ok(())
+//! # }
+//! ```
 
 mod execution;
 mod run_once;
