@@ -3,6 +3,10 @@
 //! with the same durability (WAL, synchronous=FULL), measured side by side in
 //! one run, with 1, 8 and 32 concurrent callers.
 //!
+//! With `IDEM_TEST_POSTGRES_URL` set, the same for PostgreSQL: the engine
+//! against raw `INSERT … ON CONFLICT` + `UPDATE` statements on the same
+//! server, one connection per caller.
+//!
 //! `cargo bench -p idem-tests --bench store`
 
 use std::sync::Arc;
@@ -95,30 +99,34 @@ fn engine_rate(callers: u64, per_caller: u64, rt: &tokio::runtime::Runtime) -> f
         Arc::new(store),
         EngineOptions::default(),
     ));
+    rt.block_on(drive(engine, callers, per_caller))
+}
+
+/// `callers` concurrent tasks doing `per_caller` fresh begin+complete each;
+/// operations per second.
+async fn drive(engine: Arc<Engine>, callers: u64, per_caller: u64) -> f64 {
     let next = Arc::new(AtomicU64::new(0));
-    rt.block_on(async {
-        let start = Instant::now();
-        let mut tasks = tokio::task::JoinSet::new();
-        for _ in 0..callers {
-            let (engine, next) = (engine.clone(), next.clone());
-            tasks.spawn(async move {
-                for _ in 0..per_caller {
-                    let n = next.fetch_add(1, Ordering::Relaxed);
-                    match engine.begin(&op(n)).await.unwrap() {
-                        Begin::Execute(e) => e
-                            .complete(Outcome::new(0, b"receipt".to_vec()))
-                            .await
-                            .unwrap(),
-                        other => panic!("expected a fresh claim: {other:?}"),
-                    }
+    let start = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..callers {
+        let (engine, next) = (engine.clone(), next.clone());
+        tasks.spawn(async move {
+            for _ in 0..per_caller {
+                let n = next.fetch_add(1, Ordering::Relaxed);
+                match engine.begin(&op(n)).await.unwrap() {
+                    Begin::Execute(e) => e
+                        .complete(Outcome::new(0, b"receipt".to_vec()))
+                        .await
+                        .unwrap(),
+                    other => panic!("expected a fresh claim: {other:?}"),
                 }
-            });
-        }
-        while let Some(r) = tasks.join_next().await {
-            r.unwrap();
-        }
-        (callers * per_caller) as f64 / start.elapsed().as_secs_f64()
-    })
+            }
+        });
+    }
+    while let Some(r) = tasks.join_next().await {
+        r.unwrap();
+    }
+    (callers * per_caller) as f64 / start.elapsed().as_secs_f64()
 }
 
 /// The same for the raw floor: one connection per caller (thread).
@@ -149,6 +157,100 @@ fn raw_rate(callers: u64, per_caller: u64) -> f64 {
         t.join().unwrap();
     }
     (callers * per_caller) as f64 / start.elapsed().as_secs_f64()
+}
+
+/// The engine on PostgreSQL, in a schema of its own.
+fn engine_rate_pg(
+    url: &str,
+    schema: &str,
+    callers: u64,
+    per_caller: u64,
+    rt: &tokio::runtime::Runtime,
+) -> f64 {
+    rt.block_on(async {
+        let url = format!("{url}?idem_schema={schema}&idem_pool_size=40");
+        let store = idem::store::open(&url, StoreOptions::default())
+            .await
+            .unwrap();
+        let engine = Arc::new(Engine::new(
+            load("billing-charge"),
+            store,
+            EngineOptions::default(),
+        ));
+        drive(engine, callers, per_caller).await
+    })
+}
+
+/// The PostgreSQL floor: the claim as one `INSERT … ON CONFLICT DO NOTHING
+/// RETURNING` drawing the fence from a sequence, the completion as one
+/// conditional `UPDATE`, each its own autocommit statement.
+fn raw_rate_pg(
+    url: &str,
+    schema: &str,
+    callers: u64,
+    per_caller: u64,
+    rt: &tokio::runtime::Runtime,
+) -> f64 {
+    rt.block_on(async {
+        let connect = || async {
+            let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls).await.unwrap();
+            tokio::spawn(conn);
+            client
+        };
+        let setup = connect().await;
+        setup
+            .batch_execute(&format!(
+                "DROP SCHEMA IF EXISTS {schema} CASCADE; CREATE SCHEMA {schema};
+                 CREATE SEQUENCE {schema}.fence_seq;
+                 CREATE TABLE {schema}.records (namespace TEXT NOT NULL, key BYTEA NOT NULL, policy_digest TEXT NOT NULL,
+                   fingerprint BYTEA NOT NULL, partition TEXT NOT NULL, state TEXT NOT NULL, fence BIGINT NOT NULL,
+                   lease_until BIGINT NOT NULL, attempts INT NOT NULL, created BIGINT NOT NULL, updated BIGINT NOT NULL,
+                   retention_ms BIGINT NOT NULL, retain_until BIGINT NOT NULL, outcome_status INT, outcome_body BYTEA,
+                   outcome_error TEXT, holder_run_id TEXT, holder_trigger TEXT, holder_attempt INT, holder_host TEXT NOT NULL,
+                   holder_pid INT NOT NULL, PRIMARY KEY (namespace, key));"
+            ))
+            .await
+            .unwrap();
+        let next = Arc::new(AtomicU64::new(0));
+        let start = Instant::now();
+        let mut tasks = tokio::task::JoinSet::new();
+        for _ in 0..callers {
+            let client = connect().await;
+            let (next, schema) = (next.clone(), schema.to_string());
+            tasks.spawn(async move {
+                let claim = client
+                    .prepare(&format!(
+                        "INSERT INTO {schema}.records SELECT 'billing', $1, 'sha256:x', $1, 'c1', 'in-progress', nextval('{schema}.fence_seq'),
+                         $2 + 300000, 1, $2, $2, 86400000, $2 + 86400000, NULL, NULL, NULL, 'run', 'scheduled', 1, 'host', 1
+                         ON CONFLICT DO NOTHING RETURNING fence"
+                    ))
+                    .await
+                    .unwrap();
+                let complete = client
+                    .prepare(&format!(
+                        "UPDATE {schema}.records SET state = 'completed', outcome_status = 0, outcome_body = $1, updated = $2,
+                         retain_until = $2 + retention_ms WHERE namespace = 'billing' AND key = $3 AND fence = $4 AND state = 'in-progress'"
+                    ))
+                    .await
+                    .unwrap();
+                for _ in 0..per_caller {
+                    let n = next.fetch_add(1, Ordering::Relaxed);
+                    let key = idem::core::Digest::of_bytes(&n.to_be_bytes()).0.to_vec();
+                    let now = 1_800_000_000_000i64 + n as i64;
+                    let row = client.query_one(&claim, &[&key, &now]).await.unwrap();
+                    let fence: i64 = row.get(0);
+                    let changed = client.execute(&complete, &[&b"receipt".to_vec(), &now, &key, &fence]).await.unwrap();
+                    assert_eq!(changed, 1);
+                }
+            });
+        }
+        while let Some(r) = tasks.join_next().await {
+            r.unwrap();
+        }
+        let rate = (callers * per_caller) as f64 / start.elapsed().as_secs_f64();
+        setup.batch_execute(&format!("DROP SCHEMA {schema} CASCADE")).await.unwrap();
+        rate
+    })
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -184,4 +286,47 @@ fn main() {
         let (e, f) = (median(e), median(f));
         println!("{callers:>8} {e:>14.0} {f:>14.0} {:>7.2}x", e / f);
     }
+    let Ok(url) = std::env::var("IDEM_TEST_POSTGRES_URL") else {
+        println!("PostgreSQL: skipped (set IDEM_TEST_POSTGRES_URL to measure it)");
+        return;
+    };
+    println!(
+        "\nbegin+complete on PostgreSQL ({url}), medians of {rounds} rounds, {total} ops each"
+    );
+    println!(
+        "{:>8} {:>14} {:>14} {:>8}",
+        "callers", "engine ops/s", "floor ops/s", "ratio"
+    );
+    for callers in [1u64, 8, 32] {
+        let per = (total / callers).max(1);
+        let mut e = Vec::new();
+        let mut f = Vec::new();
+        for round in 0..rounds {
+            let schema = format!("idem_bench_{}_{callers}_{round}", std::process::id());
+            e.push(engine_rate_pg(&url, &schema, callers, per, &rt));
+            drop_schema(&url, &schema, &rt);
+            f.push(raw_rate_pg(
+                &url,
+                &format!("{schema}_raw"),
+                callers,
+                per,
+                &rt,
+            ));
+        }
+        let (e, f) = (median(e), median(f));
+        println!("{callers:>8} {e:>14.0} {f:>14.0} {:>7.2}x", e / f);
+    }
+}
+
+fn drop_schema(url: &str, schema: &str, rt: &tokio::runtime::Runtime) {
+    rt.block_on(async {
+        let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        tokio::spawn(conn);
+        client
+            .batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
+            .await
+            .unwrap();
+    })
 }

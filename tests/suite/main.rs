@@ -1,6 +1,9 @@
 //! idem's integration suite: one binary, one module per area.
 
+mod chaos;
 mod cli;
 mod engine;
 mod exec_cli;
+mod fleet;
+mod ownership;
 mod policy_runtime;

@@ -7,6 +7,8 @@
 //! the component-type section that `wit-bindgen` embedded. The wasm target is
 //! added with `rustup target add` when it is missing: no hand step.
 
+#![warn(missing_docs)]
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 

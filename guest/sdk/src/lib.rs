@@ -41,6 +41,8 @@
 //! must return the same answer for the same input. A panic is a trap: the host
 //! reports it but the message is lost, so return a [`PolicyError`] instead.
 
+#![warn(missing_docs)]
+
 #[cfg(all(target_arch = "wasm32", feature = "arena"))]
 mod arena;
 mod helpers;
@@ -55,6 +57,7 @@ pub mod testing;
 static ALLOCATOR: arena::BumpArena = arena::BumpArena;
 
 #[doc(hidden)]
+#[allow(missing_docs)]
 pub mod bindings {
     wit_bindgen::generate!({
         path: "../../wit",

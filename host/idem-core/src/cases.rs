@@ -34,6 +34,7 @@ pub struct CasesFile {
     /// When given, the policy's `describe().name` must equal it.
     #[serde(default)]
     pub policy: Option<String>,
+    /// The cases, run in order: a case may refer to an earlier one by name.
     pub cases: Vec<Case>,
 }
 
@@ -48,12 +49,15 @@ impl CasesFile {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Case {
+    /// Shown in the report, and how later cases refer to this one
+    /// (`same_key_as`, ...).
     pub name: String,
     /// The operation, in the operation JSON format.
     pub op: serde_json::Value,
     /// When present, the case asks `on-duplicate` instead of `derive`.
     #[serde(default)]
     pub duplicate: Option<DuplicateSpec>,
+    /// What must hold for the case to pass.
     pub expect: Expect,
 }
 
@@ -61,15 +65,23 @@ pub struct Case {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DuplicateSpec {
+    /// The stored record's state.
     pub state: RecordState,
+    /// Whether the operation's fingerprint equals the stored one (default
+    /// `true`).
     #[serde(default = "yes")]
     pub fingerprint_matches: bool,
+    /// Attempts made so far under the key (default 1).
     #[serde(default = "one")]
     pub attempts: u32,
+    /// Age of the stored record in milliseconds (default 0).
     #[serde(default)]
     pub age_ms: u64,
+    /// Lease left in milliseconds (default 0: expired). Only an in-progress
+    /// record has a lease; for any other state the policy is handed 0.
     #[serde(default)]
     pub lease_remaining_ms: u64,
+    /// The stored outcome's summary, if any.
     #[serde(default)]
     pub outcome: Option<OutcomeSummary>,
 }
@@ -85,16 +97,23 @@ fn one() -> u32 {
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Expect {
+    /// The key, as 64 lowercase hex characters.
     pub key: Option<String>,
+    /// The fingerprint, as 64 lowercase hex characters.
     pub fingerprint: Option<String>,
+    /// The partition, exactly.
     pub partition: Option<String>,
+    /// The retention, in seconds.
     pub retention_s: Option<u64>,
+    /// The lease, in seconds.
     pub lease_s: Option<u32>,
     /// The key equals that of the named (earlier) case.
     pub same_key_as: Option<String>,
     /// The key differs from that of the named (earlier) case.
     pub key_differs_from: Option<String>,
+    /// The fingerprint equals that of the named (earlier) case.
     pub same_fingerprint_as: Option<String>,
+    /// The fingerprint differs from that of the named (earlier) case.
     pub fingerprint_differs_from: Option<String>,
     /// The policy refuses with this error code.
     pub error: Option<String>,
@@ -106,7 +125,9 @@ pub struct Expect {
     pub decision: Option<String>,
     /// The rejection's status.
     pub status: Option<u16>,
+    /// The rejection's `retry_after_ms`.
     pub retry_after_ms: Option<u64>,
+    /// The decision is `wait` for exactly this many milliseconds.
     pub wait_ms: Option<u64>,
     /// The host's safety gate refuses the decision.
     #[serde(rename = "unsafe")]
@@ -136,15 +157,22 @@ impl Expect {
 /// a loaded component. `Err` is a failure to evaluate at all (a trap, a
 /// limit), which always fails the case.
 pub trait Subject {
+    /// The policy's `describe`: who it says it is.
     fn describe(&mut self) -> Result<PolicyInfo, String>;
+    /// The policy's `derive`, unchecked: the inner `Err` is the policy's own
+    /// typed refusal.
     fn derive(&mut self, op: &Operation) -> Result<Result<Derivation, PolicyError>, String>;
+    /// The policy's `on-duplicate`, before the safety gate.
     fn on_duplicate(&mut self, ctx: &DuplicateContext) -> Result<Decision, String>;
 }
 
 /// The result of one case.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CaseResult {
+    /// The case's name, or `describe` when the policy failed to describe
+    /// itself.
     pub name: String,
+    /// Whether everything the case expects held.
     pub passed: bool,
     /// On success a short summary; on failure what differed.
     pub detail: String,
@@ -153,13 +181,18 @@ pub struct CaseResult {
 /// The results of a whole file.
 #[derive(Debug, Clone, Default)]
 pub struct CasesReport {
+    /// One result per case, in file order. A policy that cannot describe
+    /// itself (or is not the file's policy) gets a single failed
+    /// `describe` result instead.
     pub results: Vec<CaseResult>,
 }
 
 impl CasesReport {
+    /// How many cases passed.
     pub fn passed(&self) -> usize {
         self.results.iter().filter(|r| r.passed).count()
     }
+    /// How many cases failed.
     pub fn failed(&self) -> usize {
         self.results.len() - self.passed()
     }

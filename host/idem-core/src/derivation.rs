@@ -9,9 +9,14 @@ use crate::digest::{Digest, Domain};
 /// Who a policy is, as it describes itself.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct PolicyInfo {
+    /// Short, stable name, e.g. `billing-charge` (1 to 128 bytes).
     pub name: String,
+    /// Semantic version of the policy, e.g. `1.2.0`.
     pub version: String,
+    /// Key namespace: keys of different namespaces never collide (1 to 128
+    /// bytes).
     pub namespace: String,
+    /// One line saying what the policy is for (at most 1024 bytes).
     pub description: String,
 }
 
@@ -59,7 +64,9 @@ fn is_semver(v: &str) -> bool {
 /// One named piece of key or fingerprint material.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
 pub struct Part {
+    /// What the part is, e.g. `invoice_id`; unique within its list.
     pub name: String,
+    /// The material itself, e.g. a field's value.
     pub value: String,
 }
 
@@ -76,10 +83,16 @@ impl Part {
 /// A policy's derivation, as it returned it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Derivation {
+    /// Identifies the effect: the same parts mean the same effect. Must
+    /// have at least one part.
     pub key: Vec<Part>,
+    /// What must match for a duplicate to be a true replay. May be empty.
     pub fingerprint: Vec<Part>,
+    /// Who owns the effect, for partitioned ownership (e.g. the customer).
     pub partition: String,
+    /// How long a record is kept, in seconds; must be at least `lease_s`.
     pub retention_s: u64,
+    /// How long a claim holds before its lease expires, in seconds.
     pub lease_s: u32,
 }
 
@@ -111,13 +124,21 @@ pub enum DerivationError {
 /// A checked derivation with its keys: what the engine claims with.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KeyedDerivation {
+    /// The policy's namespace, hashed into both digests.
     pub namespace: String,
+    /// The key: the digest of `key_material` in the key domain.
     pub key: Digest,
+    /// The digest of `fingerprint_material` in the fingerprint domain.
     pub fingerprint: Digest,
+    /// The key parts, in the policy's order (for `--explain`).
     pub key_material: Vec<Part>,
+    /// The fingerprint parts, in the policy's order.
     pub fingerprint_material: Vec<Part>,
+    /// Who owns the effect (1 to [`bounds::MAX_PARTITION`] bytes).
     pub partition: String,
+    /// How long the record is kept, in seconds; never shorter than the lease.
     pub retention_s: u64,
+    /// How long a claim holds before its lease expires, in seconds.
     pub lease_s: u32,
 }
 

@@ -28,7 +28,10 @@ pub const KEY_ENCODING_VERSION: u32 = 1;
 /// What a digest is of.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Domain {
+    /// Key material: identifies the effect. Labelled `key` in the encoding.
     Key,
+    /// Fingerprint material: what must match for a duplicate to be a true
+    /// replay. Labelled `fingerprint` in the encoding.
     Fingerprint,
 }
 

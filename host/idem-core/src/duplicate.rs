@@ -18,10 +18,17 @@ pub const MAX_REASON_BYTES: usize = 1024;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum RecordState {
+    /// Claimed: a holder is performing the effect, or did until its lease
+    /// expired.
     InProgress,
+    /// The effect happened and its outcome is stored: final.
     Completed,
+    /// The attempt failed and may be tried again.
     FailedRetryable,
+    /// The attempt failed for good; the failure is stored: final.
     FailedPermanent,
+    /// A holder's lease expired before it finished, and the policy sent the
+    /// record to review: the effect may or may not have happened.
     OutcomeUnknown,
 }
 
@@ -64,21 +71,30 @@ pub struct OutcomeSummary {
 /// What the host knows about a duplicate.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DuplicateContext {
+    /// The new operation.
     pub operation: Operation,
+    /// The state of the stored record it collided with.
     pub state: RecordState,
+    /// Whether the new operation's fingerprint equals the stored one.
     pub fingerprint_matches: bool,
+    /// Attempts made so far under this key (1 after the first claim).
     pub attempts: u32,
+    /// Age of the stored record since it was created, by the store's clock.
     pub age_ms: u64,
     /// 0 when the lease has expired (or the record is not in progress).
     pub lease_remaining_ms: u64,
+    /// The stored outcome of a completed or failed attempt, if any.
     pub outcome: Option<OutcomeSummary>,
 }
 
 /// A refusal returned to the caller.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Rejection {
+    /// HTTP-style class, 400 to 599: 409 in progress, 422 mismatch, ...
     pub status: u16,
+    /// Why, for the caller (1 to [`MAX_REASON_BYTES`] bytes).
     pub reason: String,
+    /// When trying again may help, in milliseconds.
     pub retry_after_ms: Option<u64>,
 }
 
@@ -86,10 +102,22 @@ pub struct Rejection {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case", tag = "decision")]
 pub enum Decision {
+    /// Hand back the stored outcome. Only for a completed (or permanently
+    /// failed) record whose fingerprint matches.
     Replay,
+    /// Refuse this duplicate.
     Reject(Rejection),
-    Wait { max_ms: u64 },
+    /// Wait for an in-progress record whose lease is live.
+    Wait {
+        /// The longest wait, in milliseconds (1 to [`MAX_WAIT_MS`]).
+        max_ms: u64,
+    },
+    /// Run the effect again under the same key. Only after a retryable
+    /// failure, an expired lease or an unknown outcome, and only with a
+    /// matching fingerprint.
     ReExecute,
+    /// Mark an in-progress record whose lease expired as outcome-unknown for
+    /// review, and refuse this duplicate.
     MarkUnknown(Rejection),
 }
 
@@ -111,9 +139,14 @@ impl Decision {
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 #[error("policy decided `{decision}` for a {state} record{}: {why}", if *.fingerprint_matches { "" } else { " with a different fingerprint" })]
 pub struct UnsafeDecision {
+    /// The decision refused, by its contract name (see [`Decision::name`]).
     pub decision: &'static str,
+    /// The record's state, by its contract spelling (see
+    /// [`RecordState::as_str`]).
     pub state: &'static str,
+    /// Whether the duplicate's fingerprint matched the stored one.
     pub fingerprint_matches: bool,
+    /// Which rule the decision broke.
     pub why: &'static str,
 }
 

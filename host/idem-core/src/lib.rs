@@ -10,8 +10,11 @@
 //! - [`duplicate`]: what a duplicate may get, and the safety gate that
 //!   refuses an unsafe decision,
 //! - [`cases`]: the cases-file format shared by `idem test` and the SDK.
+//! - [`ownership`]: which worker owns a partition (rendezvous hashing).
 //!
 //! This crate knows nothing of WebAssembly or storage.
+
+#![warn(missing_docs)]
 
 pub mod cases;
 pub mod derivation;
@@ -19,6 +22,7 @@ pub mod digest;
 pub mod duplicate;
 pub mod number;
 pub mod operation;
+pub mod ownership;
 pub mod policy_error;
 
 pub use derivation::{Derivation, DerivationError, KeyedDerivation, Part, PolicyInfo};

@@ -51,13 +51,24 @@ impl Default for OperationLimits {
 pub enum OpError {
     /// The document is larger than [`OperationLimits::max_bytes`].
     #[error("operation is {size} bytes; the limit is {limit} bytes")]
-    TooLarge { size: usize, limit: usize },
+    TooLarge {
+        /// The document's size, in bytes.
+        size: usize,
+        /// The limit it exceeds, in bytes.
+        limit: usize,
+    },
     /// Not JSON, or not the operation's shape (the message gives line and column).
     #[error("operation is not valid: {0}")]
     Json(#[from] serde_json::Error),
     /// Valid JSON of the right shape, but a value is unacceptable.
     #[error("operation {what}: {why}")]
-    Invalid { what: String, why: String },
+    Invalid {
+        /// The part at fault: the document, a member such as `run.attempt`,
+        /// or a named field.
+        what: String,
+        /// What is wrong with it.
+        why: String,
+    },
 }
 
 impl OpError {
@@ -73,9 +84,13 @@ impl OpError {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Trigger {
+    /// A scheduled run, such as a nightly batch.
     Scheduled,
+    /// A retry of an earlier run.
     Retry,
+    /// Started by hand, by an operator.
     Manual,
+    /// Sent by a client, such as an API request.
     Client,
 }
 
@@ -109,7 +124,9 @@ impl std::str::FromStr for Trigger {
 /// The run that carries an operation.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RunContext {
+    /// The run's identifier, e.g. `nightly-2026-11-30` (NFC, non-empty).
     pub run_id: String,
+    /// Why the run happened.
     pub trigger: Trigger,
     /// 1 for the first attempt.
     pub attempt: u32,
@@ -122,6 +139,7 @@ pub enum Value {
     Text(String),
     /// A number in canonical decimal spelling.
     Number(String),
+    /// A JSON `true` or `false`.
     Boolean(bool),
 }
 
@@ -140,10 +158,13 @@ impl Value {
 /// A canonical operation.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Operation {
+    /// What the effect is, e.g. `charge` (NFC, non-empty).
     pub kind: String,
+    /// Whose effect it is (NFC, non-empty).
     pub tenant: String,
     /// Sorted by name, names unique.
     pub fields: BTreeMap<String, Value>,
+    /// The run that carries the operation, when the document names one.
     pub run: Option<RunContext>,
     /// Logical time, when the document gave one; otherwise the host chooses.
     pub now_ms: Option<u64>,

@@ -7,8 +7,11 @@ use thiserror::Error;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum ErrorCode {
+    /// A field the policy needs is absent.
     MissingField,
+    /// A field is present but its value is unacceptable.
     InvalidValue,
+    /// The policy does not handle this kind of operation.
     UnsupportedKind,
 }
 
@@ -47,7 +50,10 @@ impl std::str::FromStr for ErrorCode {
 #[derive(Debug, Clone, PartialEq, Eq, Error, Serialize)]
 #[error("{} ({}){}: {message}", code.as_str(), code.status(), field.as_ref().map(|f| format!(" in field `{f}`")).unwrap_or_default())]
 pub struct PolicyError {
+    /// What kind of refusal.
     pub code: ErrorCode,
+    /// The field at fault, when there is one.
     pub field: Option<String>,
+    /// The policy's explanation, for the caller.
     pub message: String,
 }

@@ -27,9 +27,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::{
-    Claim, ClaimOutcome, ClaimRequest, Digest, Existing, Holder, ListFilter, ManualClock,
-    MemoryStore, Outcome, PostgresStore, PostgresUrl, RecordKey, RecordState, RecordView,
-    SqliteOptions, SqliteStore, Store, StoreError, StoreOptions, Synchronous, TRUNCATION_MARK,
+    Claim, ClaimOutcome, ClaimRequest, Digest, Existing, Holder, JobLease, JobLeaseAcquire,
+    ListFilter, ManualClock, Membership, MemoryStore, Outcome, OwnershipToken, PostgresStore,
+    PostgresUrl, RecordKey, RecordState, RecordView, SqliteOptions, SqliteStore, Store, StoreError,
+    StoreOptions, Synchronous, TRUNCATION_MARK,
 };
 
 /// A boxed, sendable future.
@@ -260,6 +261,7 @@ pub fn request(
         lease: Duration::from_millis(lease_ms),
         retention: Duration::from_millis(retention_ms),
         holder: holder(who),
+        ownership: None,
     }
 }
 
@@ -1065,6 +1067,289 @@ where
     );
 }
 
+fn names(list: &[&str]) -> Vec<String> {
+    list.iter().map(|s| s.to_string()).collect()
+}
+
+async fn join(store: &dyn Store, group: &str, members: &[&str]) -> Membership {
+    store
+        .join_membership(group, &names(members))
+        .await
+        .unwrap_or_else(|e| panic!("{}: join {group}: {e}", store.describe()))
+}
+
+fn token(group: &str, epoch: u64) -> OwnershipToken {
+    OwnershipToken {
+        group: group.to_string(),
+        epoch,
+    }
+}
+
+fn owned(key: &RecordKey, lease_ms: u64, token: OwnershipToken) -> ClaimRequest {
+    ClaimRequest {
+        ownership: Some(token),
+        ..request(key, 1, lease_ms, 60_000, 1)
+    }
+}
+
+fn assert_stale<T: std::fmt::Debug>(result: Result<T, StoreError>, epoch: u64, current: u64) {
+    match result {
+        Err(StoreError::StaleEpoch {
+            epoch: e,
+            current: c,
+            ..
+        }) if e == epoch && c == current => {}
+        other => {
+            panic!("expected StaleEpoch {{ epoch: {epoch}, current: {current} }}, got {other:?}")
+        }
+    }
+}
+
+/// Memberships and their epochs: registering the same members (in any
+/// order, with repeats) keeps the epoch; different members move it, from a
+/// store-wide monotonic sequence that survives reopening; bad memberships
+/// are refused.
+pub async fn membership_epochs<F, Fut>(factory: &F)
+where
+    F: Fn(StoreOptions) -> Fut,
+    Fut: Future<Output = Fixture>,
+{
+    let (fx, _clock) = fixture(factory, crate::DEFAULT_MAX_OUTCOME_BYTES).await;
+    let store = fx.store.clone();
+    assert_eq!(store.membership("nightly").await.expect("read"), None);
+    let first = join(store.as_ref(), "nightly", &["w-b", "w-a", "w-b"]).await;
+    assert!(first.epoch > 0);
+    assert_eq!(first.members, names(&["w-a", "w-b"]), "sorted, no repeats");
+    let same = join(store.as_ref(), "nightly", &["w-a", "w-b"]).await;
+    assert_eq!(same, first, "the same members keep the epoch");
+    let other = join(store.as_ref(), "hourly", &["x"]).await;
+    assert!(other.epoch > first.epoch, "epochs are store-wide");
+    let grown = join(store.as_ref(), "nightly", &["w-a", "w-b", "w-c"]).await;
+    assert!(grown.epoch > other.epoch, "{grown:?} after {other:?}");
+    let shrunk = join(store.as_ref(), "nightly", &["w-a", "w-b"]).await;
+    assert!(
+        shrunk.epoch > grown.epoch,
+        "going back to an old membership is a new epoch"
+    );
+    assert_eq!(
+        store.membership("nightly").await.expect("read"),
+        Some(shrunk.clone())
+    );
+    assert_eq!(
+        store.membership("hourly").await.expect("read"),
+        Some(other.clone()),
+        "groups are independent"
+    );
+    for bad in [
+        vec![],
+        names(&[""]),
+        names(&["a\nb"]),
+        names(&["ok", "tab\t"]),
+    ] {
+        match store.join_membership("nightly", &bad).await {
+            Err(StoreError::InvalidRequest(_)) => {}
+            other => panic!("members {bad:?}: expected InvalidRequest, got {other:?}"),
+        }
+    }
+    assert!(matches!(
+        store.join_membership("", &names(&["a"])).await,
+        Err(StoreError::InvalidRequest(_))
+    ));
+    assert_eq!(
+        store.membership("nightly").await.expect("read"),
+        Some(shrunk.clone()),
+        "a refused membership changes nothing"
+    );
+    if let Some(reopen) = &fx.reopen {
+        drop(store);
+        let again = reopen().await;
+        assert_eq!(
+            again.membership("nightly").await.expect("read"),
+            Some(shrunk.clone()),
+            "memberships survive reopening"
+        );
+        let next = join(again.as_ref(), "nightly", &["w-z"]).await;
+        assert!(next.epoch > shrunk.epoch, "epochs survive reopening");
+    }
+}
+
+/// A claim or take-over under a stale ownership epoch is refused and
+/// changes nothing: the owner deposed while paused cannot start an effect
+/// when it wakes. The current epoch is accepted; a claim without a token is
+/// not checked.
+pub async fn stale_epoch_is_refused<F, Fut>(factory: &F)
+where
+    F: Fn(StoreOptions) -> Fut,
+    Fut: Future<Output = Fixture>,
+{
+    let (fx, clock) = fixture(factory, crate::DEFAULT_MAX_OUTCOME_BYTES).await;
+    let store = fx.store.as_ref();
+    // No membership yet: no epoch is current.
+    assert_stale(
+        store
+            .claim(owned(&key(9), 1_000, token("nightly", 1)))
+            .await,
+        1,
+        0,
+    );
+    assert_eq!(store.get(&key(9)).await.expect("get"), None);
+
+    let old = join(store, "nightly", &["w-a", "w-b"]).await;
+    let hourly = join(store, "hourly", &["w-a"]).await;
+    // The old owner claims key 1 under its epoch, then pauses.
+    let a = claimed(store, owned(&key(1), 1_000, old.token())).await;
+    // Meanwhile the membership changes: the old owner is deposed.
+    let new = join(store, "nightly", &["w-b", "w-c"]).await;
+    assert!(new.epoch > old.epoch);
+    // It wakes: a fresh claim under its stale epoch is refused...
+    assert_stale(
+        store.claim(owned(&key(2), 1_000, old.token())).await,
+        old.epoch,
+        new.epoch,
+    );
+    assert_eq!(
+        store.get(&key(2)).await.expect("get"),
+        None,
+        "nothing written"
+    );
+    // ...and so is a take-over of its own expired claim.
+    clock.advance(ms(1_000));
+    assert_stale(
+        store
+            .take_over_with(&key(1), a.fence, ms(1_000), holder(1), Some(&old.token()))
+            .await,
+        old.epoch,
+        new.epoch,
+    );
+    let record = view(store, &key(1)).await.record;
+    assert_eq!(
+        (record.fence, record.attempts, record.state),
+        (a.fence, 1, RecordState::InProgress),
+        "a refused take-over changes nothing"
+    );
+    // An epoch this store never issued to the group is refused too.
+    assert_stale(
+        store
+            .claim(owned(&key(3), 1_000, token("nightly", new.epoch + 1)))
+            .await,
+        new.epoch + 1,
+        new.epoch,
+    );
+    // The current owner claims and takes over under the current epoch.
+    let b = claimed(store, owned(&key(2), 1_000, new.token())).await;
+    assert!(b.fence > a.fence);
+    let c = store
+        .take_over_with(&key(1), a.fence, ms(1_000), holder(2), Some(&new.token()))
+        .await
+        .expect("take-over under the current epoch");
+    assert!(c.fence > b.fence);
+    // The deposed holder's fence no longer writes either.
+    assert_fenced(
+        store
+            .complete(&key(1), a.fence, Outcome::new(0, Vec::new()))
+            .await,
+        a.fence,
+        c.fence,
+    );
+    // A duplicate under the current epoch sees the record (not refused).
+    existing(store, owned(&key(2), 1_000, new.token())).await;
+    // Another group's epoch is unaffected; no token, no check.
+    claimed(store, owned(&key(4), 1_000, hourly.token())).await;
+    claimed(store, request(&key(5), 1, 1_000, 60_000, 1)).await;
+}
+
+fn acquired(result: Result<JobLeaseAcquire, StoreError>) -> JobLease {
+    match result {
+        Ok(JobLeaseAcquire::Acquired(lease)) => lease,
+        other => panic!("expected Acquired, got {other:?}"),
+    }
+}
+
+fn held(result: Result<JobLeaseAcquire, StoreError>) -> (JobLease, u64) {
+    match result {
+        Ok(JobLeaseAcquire::Held {
+            current,
+            remaining_ms,
+        }) => (current, remaining_ms),
+        other => panic!("expected Held, got {other:?}"),
+    }
+}
+
+fn assert_lost<T: std::fmt::Debug>(result: Result<T, StoreError>, fence: u64) {
+    match result {
+        Err(StoreError::JobLeaseLost { fence: f, .. }) if f == fence => {}
+        other => panic!("expected JobLeaseLost (fence {fence}), got {other:?}"),
+    }
+}
+
+/// Job leases: one live holder per job, by the store clock; heartbeat and
+/// release are fenced; a lease that ended or was released is taken under a
+/// higher fence (from the store-wide fence sequence).
+pub async fn job_lease<F, Fut>(factory: &F)
+where
+    F: Fn(StoreOptions) -> Fut,
+    Fut: Future<Output = Fixture>,
+{
+    let (fx, clock) = fixture(factory, crate::DEFAULT_MAX_OUTCOME_BYTES).await;
+    let store = fx.store.as_ref();
+    let a = acquired(store.acquire_job_lease("nightly", "run-a", ms(1_000)).await);
+    assert_eq!((a.job.as_str(), a.holder.as_str()), ("nightly", "run-a"));
+    assert_eq!(a.lease_until_ms, START_MS + 1_000);
+    let (current, left) = held(store.acquire_job_lease("nightly", "run-b", ms(1_000)).await);
+    assert_eq!((current.clone(), left), (a.clone(), 1_000));
+    // Another job is independent.
+    let other = acquired(store.acquire_job_lease("hourly", "run-b", ms(1_000)).await);
+    assert!(other.fence > a.fence);
+
+    clock.advance(ms(400));
+    let until = store
+        .heartbeat_job_lease("nightly", a.fence, ms(1_000))
+        .await
+        .expect("heartbeat");
+    assert_eq!(until, START_MS + 1_400);
+    clock.advance(ms(999));
+    let (_, left) = held(store.acquire_job_lease("nightly", "run-b", ms(1_000)).await);
+    assert_eq!(left, 1, "live until its last millisecond");
+    clock.advance(ms(1));
+    // Ended by the store clock: taken under a higher fence.
+    let b = acquired(store.acquire_job_lease("nightly", "run-b", ms(1_000)).await);
+    assert!(b.fence > other.fence);
+    // The deposed holder can neither extend nor release it.
+    assert_lost(
+        store
+            .heartbeat_job_lease("nightly", a.fence, ms(1_000))
+            .await,
+        a.fence,
+    );
+    assert_lost(store.release_job_lease("nightly", a.fence).await, a.fence);
+    let (current, _) = held(store.acquire_job_lease("nightly", "run-c", ms(1_000)).await);
+    assert_eq!(current, b, "a refused release changes nothing");
+    // Released: the next run takes it at once.
+    store
+        .release_job_lease("nightly", b.fence)
+        .await
+        .expect("release");
+    assert_lost(store.release_job_lease("nightly", b.fence).await, b.fence);
+    assert_lost(
+        store.heartbeat_job_lease("nightly", b.fence, ms(1)).await,
+        b.fence,
+    );
+    let c = acquired(store.acquire_job_lease("nightly", "run-c", ms(1_000)).await);
+    assert!(c.fence > b.fence);
+    // Job-lease fences and record fences share one sequence.
+    let claim = claimed(store, request(&key(1), 1, 1_000, 60_000, 1)).await;
+    assert!(claim.fence > c.fence);
+    for (job, who) in [("", "run"), ("job", ""), ("job\n", "run")] {
+        assert!(
+            matches!(
+                store.acquire_job_lease(job, who, ms(1)).await,
+                Err(StoreError::InvalidRequest(_))
+            ),
+            "job {job:?} holder {who:?}"
+        );
+    }
+}
+
 /// Runs every check above against stores from `factory`.
 pub async fn run_all<F, Fut>(factory: &F)
 where
@@ -1084,4 +1369,7 @@ where
     fence_monotonic_across_gc_and_reopen(factory).await;
     outcome_size_cap(factory).await;
     list_filters(factory).await;
+    membership_epochs(factory).await;
+    stale_epoch_is_refused(factory).await;
+    job_lease(factory).await;
 }

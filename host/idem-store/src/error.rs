@@ -124,6 +124,31 @@ pub enum StoreError {
         /// The record.
         key: RecordKey,
     },
+    /// A claim or take-over carried an ownership epoch that is not the
+    /// group's current one: the membership changed (the claimer may have
+    /// been deposed while paused), so it no longer owns what it computed it
+    /// owns. Nothing changed.
+    #[error(
+        "stale ownership epoch: group `{group}` is at epoch {current}; epoch {epoch} is superseded and its claim changed nothing"
+    )]
+    StaleEpoch {
+        /// The group.
+        group: String,
+        /// The caller's epoch.
+        epoch: u64,
+        /// The group's current epoch (0 when the group has no membership).
+        current: u64,
+    },
+    /// A job-lease heartbeat or release under a fence that no longer holds
+    /// the lease (someone took it after it expired, or it was released).
+    /// Nothing changed.
+    #[error("job lease `{job}` is no longer held under fence {fence}")]
+    JobLeaseLost {
+        /// The job.
+        job: String,
+        /// The caller's fence.
+        fence: u64,
+    },
     /// The outcome's body is larger than the store accepts; nothing was
     /// written and the holder still holds its claim.
     #[error(

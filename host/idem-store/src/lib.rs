@@ -34,6 +34,16 @@
 //!   *take over*. Once they do, the old fence is deposed.
 //! - **A final record is never overwritten**: completing or failing twice,
 //!   even under the same fence, is [`StoreError::NotInProgress`].
+//! - **Ownership epochs** (partitioned ownership): each group (e.g. a job)
+//!   has a registered membership and an epoch, a store-wide monotonic
+//!   sequence that moves, in the same transaction, exactly when the
+//!   membership changes ([`Store::join_membership`]). A claim or take-over
+//!   carrying an [`OwnershipToken`] that is not the group's current epoch is
+//!   [`StoreError::StaleEpoch`] and changes nothing. The epoch gates the
+//!   *start* of an effect; the fence still gates every write after it.
+//! - **Job leases** ([`Store::acquire_job_lease`]): one live holder per job
+//!   name, by the store clock, fenced from the same fence sequence; an
+//!   efficiency measure, never what correctness rests on.
 //!
 //! This crate knows nothing of WebAssembly or policies.
 //!
@@ -253,6 +263,80 @@ pub struct ClaimRequest {
     pub retention: Duration,
     /// Who is claiming.
     pub holder: Holder,
+    /// The claimer's ownership epoch, when it works under partitioned
+    /// ownership: the store refuses the claim
+    /// ([`StoreError::StaleEpoch`]) unless it is the group's current epoch.
+    /// `None` (the default) checks nothing.
+    pub ownership: Option<OwnershipToken>,
+}
+
+/// Proof of ownership under a membership: the group and the epoch that
+/// [`Store::join_membership`] returned.
+///
+/// A worker computes what it owns from a membership, then carries the
+/// membership's epoch on every claim and take-over. Once the membership
+/// changes, the epoch moves on and the store refuses the old one: a worker
+/// that was deposed while paused cannot start an effect when it wakes.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct OwnershipToken {
+    /// The group (e.g. the job name).
+    pub group: String,
+    /// The epoch the worker's view of the membership has.
+    pub epoch: u64,
+}
+
+/// A group's registered membership.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Membership {
+    /// The group.
+    pub group: String,
+    /// The group's current epoch: a value of a store-wide sequence, so it
+    /// only ever increases, and it changes exactly when the members do.
+    pub epoch: u64,
+    /// The members, sorted and without repeats.
+    pub members: Vec<String>,
+}
+
+impl Membership {
+    /// The token that proves a claim is made under this membership.
+    pub fn token(&self) -> OwnershipToken {
+        OwnershipToken {
+            group: self.group.clone(),
+            epoch: self.epoch,
+        }
+    }
+}
+
+/// A job-level lease: who runs a whole job right now.
+///
+/// An efficiency measure only (two whole runs need not both do the work);
+/// correctness never depends on it: every operation is still claimed and
+/// fenced on its own.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobLease {
+    /// The job's name.
+    pub job: String,
+    /// Who holds it (free text, e.g. host, pid and run id).
+    pub holder: String,
+    /// The lease's fence, from the store-wide fence sequence; hand it back
+    /// to heartbeat or release.
+    pub fence: u64,
+    /// When the lease ends, store clock (ms since the epoch).
+    pub lease_until_ms: u64,
+}
+
+/// What [`Store::acquire_job_lease`] got.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum JobLeaseAcquire {
+    /// The caller holds the job lease.
+    Acquired(JobLease),
+    /// Another holder's lease is live.
+    Held {
+        /// The live lease.
+        current: JobLease,
+        /// How long it has left, store clock.
+        remaining_ms: u64,
+    },
 }
 
 /// A claim: the right to execute the effect, as long as `fence` is current.
@@ -386,6 +470,21 @@ pub trait Store: Send + Sync + 'static {
         observed_fence: u64,
         lease: Duration,
         holder: Holder,
+    ) -> Result<Claim, StoreError> {
+        self.take_over_with(key, observed_fence, lease, holder, None)
+            .await
+    }
+
+    /// [`Store::take_over`] under partitioned ownership: refused with
+    /// [`StoreError::StaleEpoch`] (changing nothing) unless `ownership` is
+    /// the group's current epoch. `None` checks nothing.
+    async fn take_over_with(
+        &self,
+        key: &RecordKey,
+        observed_fence: u64,
+        lease: Duration,
+        holder: Holder,
+        ownership: Option<&OwnershipToken>,
     ) -> Result<Claim, StoreError>;
 
     /// Marks an in-progress record whose lease expired as outcome-unknown,
@@ -429,6 +528,47 @@ pub trait Store: Send + Sync + 'static {
     /// Removes the records past their retention (never an in-progress record
     /// whose lease is live); returns how many were removed.
     async fn gc(&self) -> Result<u64, StoreError>;
+
+    /// Registers `members` as the membership of `group` and returns the
+    /// group's membership. When the members (as a set) differ from the
+    /// stored ones, or the group has none yet, the group gets a new epoch
+    /// from a store-wide monotonic sequence, in the same transaction;
+    /// otherwise the stored epoch is returned unchanged, so that workers
+    /// joining with the same view agree on it. Members must be non-empty
+    /// names without control characters ([`StoreError::InvalidRequest`]).
+    async fn join_membership(
+        &self,
+        group: &str,
+        members: &[String],
+    ) -> Result<Membership, StoreError>;
+
+    /// The membership of `group`, if one was registered.
+    async fn membership(&self, group: &str) -> Result<Option<Membership>, StoreError>;
+
+    /// Takes the job lease `job` for `lease` (store clock) under a new fence,
+    /// unless another holder's lease is live ([`JobLeaseAcquire::Held`]).
+    /// A lease that expired, or was released, is taken.
+    async fn acquire_job_lease(
+        &self,
+        job: &str,
+        holder: &str,
+        lease: Duration,
+    ) -> Result<JobLeaseAcquire, StoreError>;
+
+    /// Extends the job lease held under `fence` to store-now + `lease`;
+    /// returns the new `lease_until_ms`. [`StoreError::JobLeaseLost`] when
+    /// someone else took it (or it was released).
+    async fn heartbeat_job_lease(
+        &self,
+        job: &str,
+        fence: u64,
+        lease: Duration,
+    ) -> Result<u64, StoreError>;
+
+    /// Releases the job lease held under `fence`, so the next run need not
+    /// wait for it to expire. [`StoreError::JobLeaseLost`] when it is no
+    /// longer held under `fence`.
+    async fn release_job_lease(&self, job: &str, fence: u64) -> Result<(), StoreError>;
 }
 
 /// Opens the store a URL names: `sqlite:PATH`, `sqlite://PATH` (query

@@ -8,10 +8,10 @@ use std::time::Duration;
 use async_trait::async_trait;
 use idem_core::RecordState;
 
-use crate::machine::{self, ClaimStep};
+use crate::machine::{self, ClaimStep, JobStep};
 use crate::{
-    Claim, ClaimOutcome, ClaimRequest, Holder, ListFilter, Outcome, Record, RecordKey, RecordView,
-    Store, StoreError, StoreOptions,
+    Claim, ClaimOutcome, ClaimRequest, Holder, JobLease, JobLeaseAcquire, ListFilter, Membership,
+    Outcome, OwnershipToken, Record, RecordKey, RecordView, Store, StoreError, StoreOptions,
 };
 
 /// A store in a mutex. Each call holds the lock for the whole call (reading
@@ -27,12 +27,24 @@ struct State {
     records: BTreeMap<RecordKey, Record>,
     /// The last fence issued; never goes down, not even on gc.
     last_fence: u64,
+    /// Each group's epoch and (normalised) members.
+    memberships: BTreeMap<String, (u64, Vec<String>)>,
+    /// The last epoch issued, to any group.
+    last_epoch: u64,
+    /// Job leases by job name.
+    job_leases: BTreeMap<String, JobLease>,
 }
 
 impl State {
     fn next_fence(&mut self) -> u64 {
         self.last_fence += 1;
         self.last_fence
+    }
+
+    /// Refuses a stale ownership token (see `machine::check_epoch`).
+    fn check_epoch(&self, token: Option<&OwnershipToken>) -> Result<(), StoreError> {
+        let current = token.and_then(|t| self.memberships.get(&t.group).map(|(e, _)| *e));
+        machine::check_epoch(token, current)
     }
 }
 
@@ -67,6 +79,7 @@ impl Store for MemoryStore {
     async fn claim(&self, request: ClaimRequest) -> Result<ClaimOutcome, StoreError> {
         machine::validate(&request)?;
         let (mut state, now) = self.lock();
+        state.check_epoch(request.ownership.as_ref())?;
         match machine::claim(state.records.get(&request.key).cloned(), &request, now) {
             ClaimStep::Existing(existing) => Ok(ClaimOutcome::Existing(existing)),
             ClaimStep::Insert => {
@@ -79,14 +92,16 @@ impl Store for MemoryStore {
         }
     }
 
-    async fn take_over(
+    async fn take_over_with(
         &self,
         key: &RecordKey,
         observed_fence: u64,
         lease: Duration,
         holder: Holder,
+        ownership: Option<&OwnershipToken>,
     ) -> Result<Claim, StoreError> {
         let (mut state, now) = self.lock();
+        state.check_epoch(ownership)?;
         let record =
             machine::take_over_check(state.records.get(key).cloned(), key, observed_fence, now)?;
         let fence = state.next_fence();
@@ -206,5 +221,88 @@ impl Store for MemoryStore {
         let before = state.records.len();
         state.records.retain(|_, r| !machine::is_expired(r, now));
         Ok((before - state.records.len()) as u64)
+    }
+
+    async fn join_membership(
+        &self,
+        group: &str,
+        members: &[String],
+    ) -> Result<Membership, StoreError> {
+        let members = machine::normalize_members(group, members)?;
+        let (mut state, _now) = self.lock();
+        let stored = state.memberships.get(group).map(|(_, m)| m.as_slice());
+        if machine::membership_changes(stored, &members) {
+            state.last_epoch += 1;
+            let epoch = state.last_epoch;
+            state
+                .memberships
+                .insert(group.to_string(), (epoch, members));
+        }
+        let (epoch, members) = state.memberships[group].clone();
+        Ok(Membership {
+            group: group.to_string(),
+            epoch,
+            members,
+        })
+    }
+
+    async fn membership(&self, group: &str) -> Result<Option<Membership>, StoreError> {
+        let (state, _now) = self.lock();
+        Ok(state
+            .memberships
+            .get(group)
+            .map(|(epoch, members)| Membership {
+                group: group.to_string(),
+                epoch: *epoch,
+                members: members.clone(),
+            }))
+    }
+
+    async fn acquire_job_lease(
+        &self,
+        job: &str,
+        holder: &str,
+        lease: Duration,
+    ) -> Result<JobLeaseAcquire, StoreError> {
+        machine::check_name("job", job)?;
+        machine::check_name("job-lease holder", holder)?;
+        let (mut state, now) = self.lock();
+        match machine::acquire_job(state.job_leases.get(job).cloned(), now) {
+            JobStep::Held(current, remaining_ms) => Ok(JobLeaseAcquire::Held {
+                current,
+                remaining_ms,
+            }),
+            JobStep::Take => {
+                let taken = JobLease {
+                    job: job.to_string(),
+                    holder: holder.to_string(),
+                    fence: state.next_fence(),
+                    lease_until_ms: machine::after(now, lease),
+                };
+                state.job_leases.insert(job.to_string(), taken.clone());
+                Ok(JobLeaseAcquire::Acquired(taken))
+            }
+        }
+    }
+
+    async fn heartbeat_job_lease(
+        &self,
+        job: &str,
+        fence: u64,
+        lease: Duration,
+    ) -> Result<u64, StoreError> {
+        let (mut state, now) = self.lock();
+        let mut held = machine::job_held(state.job_leases.get(job).cloned(), job, fence)?;
+        held.lease_until_ms = machine::after(now, lease);
+        let until = held.lease_until_ms;
+        state.job_leases.insert(job.to_string(), held);
+        Ok(until)
+    }
+
+    async fn release_job_lease(&self, job: &str, fence: u64) -> Result<(), StoreError> {
+        let (mut state, _now) = self.lock();
+        machine::job_held(state.job_leases.get(job).cloned(), job, fence)?;
+        state.job_leases.remove(job);
+        Ok(())
     }
 }

@@ -61,19 +61,22 @@ use tokio_postgres::types::ToSql;
 
 use crate::machine::{self, ClaimStep};
 use crate::{
-    Claim, ClaimOutcome, ClaimRequest, ConnectErrorKind, Holder, ListFilter, Outcome, Record,
-    RecordKey, RecordView, Store, StoreError, StoreOptions,
+    Claim, ClaimOutcome, ClaimRequest, ConnectErrorKind, Holder, JobLease, JobLeaseAcquire,
+    ListFilter, Membership, Outcome, OwnershipToken, Record, RecordKey, RecordView, Store,
+    StoreError, StoreOptions,
 };
 
 pub(crate) use url::is_postgres;
 pub use url::{DEFAULT_POOL_SIZE, DEFAULT_SCHEMA, PostgresUrl, TlsMode};
 
-/// The newest PostgreSQL schema version this build knows.
-pub const POSTGRES_SCHEMA_VERSION: i64 = 1;
+/// The newest PostgreSQL schema version this build knows: 1 records and
+/// fences; 2 memberships with their epochs, and job leases.
+pub const POSTGRES_SCHEMA_VERSION: i64 = 2;
 
 /// Migration `i` takes the schema from version `i` to `i + 1`; `{s}` is the
 /// quoted schema. Append only.
-const MIGRATIONS: &[&str] = &["
+const MIGRATIONS: &[&str] = &[
+    "
     CREATE SEQUENCE {s}.fence_seq AS bigint MINVALUE 1 START 1 NO CYCLE;
     CREATE TABLE {s}.records (
         namespace      text    NOT NULL,
@@ -102,7 +105,24 @@ const MIGRATIONS: &[&str] = &["
     );
     CREATE INDEX records_retain_until ON {s}.records (retain_until);
     CREATE INDEX records_updated ON {s}.records (updated);
-"];
+",
+    "
+    CREATE SEQUENCE {s}.epoch_seq AS bigint MINVALUE 1 START 1 NO CYCLE;
+    CREATE TABLE {s}.memberships (
+        grp     text    PRIMARY KEY,
+        epoch   bigint  NOT NULL CHECK (epoch > 0),
+        members text[]  NOT NULL,
+        updated bigint  NOT NULL
+    );
+    CREATE TABLE {s}.job_leases (
+        job         text   PRIMARY KEY,
+        holder      text   NOT NULL,
+        fence       bigint NOT NULL CHECK (fence > 0),
+        lease_until bigint NOT NULL,
+        acquired    bigint NOT NULL
+    );
+",
+];
 
 const COLUMNS: &str = "namespace, key, policy_digest, fingerprint, partition, state, fence, lease_until, attempts, \
      created, updated, retention_ms, retain_until, outcome_status, outcome_body, outcome_error, holder_run_id, \
@@ -137,12 +157,20 @@ struct Sql {
     get: String,
     list: String,
     gc: String,
+    epoch_for_share: String,
+    join: String,
+    membership: String,
+    job_acquire: String,
+    job_get: String,
+    job_heartbeat: String,
+    job_release: String,
 }
 
 impl Sql {
     fn new(schema: &str) -> Sql {
         let s = quote(schema);
         let fence_seq = format!("'{s}.fence_seq'");
+        let epoch_seq = format!("'{s}.epoch_seq'");
         let placeholders = (1..=21)
             .map(|i| format!("${i}"))
             .collect::<Vec<_>>()
@@ -175,8 +203,14 @@ impl Sql {
             ),
             // Mirrors machine::new_record: lease_until = now + lease,
             // retain_until = max(now + retention, lease_until), both clamped.
+            // With an ownership token ($15 group, $16 epoch) it inserts only
+            // while the epoch is current, holding the membership row FOR
+            // SHARE until commit so that a membership change waits for it;
+            // when it inserts nothing, the transaction path says why.
             fast_claim: format!(
-                "WITH n AS (SELECT {} AS ms, nextval({fence_seq}) AS fence) \
+                "WITH m AS (SELECT epoch FROM {s}.memberships WHERE grp = $15::text FOR SHARE), \
+                 n AS (SELECT {} AS ms, nextval({fence_seq}) AS fence \
+                   WHERE $15::text IS NULL OR EXISTS (SELECT 1 FROM m WHERE m.epoch = $16::int8)) \
                  INSERT INTO {s}.records ({COLUMNS}) \
                  SELECT $1::text, $2::bytea, $3::text, $4::bytea, $5::text, 'in-progress', n.fence, \
                    LEAST(n.ms::numeric + $6::int8, {MAX_TIME})::int8, 1, n.ms, n.ms, $7::int8, \
@@ -205,6 +239,46 @@ impl Sql {
                 "WITH n AS MATERIALIZED (SELECT {NOW} AS ms) \
                  DELETE FROM {s}.records r USING n WHERE {EXPIRED}"
             ),
+            // FOR SHARE: a membership change (which updates the row) waits
+            // for this claim's transaction, so the claim is ordered before
+            // or after it, never across it.
+            epoch_for_share: format!("SELECT epoch FROM {s}.memberships WHERE grp = $1 FOR SHARE"),
+            // One statement: the row lock of the upsert serialises joiners;
+            // the epoch moves (store-wide sequence) only when the members
+            // differ. The sequence value drawn for the insert attempt is lost
+            // on conflict: epochs may skip values, never go back.
+            join: format!(
+                "INSERT INTO {s}.memberships AS m (grp, epoch, members, updated) \
+                 SELECT $1::text, nextval({epoch_seq}), $2::text[], {now34} \
+                 ON CONFLICT (grp) DO UPDATE SET \
+                   epoch = CASE WHEN m.members = EXCLUDED.members THEN m.epoch ELSE nextval({epoch_seq}) END, \
+                   updated = CASE WHEN m.members = EXCLUDED.members THEN m.updated ELSE EXCLUDED.updated END, \
+                   members = EXCLUDED.members \
+                 RETURNING epoch, members"
+            ),
+            membership: format!("SELECT epoch, members FROM {s}.memberships WHERE grp = $1"),
+            // Takes the lease when absent, or when it ended by the store
+            // clock (`acquired` holds this statement's "now").
+            job_acquire: format!(
+                "INSERT INTO {s}.job_leases AS j (job, holder, fence, lease_until, acquired) \
+                 SELECT $1::text, $2::text, nextval({fence_seq}), \
+                   LEAST(n.ms::numeric + $5::int8, {MAX_TIME})::int8, n.ms \
+                 FROM (SELECT {now34} AS ms) n \
+                 ON CONFLICT (job) DO UPDATE SET holder = EXCLUDED.holder, fence = EXCLUDED.fence, \
+                   lease_until = EXCLUDED.lease_until, acquired = EXCLUDED.acquired \
+                 WHERE j.lease_until <= EXCLUDED.acquired \
+                 RETURNING fence, lease_until"
+            ),
+            job_get: format!(
+                "SELECT n.ms, j.holder, j.fence, j.lease_until FROM (SELECT {} AS ms) n \
+                 LEFT JOIN {s}.job_leases j ON j.job = $1",
+                NOW.replace("$2", "$3").replace("$1", "$2")
+            ),
+            job_heartbeat: format!(
+                "UPDATE {s}.job_leases j SET lease_until = LEAST(n.ms::numeric + $5::int8, {MAX_TIME})::int8 \
+                 FROM (SELECT {now34} AS ms) n WHERE j.job = $1 AND j.fence = $2 RETURNING j.lease_until"
+            ),
+            job_release: format!("DELETE FROM {s}.job_leases WHERE job = $1 AND fence = $2"),
         }
     }
 }
@@ -774,6 +848,10 @@ impl Inner {
     ///    that was read (or, with no row, an insert that yields to a racing
     ///    one), then `COMMIT`; or just `ROLLBACK`.
     ///
+    /// With an `ownership` token, one more round trip after the first reads
+    /// the group's epoch `FOR SHARE` (held to commit, so a membership change
+    /// waits for this call) and refuses a stale one before `decide`.
+    ///
     /// Retried as a whole after a serialization failure, a deadlock or a
     /// lost insert race: each of those changed nothing.
     async fn transact<T>(
@@ -781,6 +859,7 @@ impl Inner {
         context: &'static str,
         key: &RecordKey,
         draw_fence: bool,
+        ownership: Option<&OwnershipToken>,
         mut decide: impl FnMut(Option<Record>, u64, u64) -> Result<Step<T>, StoreError>,
     ) -> Result<T, StoreError> {
         let (manual, offset) = self.clock();
@@ -812,6 +891,24 @@ impl Inner {
                 Err(e) if is_retryable(&e) => continue,
                 Err(e) => return Err(fail(e)),
             };
+            if let Some(token) = ownership {
+                let epoch = conn
+                    .prepare_cached(&self.sql.epoch_for_share)
+                    .await
+                    .map_err(fail)?;
+                let current = match conn.query_opt(&epoch, &[&token.group]).await {
+                    Ok(row) => row
+                        .map(|row| self.unsigned(row.get(0), "an epoch"))
+                        .transpose()?,
+                    Err(e) if is_retryable(&e) => continue,
+                    Err(e) => return Err(fail(e)),
+                };
+                if let Err(stale) = machine::check_epoch(Some(token), current) {
+                    conn.batch_execute("ROLLBACK").await.map_err(fail)?;
+                    conn.in_transaction = false;
+                    return Err(stale);
+                }
+            }
             let current = row.map(|row| self.decode(&row, 0)).transpose()?.flatten();
             let now_ms = self.unsigned(clock.get::<_, i64>(0), "the clock")?;
             let fence = clock
@@ -886,7 +983,12 @@ impl Inner {
         let h = &request.holder;
         let attempt = h.attempt.map(i64::from);
         let pid = i64::from(h.pid);
-        let params: [&(dyn ToSql + Sync); 14] = [
+        let group = request.ownership.as_ref().map(|t| t.group.clone());
+        let epoch = request
+            .ownership
+            .as_ref()
+            .map(|t| i64::try_from(t.epoch).unwrap_or(i64::MAX));
+        let params: [&(dyn ToSql + Sync); 16] = [
             &request.key.namespace,
             &key,
             &request.policy_digest,
@@ -901,6 +1003,8 @@ impl Inner {
             &pid,
             &manual,
             &offset,
+            &group,
+            &epoch,
         ];
         for _ in 0..MAX_ATTEMPTS {
             let conn = self.conn().await?;
@@ -968,10 +1072,17 @@ impl Inner {
         outcome: Outcome,
     ) -> Result<(), StoreError> {
         let limit = self.options.max_outcome_bytes;
-        self.transact("finishing an attempt", key, false, |current, now, _| {
-            let record = machine::finish(current, key, fence, state, outcome.clone(), limit, now)?;
-            Ok(Step::Put(Box::new(record), ()))
-        })
+        self.transact(
+            "finishing an attempt",
+            key,
+            false,
+            None,
+            |current, now, _| {
+                let record =
+                    machine::finish(current, key, fence, state, outcome.clone(), limit, now)?;
+                Ok(Step::Put(Box::new(record), ()))
+            },
+        )
         .await
     }
 }
@@ -989,46 +1100,67 @@ impl Store for PostgresStore {
             return Ok(ClaimOutcome::Claimed(claim));
         }
         inner
-            .transact("claiming", &request.key, true, |current, now, fence| {
-                Ok(match machine::claim(current, &request, now) {
-                    ClaimStep::Existing(existing) => Step::Done(ClaimOutcome::Existing(existing)),
-                    ClaimStep::Insert => {
-                        let record = machine::new_record(&request, fence, now);
-                        let claim = machine::claim_of(&record);
-                        Step::Put(Box::new(record), ClaimOutcome::Claimed(claim))
-                    }
-                })
-            })
+            .transact(
+                "claiming",
+                &request.key,
+                true,
+                request.ownership.as_ref(),
+                |current, now, fence| {
+                    Ok(match machine::claim(current, &request, now) {
+                        ClaimStep::Existing(existing) => {
+                            Step::Done(ClaimOutcome::Existing(existing))
+                        }
+                        ClaimStep::Insert => {
+                            let record = machine::new_record(&request, fence, now);
+                            let claim = machine::claim_of(&record);
+                            Step::Put(Box::new(record), ClaimOutcome::Claimed(claim))
+                        }
+                    })
+                },
+            )
             .await
     }
 
-    async fn take_over(
+    async fn take_over_with(
         &self,
         key: &RecordKey,
         observed_fence: u64,
         lease: Duration,
         holder: Holder,
+        ownership: Option<&OwnershipToken>,
     ) -> Result<Claim, StoreError> {
         self.inner
-            .transact("taking over", key, true, |current, now, fence| {
-                let record = machine::take_over_check(current, key, observed_fence, now)?;
-                let record = machine::taken_over(record, fence, lease, holder.clone(), now);
-                let claim = machine::claim_of(&record);
-                Ok(Step::Put(Box::new(record), claim))
-            })
+            .transact(
+                "taking over",
+                key,
+                true,
+                ownership,
+                |current, now, fence| {
+                    let record = machine::take_over_check(current, key, observed_fence, now)?;
+                    let record = machine::taken_over(record, fence, lease, holder.clone(), now);
+                    let claim = machine::claim_of(&record);
+                    Ok(Step::Put(Box::new(record), claim))
+                },
+            )
             .await
     }
 
     async fn mark_unknown(&self, key: &RecordKey, observed_fence: u64) -> Result<(), StoreError> {
         self.inner
-            .transact("marking outcome-unknown", key, false, |current, now, _| {
-                Ok(
-                    match machine::mark_unknown(current, key, observed_fence, now)? {
-                        Some(record) => Step::Put(Box::new(record), ()),
-                        None => Step::Done(()),
-                    },
-                )
-            })
+            .transact(
+                "marking outcome-unknown",
+                key,
+                false,
+                None,
+                |current, now, _| {
+                    Ok(
+                        match machine::mark_unknown(current, key, observed_fence, now)? {
+                            Some(record) => Step::Put(Box::new(record), ()),
+                            None => Step::Done(()),
+                        },
+                    )
+                },
+            )
             .await
     }
 
@@ -1065,7 +1197,7 @@ impl Store for PostgresStore {
         lease: Duration,
     ) -> Result<u64, StoreError> {
         self.inner
-            .transact("heartbeating", key, false, |current, now, _| {
+            .transact("heartbeating", key, false, None, |current, now, _| {
                 let record = machine::heartbeat(current, key, fence, lease, now)?;
                 let until = record.lease_until_ms;
                 Ok(Step::Put(Box::new(record), until))
@@ -1140,6 +1272,157 @@ impl Store for PostgresStore {
             context: "collecting garbage",
             source: format!("gave up after {MAX_ATTEMPTS} serialization failures").into(),
         })
+    }
+
+    async fn join_membership(
+        &self,
+        group: &str,
+        members: &[String],
+    ) -> Result<Membership, StoreError> {
+        let members = machine::normalize_members(group, members)?;
+        let inner = &self.inner;
+        let (manual, offset) = inner.clock();
+        let rows = inner
+            .query(
+                "joining a membership",
+                &inner.sql.join,
+                &[&group, &members, &manual, &offset],
+            )
+            .await?;
+        let row = rows
+            .first()
+            .ok_or_else(|| inner.corrupt("the membership upsert returned no row".into()))?;
+        Ok(Membership {
+            group: group.to_string(),
+            epoch: inner.unsigned(row.get(0), "an epoch")?,
+            members: row.get(1),
+        })
+    }
+
+    async fn membership(&self, group: &str) -> Result<Option<Membership>, StoreError> {
+        let inner = &self.inner;
+        let rows = inner
+            .query("reading a membership", &inner.sql.membership, &[&group])
+            .await?;
+        rows.first()
+            .map(|row| {
+                Ok(Membership {
+                    group: group.to_string(),
+                    epoch: inner.unsigned(row.get(0), "an epoch")?,
+                    members: row.get(1),
+                })
+            })
+            .transpose()
+    }
+
+    async fn acquire_job_lease(
+        &self,
+        job: &str,
+        holder: &str,
+        lease: Duration,
+    ) -> Result<JobLeaseAcquire, StoreError> {
+        machine::check_name("job", job)?;
+        machine::check_name("job-lease holder", holder)?;
+        let inner = &self.inner;
+        let (manual, offset) = inner.clock();
+        let lease_ms = i64::try_from(machine::millis(lease)).unwrap_or(i64::MAX);
+        // Take it, else read who holds it; between the two statements the
+        // holder may release it or its lease may end: then try again.
+        for _ in 0..MAX_ATTEMPTS {
+            let rows = inner
+                .query(
+                    "acquiring a job lease",
+                    &inner.sql.job_acquire,
+                    &[&job, &holder, &manual, &offset, &lease_ms],
+                )
+                .await?;
+            if let Some(row) = rows.first() {
+                return Ok(JobLeaseAcquire::Acquired(JobLease {
+                    job: job.to_string(),
+                    holder: holder.to_string(),
+                    fence: inner.unsigned(row.get(0), "a job-lease fence")?,
+                    lease_until_ms: inner.unsigned(row.get(1), "a job lease's end")?,
+                }));
+            }
+            let rows = inner
+                .query(
+                    "reading a job lease",
+                    &inner.sql.job_get,
+                    &[&job, &manual, &offset],
+                )
+                .await?;
+            let row = rows
+                .first()
+                .ok_or_else(|| inner.corrupt("the clock query returned no row".into()))?;
+            let now = inner.unsigned(row.get(0), "the clock")?;
+            let Some(holder) = row.get::<_, Option<String>>(1) else {
+                continue;
+            };
+            let current = JobLease {
+                job: job.to_string(),
+                holder,
+                fence: inner.unsigned(row.get(2), "a job-lease fence")?,
+                lease_until_ms: inner.unsigned(row.get(3), "a job lease's end")?,
+            };
+            if let machine::JobStep::Held(current, remaining_ms) =
+                machine::acquire_job(Some(current), now)
+            {
+                return Ok(JobLeaseAcquire::Held {
+                    current,
+                    remaining_ms,
+                });
+            }
+        }
+        Err(StoreError::Backend {
+            store: inner.name.clone(),
+            context: "acquiring a job lease",
+            source: format!("gave up after {MAX_ATTEMPTS} attempts racing other holders").into(),
+        })
+    }
+
+    async fn heartbeat_job_lease(
+        &self,
+        job: &str,
+        fence: u64,
+        lease: Duration,
+    ) -> Result<u64, StoreError> {
+        let inner = &self.inner;
+        let (manual, offset) = inner.clock();
+        let lease_ms = i64::try_from(machine::millis(lease)).unwrap_or(i64::MAX);
+        let fence_param = i64::try_from(fence).unwrap_or(i64::MAX);
+        let rows = inner
+            .query(
+                "heartbeating a job lease",
+                &inner.sql.job_heartbeat,
+                &[&job, &fence_param, &manual, &offset, &lease_ms],
+            )
+            .await?;
+        match rows.first() {
+            Some(row) => inner.unsigned(row.get(0), "a job lease's end"),
+            None => Err(StoreError::JobLeaseLost {
+                job: job.to_string(),
+                fence,
+            }),
+        }
+    }
+
+    async fn release_job_lease(&self, job: &str, fence: u64) -> Result<(), StoreError> {
+        let inner = &self.inner;
+        let fence_param = i64::try_from(fence).unwrap_or(i64::MAX);
+        let fail = |e| inner.err("releasing a job lease", e);
+        let conn = inner.conn().await?;
+        let statement = conn
+            .prepare_cached(&inner.sql.job_release)
+            .await
+            .map_err(fail)?;
+        match conn.execute(&statement, &[&job, &fence_param]).await {
+            Ok(0) => Err(StoreError::JobLeaseLost {
+                job: job.to_string(),
+                fence,
+            }),
+            Ok(_) => Ok(()),
+            Err(e) => Err(fail(e)),
+        }
     }
 }
 

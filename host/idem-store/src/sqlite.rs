@@ -32,20 +32,23 @@ use rusqlite::{
     Connection, ErrorCode, OpenFlags, OptionalExtension, Transaction, TransactionBehavior,
 };
 
-use crate::machine::{self, ClaimStep};
+use crate::machine::{self, ClaimStep, JobStep};
 use crate::{
-    Claim, ClaimOutcome, ClaimRequest, Holder, ListFilter, OpenErrorKind, Outcome, Record,
-    RecordKey, RecordView, Store, StoreError, StoreOptions,
+    Claim, ClaimOutcome, ClaimRequest, Holder, JobLease, JobLeaseAcquire, ListFilter, Membership,
+    OpenErrorKind, Outcome, OwnershipToken, Record, RecordKey, RecordView, Store, StoreError,
+    StoreOptions,
 };
 
-/// The newest schema version this build knows.
-pub const SCHEMA_VERSION: i64 = 1;
+/// The newest schema version this build knows: 1 records and fences; 2
+/// memberships with their epochs, and job leases.
+pub const SCHEMA_VERSION: i64 = 2;
 
 /// `PRAGMA application_id` of an idem store: "idem" in ASCII.
 const APPLICATION_ID: i64 = 0x6964_656d;
 
 /// Migration `i` takes the schema from version `i` to `i + 1`. Append only.
-const MIGRATIONS: &[&str] = &["
+const MIGRATIONS: &[&str] = &[
+    "
     CREATE TABLE fence_seq (
         id   INTEGER PRIMARY KEY CHECK (id = 1),
         last INTEGER NOT NULL CHECK (last >= 0)
@@ -78,7 +81,27 @@ const MIGRATIONS: &[&str] = &["
     ) WITHOUT ROWID;
     CREATE INDEX records_retain_until ON records (retain_until);
     CREATE INDEX records_updated ON records (updated);
-"];
+",
+    "
+    CREATE TABLE epoch_seq (
+        id   INTEGER PRIMARY KEY CHECK (id = 1),
+        last INTEGER NOT NULL CHECK (last >= 0)
+    );
+    INSERT INTO epoch_seq (id, last) VALUES (1, 0);
+    CREATE TABLE memberships (
+        grp     TEXT    NOT NULL PRIMARY KEY,
+        epoch   INTEGER NOT NULL CHECK (epoch > 0),
+        members TEXT    NOT NULL,
+        updated INTEGER NOT NULL
+    ) WITHOUT ROWID;
+    CREATE TABLE job_leases (
+        job         TEXT    NOT NULL PRIMARY KEY,
+        holder      TEXT    NOT NULL,
+        fence       INTEGER NOT NULL CHECK (fence > 0),
+        lease_until INTEGER NOT NULL
+    ) WITHOUT ROWID;
+",
+];
 
 const COLUMNS: &str = "namespace, key, policy_digest, fingerprint, partition, state, fence, lease_until, attempts, \
      created, updated, retention_ms, retain_until, outcome_status, outcome_body, outcome_error, holder_run_id, \
@@ -501,6 +524,79 @@ impl Inner {
         u64::try_from(fence).map_err(|_| self.corrupt(format!("the fence sequence is at {fence}")))
     }
 
+    /// A group's epoch and members.
+    fn load_membership(
+        &self,
+        tx: &Connection,
+        group: &str,
+    ) -> Result<Option<(u64, Vec<String>)>, StoreError> {
+        let row: Option<(i64, String)> = tx
+            .query_row(
+                "SELECT epoch, members FROM memberships WHERE grp = ?1",
+                [group],
+                |row| Ok((row.get(0)?, row.get(1)?)),
+            )
+            .optional()
+            .map_err(|e| self.err("reading a membership", e))?;
+        row.map(|(epoch, members)| {
+            let epoch = u64::try_from(epoch)
+                .map_err(|_| self.corrupt(format!("group {group} has epoch {epoch}")))?;
+            Ok((epoch, machine::split_members(&members)))
+        })
+        .transpose()
+    }
+
+    /// Refuses a stale ownership token, inside the caller's transaction (so
+    /// that a membership change is ordered before or after the claim, never
+    /// in between).
+    fn check_epoch(
+        &self,
+        tx: &Connection,
+        token: Option<&OwnershipToken>,
+    ) -> Result<(), StoreError> {
+        let Some(t) = token else { return Ok(()) };
+        let current = self.load_membership(tx, &t.group)?.map(|(epoch, _)| epoch);
+        machine::check_epoch(token, current)
+    }
+
+    fn load_job(&self, tx: &Connection, job: &str) -> Result<Option<JobLease>, StoreError> {
+        let row: Option<(String, i64, i64)> = tx
+            .query_row(
+                "SELECT holder, fence, lease_until FROM job_leases WHERE job = ?1",
+                [job],
+                |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
+            )
+            .optional()
+            .map_err(|e| self.err("reading a job lease", e))?;
+        row.map(|(holder, fence, until)| {
+            let unsigned = |v: i64, what: &str| {
+                u64::try_from(v)
+                    .map_err(|_| self.corrupt(format!("job lease {job}: {what} is {v}")))
+            };
+            Ok(JobLease {
+                job: job.to_string(),
+                holder,
+                fence: unsigned(fence, "fence")?,
+                lease_until_ms: unsigned(until, "lease_until")?,
+            })
+        })
+        .transpose()
+    }
+
+    fn save_job(&self, tx: &Connection, lease: &JobLease) -> Result<(), StoreError> {
+        tx.execute(
+            "INSERT OR REPLACE INTO job_leases (job, holder, fence, lease_until) VALUES (?1, ?2, ?3, ?4)",
+            rusqlite::params![
+                lease.job,
+                lease.holder,
+                now_param(lease.fence),
+                now_param(lease.lease_until_ms)
+            ],
+        )
+        .map_err(|e| self.err("writing a job lease", e))?;
+        Ok(())
+    }
+
     fn decode(&self, raw: Raw) -> Result<Record, StoreError> {
         let digest = |bytes: Vec<u8>, what: &str| {
             <[u8; 32]>::try_from(bytes.as_slice())
@@ -629,6 +725,7 @@ impl Store for SqliteStore {
         machine::validate(&request)?;
         self.blocking(move |inner| {
             inner.write("claiming", |tx, now| {
+                inner.check_epoch(tx, request.ownership.as_ref())?;
                 match machine::claim(inner.load(tx, &request.key)?, &request, now) {
                     ClaimStep::Existing(existing) => Ok(ClaimOutcome::Existing(existing)),
                     ClaimStep::Insert => {
@@ -643,16 +740,19 @@ impl Store for SqliteStore {
         .await
     }
 
-    async fn take_over(
+    async fn take_over_with(
         &self,
         key: &RecordKey,
         observed_fence: u64,
         lease: Duration,
         holder: Holder,
+        ownership: Option<&OwnershipToken>,
     ) -> Result<Claim, StoreError> {
         let key = key.clone();
+        let ownership = ownership.cloned();
         self.blocking(move |inner| {
             inner.write("taking over", |tx, now| {
+                inner.check_epoch(tx, ownership.as_ref())?;
                 let record =
                     machine::take_over_check(inner.load(tx, &key)?, &key, observed_fence, now)?;
                 let fence = inner.next_fence(tx)?;
@@ -775,6 +875,129 @@ impl Store for SqliteStore {
                     )
                     .map_err(|e| inner.err("collecting garbage", e))?;
                 Ok(removed as u64)
+            })
+        })
+        .await
+    }
+
+    async fn join_membership(
+        &self,
+        group: &str,
+        members: &[String],
+    ) -> Result<Membership, StoreError> {
+        let members = machine::normalize_members(group, members)?;
+        let group = group.to_string();
+        self.blocking(move |inner| {
+            inner.write("joining a membership", |tx, now| {
+                let stored = inner.load_membership(tx, &group)?;
+                if let Some((epoch, stored)) = &stored
+                    && !machine::membership_changes(Some(stored), &members)
+                {
+                    return Ok(Membership {
+                        group,
+                        epoch: *epoch,
+                        members,
+                    });
+                }
+                // The new epoch and the new members commit together.
+                let epoch: i64 = tx
+                    .query_row(
+                        "UPDATE epoch_seq SET last = last + 1 WHERE id = 1 RETURNING last",
+                        [],
+                        |row| row.get(0),
+                    )
+                    .map_err(|e| inner.err("issuing an epoch", e))?;
+                tx.execute(
+                    "INSERT OR REPLACE INTO memberships (grp, epoch, members, updated) VALUES (?1, ?2, ?3, ?4)",
+                    rusqlite::params![group, epoch, members.join("\n"), now_param(now)],
+                )
+                .map_err(|e| inner.err("writing a membership", e))?;
+                let epoch = u64::try_from(epoch)
+                    .map_err(|_| inner.corrupt(format!("the epoch sequence is at {epoch}")))?;
+                Ok(Membership {
+                    group,
+                    epoch,
+                    members,
+                })
+            })
+        })
+        .await
+    }
+
+    async fn membership(&self, group: &str) -> Result<Option<Membership>, StoreError> {
+        let group = group.to_string();
+        self.blocking(move |inner| {
+            let conn = inner.conn();
+            Ok(inner
+                .load_membership(&conn, &group)?
+                .map(|(epoch, members)| Membership {
+                    group,
+                    epoch,
+                    members,
+                }))
+        })
+        .await
+    }
+
+    async fn acquire_job_lease(
+        &self,
+        job: &str,
+        holder: &str,
+        lease: Duration,
+    ) -> Result<JobLeaseAcquire, StoreError> {
+        machine::check_name("job", job)?;
+        machine::check_name("job-lease holder", holder)?;
+        let (job, holder) = (job.to_string(), holder.to_string());
+        self.blocking(move |inner| {
+            inner.write(
+                "acquiring a job lease",
+                |tx, now| match machine::acquire_job(inner.load_job(tx, &job)?, now) {
+                    JobStep::Held(current, remaining_ms) => Ok(JobLeaseAcquire::Held {
+                        current,
+                        remaining_ms,
+                    }),
+                    JobStep::Take => {
+                        let taken = JobLease {
+                            fence: inner.next_fence(tx)?,
+                            lease_until_ms: machine::after(now, lease),
+                            job,
+                            holder,
+                        };
+                        inner.save_job(tx, &taken)?;
+                        Ok(JobLeaseAcquire::Acquired(taken))
+                    }
+                },
+            )
+        })
+        .await
+    }
+
+    async fn heartbeat_job_lease(
+        &self,
+        job: &str,
+        fence: u64,
+        lease: Duration,
+    ) -> Result<u64, StoreError> {
+        let job = job.to_string();
+        self.blocking(move |inner| {
+            inner.write("heartbeating a job lease", |tx, now| {
+                let mut held = machine::job_held(inner.load_job(tx, &job)?, &job, fence)?;
+                held.lease_until_ms = machine::after(now, lease);
+                inner.save_job(tx, &held)?;
+                Ok(held.lease_until_ms)
+            })
+        })
+        .await
+    }
+
+    async fn release_job_lease(&self, job: &str, fence: u64) -> Result<(), StoreError> {
+        let job = job.to_string();
+        self.blocking(move |inner| {
+            inner.write("releasing a job lease", |tx, _now| {
+                machine::job_held(inner.load_job(tx, &job)?, &job, fence)?;
+                tx.execute("DELETE FROM job_leases WHERE job = ?1", [&job])
+                    .map_err(|e| inner.err("releasing a job lease", e))?;
+                Ok(())
             })
         })
         .await

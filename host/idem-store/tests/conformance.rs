@@ -60,6 +60,9 @@ conformance!(
     fence_monotonic_across_gc_and_reopen,
     outcome_size_cap,
     list_filters,
+    membership_epochs,
+    stale_epoch_is_refused,
+    job_lease,
 );
 
 #[tokio::test]
@@ -232,7 +235,10 @@ fn a_newer_schema_is_refused_untouched() {
         Err(err @ StoreError::SchemaTooNew { .. }) => {
             let text = err.to_string();
             assert!(
-                text.contains("schema version 2") && text.contains("upgrade idem"),
+                text.contains(&format!(
+                    "schema version {}",
+                    idem_store::SCHEMA_VERSION + 1
+                )) && text.contains("upgrade idem"),
                 "{text}"
             );
         }
@@ -576,5 +582,54 @@ fn processes_race_claims_exactly_once() {
                 "round {round}: {reports:?}"
             );
         }
+    }
+}
+
+/// A version-1 file (records only, as the previous idem left it) is
+/// upgraded in place on open: its records survive, and memberships, epochs
+/// and job leases work.
+#[tokio::test]
+async fn a_version_1_file_is_upgraded_in_place() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("idem.db");
+    let store = open(&path).expect("create");
+    let k = conformance::key(1);
+    let fence = match store
+        .claim(request(&k, 1, 60_000, 60_000, 1))
+        .await
+        .expect("claim")
+    {
+        ClaimOutcome::Claimed(claim) => claim.fence,
+        other => panic!("expected a claim, got {other:?}"),
+    };
+    drop(store);
+    {
+        // Back to version 1: exactly the objects migration 2 adds, gone.
+        let conn = rusqlite::Connection::open(&path).expect("open");
+        conn.execute_batch(
+            "DROP TABLE memberships; DROP TABLE job_leases; DROP TABLE epoch_seq; PRAGMA user_version = 1;",
+        )
+        .expect("downgrade");
+    }
+    let store = open(&path).expect("reopen");
+    assert_eq!(store.schema_version().await.expect("version"), 2);
+    let view = store
+        .get(&k)
+        .await
+        .expect("get")
+        .expect("the record survived");
+    assert_eq!(view.record.fence, fence);
+    let m = store
+        .join_membership("nightly", &["a".to_string()])
+        .await
+        .expect("join");
+    assert_eq!(m.epoch, 1);
+    match store
+        .acquire_job_lease("nightly", "me", Duration::from_secs(60))
+        .await
+        .expect("acquire")
+    {
+        idem_store::JobLeaseAcquire::Acquired(lease) => assert!(lease.fence > fence),
+        other => panic!("expected Acquired, got {other:?}"),
     }
 }

@@ -159,7 +159,10 @@ async fn migrations_run_once_and_a_newer_schema_is_refused() {
         store.schema_version().await.expect("version"),
         idem_store::POSTGRES_SCHEMA_VERSION
     );
-    assert_eq!(store.migrate().await.expect("migrate again"), 1);
+    assert_eq!(
+        store.migrate().await.expect("migrate again"),
+        idem_store::POSTGRES_SCHEMA_VERSION
+    );
     let client = raw(&url).await;
     let rows = client
         .query(
@@ -171,20 +174,28 @@ async fn migrations_run_once_and_a_newer_schema_is_refused() {
         )
         .await
         .expect("history");
-    assert_eq!(rows.len(), 1, "migrated once");
+    assert_eq!(
+        rows.len() as i64,
+        idem_store::POSTGRES_SCHEMA_VERSION,
+        "migrated once"
+    );
     // The `migrate` entry point of the CLI.
     let target_url = format!(
         "{url}{}idem_schema={}",
         if url.contains('?') { '&' } else { '?' },
         target.schema
     );
-    assert_eq!(idem_store::migrate(&target_url).await.expect("migrate"), 1);
+    assert_eq!(
+        idem_store::migrate(&target_url).await.expect("migrate"),
+        idem_store::POSTGRES_SCHEMA_VERSION
+    );
 
     client
         .execute(
             &format!(
-                "INSERT INTO \"{}\".idem_schema_migrations (version) VALUES (2)",
-                target.schema
+                "INSERT INTO \"{}\".idem_schema_migrations (version) VALUES ({})",
+                target.schema,
+                idem_store::POSTGRES_SCHEMA_VERSION + 1
             ),
             &[],
         )
@@ -193,11 +204,11 @@ async fn migrations_run_once_and_a_newer_schema_is_refused() {
     match PostgresStore::open(target.clone(), StoreOptions::default()).await {
         Err(
             err @ StoreError::DatabaseSchemaTooNew {
-                found: 2,
-                supported: 1,
-                ..
+                found, supported, ..
             },
-        ) => {
+        ) if found == idem_store::POSTGRES_SCHEMA_VERSION + 1
+            && supported == idem_store::POSTGRES_SCHEMA_VERSION =>
+        {
             let text = err.to_string();
             assert!(
                 text.contains("upgrade idem") && text.contains(&target.schema),
@@ -579,5 +590,130 @@ async fn racing_take_overs_and_replacements_have_one_winner() {
         assert!(claimed[0].fence > winner.fence && claimed[0].attempt == 1);
     }
     drop(stores);
+    drop_schema(&url, &target.schema).await;
+}
+
+/// A schema at version 1 (records only, as the previous idem left it) is
+/// upgraded in place on open: its records survive, and memberships, epochs
+/// and job leases work.
+#[tokio::test]
+async fn a_version_1_schema_is_upgraded_in_place() {
+    let Some(url) = postgres_test_url("a_version_1_schema_is_upgraded_in_place") else {
+        return;
+    };
+    let target = fresh(&url);
+    let store = PostgresStore::open(target.clone(), StoreOptions::default())
+        .await
+        .expect("open");
+    let k = conformance::key(1);
+    let claim = match store
+        .claim(request(&k, 1, 60_000, 60_000, 1))
+        .await
+        .expect("claim")
+    {
+        ClaimOutcome::Claimed(claim) => claim,
+        other => panic!("expected a claim, got {other:?}"),
+    };
+    drop(store);
+    // Back to version 1: exactly the objects migration 2 adds, gone.
+    let s = &target.schema;
+    raw(&url)
+        .await
+        .batch_execute(&format!(
+            "DROP TABLE \"{s}\".memberships; DROP TABLE \"{s}\".job_leases; \
+             DROP SEQUENCE \"{s}\".epoch_seq; \
+             DELETE FROM \"{s}\".idem_schema_migrations WHERE version = 2"
+        ))
+        .await
+        .expect("downgrade");
+    let store = PostgresStore::open(target.clone(), StoreOptions::default())
+        .await
+        .expect("reopen");
+    assert_eq!(store.schema_version().await.expect("version"), 2);
+    let record = store
+        .get(&k)
+        .await
+        .expect("get")
+        .expect("the record survived");
+    assert_eq!(record.record.fence, claim.fence);
+    let m = store
+        .join_membership("nightly", &["a".to_string()])
+        .await
+        .expect("join");
+    assert!(m.epoch > 0);
+    assert!(matches!(
+        store
+            .acquire_job_lease("nightly", "me", Duration::from_secs(60))
+            .await
+            .expect("acquire"),
+        idem_store::JobLeaseAcquire::Acquired(lease) if lease.fence > claim.fence
+    ));
+    drop(store);
+    drop_schema(&url, &target.schema).await;
+}
+
+/// Concurrent claims under an epoch race a membership change (the fast
+/// claim's `FOR SHARE` against the upsert's row lock): each either wins or
+/// is refused with the new epoch, never an error or a deadlock, and once
+/// the change has returned, no claim under the old epoch wins.
+#[tokio::test]
+async fn claims_racing_a_membership_change_never_win_after_it() {
+    let Some(url) = postgres_test_url("claims_racing_a_membership_change_never_win_after_it")
+    else {
+        return;
+    };
+    let target = fresh(&url);
+    let store: Arc<dyn Store> = Arc::new(
+        PostgresStore::open(target.clone(), StoreOptions::default())
+            .await
+            .expect("open"),
+    );
+    let old = store
+        .join_membership("g", &["a".to_string(), "b".to_string()])
+        .await
+        .expect("join");
+    let barrier = Arc::new(Barrier::new(9));
+    let mut claims = Vec::new();
+    for n in 0..8u32 {
+        let (store, barrier, token) = (store.clone(), barrier.clone(), old.token());
+        claims.push(tokio::spawn(async move {
+            barrier.wait().await;
+            let mut req = request(&conformance::key(n), 1, 60_000, 60_000, n);
+            req.ownership = Some(token);
+            store.claim(req).await
+        }));
+    }
+    barrier.wait().await;
+    let new = store
+        .join_membership("g", &["b".to_string(), "c".to_string()])
+        .await
+        .expect("change");
+    assert!(new.epoch > old.epoch);
+    for (n, claim) in claims.into_iter().enumerate() {
+        match claim.await.expect("task") {
+            Ok(ClaimOutcome::Claimed(_)) => {
+                assert!(
+                    store
+                        .get(&conformance::key(n as u32))
+                        .await
+                        .expect("get")
+                        .is_some()
+                );
+            }
+            Err(StoreError::StaleEpoch { current, .. }) => assert_eq!(current, new.epoch),
+            other => panic!("claim {n}: {other:?}"),
+        }
+    }
+    // After the change returned, the old epoch never wins.
+    for n in 100..104u32 {
+        let mut req = request(&conformance::key(n), 1, 60_000, 60_000, n);
+        req.ownership = Some(old.token());
+        assert!(matches!(
+            store.claim(req).await,
+            Err(StoreError::StaleEpoch { .. })
+        ));
+        assert_eq!(store.get(&conformance::key(n)).await.expect("get"), None);
+    }
+    drop(store);
     drop_schema(&url, &target.schema).await;
 }

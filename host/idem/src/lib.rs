@@ -10,8 +10,11 @@
 //! - [`idem_core`] (re-exported as [`core`]): the contract in plain Rust:
 //!   canonical operations, key encoding, the decision safety gate.
 
+#![warn(missing_docs)]
+
 pub mod engine;
 pub mod policy;
+pub mod simulation;
 
 pub use idem_store as store;
 

@@ -5,6 +5,10 @@ use std::fmt;
 use std::path::PathBuf;
 use std::str::FromStr;
 
+/// How long (ms) the server lets one of our sessions sit idle inside a
+/// transaction before ending it and releasing its locks.
+pub const IDLE_IN_TRANSACTION_TIMEOUT_MS: u64 = 5_000;
+
 use crate::StoreError;
 
 /// The schema idem's tables live in unless the URL says `idem_schema=`.
@@ -118,6 +122,19 @@ impl PostgresUrl {
         if config.get_application_name().is_none() {
             config.application_name("idem");
         }
+        // A holder that stalls inside a transaction (a GC pause, SIGSTOP, a
+        // hypervisor stall) holds its row lock, and every other worker's call
+        // on that key would wait for it forever. The server ends such a
+        // session instead: its transaction rolls back (nothing half-written),
+        // the stalled holder's call fails when it wakes, and the others go
+        // on. Our transactions never sit idle on purpose: two round trips
+        // with no work in between. A URL's own `options` take precedence.
+        let mut options =
+            format!("-c idle_in_transaction_session_timeout={IDLE_IN_TRANSACTION_TIMEOUT_MS}");
+        if let Some(own) = config.get_options() {
+            options = format!("{options} {own}");
+        }
+        config.options(&options);
         Ok(config)
     }
 

@@ -45,7 +45,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use idem_core::{Decision, KeyedDerivation, OpError, Operation, PolicyError, RecordState};
-use idem_store::{ClaimOutcome, ClaimRequest, Holder, Outcome, RecordKey, Store, StoreError};
+use idem_store::{
+    ClaimOutcome, ClaimRequest, Holder, Outcome, OwnershipToken, RecordKey, Store, StoreError,
+};
 use thiserror::Error;
 
 use crate::policy::{EvalError, LoadedPolicy};
@@ -63,6 +65,11 @@ pub struct EngineOptions {
     /// How many times `begin` retries after losing a race (another holder
     /// took over or finished between our read and our write).
     pub max_rounds: u32,
+    /// Partitioned ownership: the membership epoch every claim and
+    /// take-over carries, so that the store refuses them once the
+    /// membership moved on (`StoreError::StaleEpoch`, surfaced as
+    /// [`EngineError::Store`]). `None` (the default): no ownership check.
+    pub ownership: Option<OwnershipToken>,
 }
 
 impl Default for EngineOptions {
@@ -71,6 +78,7 @@ impl Default for EngineOptions {
             lease: None,
             wait_poll: Duration::from_millis(25),
             max_rounds: 4,
+            ownership: None,
         }
     }
 }
@@ -115,23 +123,36 @@ pub enum Begin {
     Replay(Replay),
     /// Another holder is performing the effect.
     InProgress {
+        /// Namespace and key.
         key: RecordKey,
+        /// When trying again may help, in milliseconds: the policy's
+        /// suggestion, or the lease that was left when the engine stopped
+        /// waiting.
         retry_after_ms: Option<u64>,
+        /// Why, for the caller.
         reason: String,
     },
     /// The key was used for a different request (fingerprint mismatch).
     Conflict {
+        /// Namespace and key.
         key: RecordKey,
+        /// The policy's HTTP-style status (typically 422).
         status: u16,
+        /// Why, for the caller.
         reason: String,
     },
     /// The policy rejected the duplicate. `marked_unknown` says the engine
     /// sent an expired claim to review (outcome-unknown) on the policy's word.
     Rejected {
+        /// Namespace and key.
         key: RecordKey,
+        /// The policy's HTTP-style status.
         status: u16,
+        /// Why, for the caller.
         reason: String,
+        /// When trying again may help, in milliseconds.
         retry_after_ms: Option<u64>,
+        /// Whether the engine marked the record outcome-unknown.
         marked_unknown: bool,
     },
 }
@@ -139,9 +160,11 @@ pub enum Begin {
 /// A stored outcome handed back to a duplicate.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Replay {
+    /// Namespace and key.
     pub key: RecordKey,
     /// Completed or failed-permanent.
     pub state: RecordState,
+    /// The stored outcome: status, body and, for a failure, its error.
     pub outcome: Outcome,
     /// The fence of the attempt that produced the outcome.
     pub fence: u64,
@@ -208,6 +231,7 @@ impl Engine {
             lease,
             retention: Duration::from_secs(keyed.retention_s),
             holder: holder.clone(),
+            ownership: self.options.ownership.clone(),
         };
         let mut last_in_progress = None;
         for _round in 0..self.options.max_rounds.max(1) {
@@ -266,7 +290,13 @@ impl Engine {
                 }
                 Decision::ReExecute => match self
                     .store
-                    .take_over(&key, record.fence, lease, holder.clone())
+                    .take_over_with(
+                        &key,
+                        record.fence,
+                        lease,
+                        holder.clone(),
+                        self.options.ownership.as_ref(),
+                    )
                     .await
                 {
                     Ok(claim) => {

@@ -25,6 +25,7 @@ pub struct ExecContext {
 pub struct Failed {
     /// Whether a later duplicate may re-execute.
     pub retryable: bool,
+    /// What is stored: the status, any body, and the error message.
     pub outcome: Outcome,
 }
 
@@ -33,30 +34,45 @@ pub struct Failed {
 pub enum RunResult {
     /// The closure ran and its result was recorded.
     Executed {
+        /// Namespace and key.
         key: RecordKey,
+        /// The fencing token the result was recorded under.
         fence: u64,
+        /// Which attempt under this key (1 for the first).
         attempt: u32,
+        /// What the closure returned: completed, or failed.
         result: Result<Outcome, Failed>,
     },
     /// The effect had already happened: the stored outcome.
     Replayed(Replay),
     /// Another holder is running it.
     InProgress {
+        /// Namespace and key.
         key: RecordKey,
+        /// When trying again may help, in milliseconds.
         retry_after_ms: Option<u64>,
+        /// Why, for the caller.
         reason: String,
     },
     /// The key was used for a different request.
     Conflict {
+        /// Namespace and key.
         key: RecordKey,
+        /// The policy's HTTP-style status (typically 422).
         status: u16,
+        /// Why, for the caller.
         reason: String,
     },
     /// The policy rejected the duplicate.
     Rejected {
+        /// Namespace and key.
         key: RecordKey,
+        /// The policy's HTTP-style status.
         status: u16,
+        /// Why, for the caller.
         reason: String,
+        /// Whether the engine marked an expired claim outcome-unknown for
+        /// review, on the policy's word.
         marked_unknown: bool,
     },
 }

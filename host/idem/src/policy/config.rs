@@ -42,6 +42,7 @@ impl Default for Limits {
 /// Settings of a [`PolicyRuntime`](super::PolicyRuntime).
 #[derive(Debug, Clone)]
 pub struct RuntimeConfig {
+    /// What each evaluation may use.
     pub limits: Limits,
     /// Where precompiled artifacts are cached; `None` compiles every load.
     pub cache_dir: Option<PathBuf>,

@@ -5,45 +5,88 @@ use thiserror::Error;
 /// Why a policy could not be loaded. The host refuses it and carries on.
 #[derive(Debug, Error)]
 pub enum LoadError {
+    /// The policy file could not be read.
     #[error("cannot read policy {path}: {source}")]
     Read {
+        /// The file, as given.
         path: String,
+        /// Why reading failed.
         source: std::io::Error,
     },
+    /// The component is larger than
+    /// [`Limits::max_component_bytes`](super::Limits::max_component_bytes).
     #[error("policy is {size} bytes; the limit is {limit} bytes")]
-    TooLarge { size: usize, limit: usize },
+    TooLarge {
+        /// The component's size, in bytes.
+        size: usize,
+        /// The limit it exceeds, in bytes.
+        limit: usize,
+    },
+    /// The bytes are not WebAssembly at all: too short, no `\0asm` magic, or
+    /// an unknown version.
     #[error(
         "not a WebAssembly file ({why}); a policy is a component built from a crate using the idem-policy SDK"
     )]
-    NotWasm { why: String },
+    NotWasm {
+        /// What the header shows instead.
+        why: String,
+    },
+    /// A core WebAssembly module, not yet wrapped into a component.
     #[error(
         "this is a core WebAssembly module, not a component; build policies with `cargo xtask build-policy` (or wrap the module with `wasm-tools component new`)"
     )]
     CoreModule,
+    /// Native code precompiled outside this host (an ELF file). Only
+    /// artifacts this host compiled and cached itself are ever loaded.
     #[error(
         "this is a precompiled artifact; idem compiles policies itself and never accepts precompiled code from outside"
     )]
     Precompiled,
+    /// A component by its header, but wasmtime refused to validate or
+    /// compile it; the message says why.
     #[error("the component is invalid: {0}")]
     Invalid(String),
+    /// The component imports something. A policy imports nothing.
     #[error(
         "policy imports `{import}`; policies may import nothing (no WASI: no clock, randomness, environment, files or network)"
     )]
-    ForbiddenImport { import: String },
+    ForbiddenImport {
+        /// The name of the first import found.
+        import: String,
+    },
+    /// The component exports the policy interface at a version this host
+    /// does not speak.
     #[error(
         "policy exports {found}; this host speaks {supported} (a compatible 0.1.x version is needed)"
     )]
-    IncompatibleVersion { found: String, supported: String },
+    IncompatibleVersion {
+        /// The versioned interface the component exports.
+        found: String,
+        /// The interface this host speaks, [`POLICY_INTERFACE`](super::POLICY_INTERFACE).
+        supported: String,
+    },
+    /// The component does not export the policy interface at all.
     #[error(
         "policy does not export the `{supported}` interface (it exports: {exports}); is it built with the idem-policy SDK?"
     )]
-    WrongWorld { supported: String, exports: String },
+    WrongWorld {
+        /// The interface this host speaks, [`POLICY_INTERFACE`](super::POLICY_INTERFACE).
+        supported: String,
+        /// What the component exports instead, comma-separated, or
+        /// `nothing`.
+        exports: String,
+    },
+    /// The component could not be prepared for instantiation.
     #[error("policy could not be instantiated: {0}")]
     Instantiate(String),
+    /// Evaluating the policy's `describe` failed (trap, limit).
     #[error("policy's describe() failed: {0}")]
     Describe(#[source] Box<EvalError>),
+    /// The policy's description fails the host's checks (empty name or
+    /// namespace, a version that is not semantic, ...).
     #[error("policy describes itself badly: {0}")]
     BadDescription(String),
+    /// The wasmtime engine could not be built with the runtime's settings.
     #[error("cannot set up the policy runtime: {0}")]
     Runtime(String),
 }
@@ -51,24 +94,49 @@ pub enum LoadError {
 /// Why one evaluation failed. Never a key.
 #[derive(Debug, Error)]
 pub enum EvalError {
+    /// The policy trapped: a panic, `unreachable`, a stack overflow or
+    /// another wasm fault.
     #[error("policy trapped: {message}")]
-    Trap { message: String },
+    Trap {
+        /// What trapped, as far as the host can tell (a panic's own message
+        /// is lost).
+        message: String,
+    },
+    /// The evaluation used up its fuel.
     #[error(
         "policy ran out of fuel (limit {limit}): an endless loop, or far more work than a policy should do"
     )]
-    OutOfFuel { limit: u64 },
+    OutOfFuel {
+        /// The fuel limit, [`Limits::fuel`](super::Limits::fuel).
+        limit: u64,
+    },
+    /// The policy tried to grow its linear memory past the limit.
     #[error(
         "policy exceeded its memory limit: it asked for {requested} bytes; the limit is {limit} bytes"
     )]
-    MemoryLimit { requested: usize, limit: usize },
+    MemoryLimit {
+        /// The memory size it asked to grow to, in bytes.
+        requested: usize,
+        /// The limit, [`Limits::memory_bytes`](super::Limits::memory_bytes).
+        limit: usize,
+    },
+    /// The wall-clock backstop interrupted the evaluation.
     #[error("policy exceeded its wall-clock deadline of {ms} ms")]
-    Deadline { ms: u128 },
+    Deadline {
+        /// Milliseconds elapsed when it was interrupted, at least the
+        /// deadline.
+        ms: u128,
+    },
+    /// The operation is too large to hand to a policy.
     #[error("{0}")]
     Operation(#[from] idem_core::OpError),
+    /// The policy returned a derivation the contract does not allow.
     #[error("{0}")]
     Malformed(#[from] idem_core::DerivationError),
+    /// The safety gate refused the policy's decision for a duplicate.
     #[error("unsafe decision refused (the duplicate is rejected instead): {0}")]
     Unsafe(#[from] idem_core::UnsafeDecision),
+    /// The evaluation's store could not be set up.
     #[error("cannot start an evaluation: {0}")]
     Instantiate(String),
 }

@@ -37,6 +37,7 @@ use limiter::{EvalState, MemoryLimitExceeded};
 /// The result of one evaluation, with what it cost.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Evaluated<T> {
+    /// What the policy returned.
     pub value: T,
     /// Fuel consumed by the call.
     pub fuel_used: u64,
@@ -47,7 +48,10 @@ pub struct Evaluated<T> {
 /// Where a loaded policy's machine code came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CodeSource {
+    /// Compiled from the component's bytes on this load (no cache, a miss,
+    /// or an unusable artifact).
     Compiled,
+    /// Loaded from the on-disk cache of compiled artifacts.
     Cache,
 }
 

@@ -31,6 +31,24 @@ pub struct InspectArgs {
 }
 
 #[derive(Args, Debug)]
+pub struct MigrateArgs {
+    #[command(flatten)]
+    pub store: StoreArgs,
+}
+
+/// `idem migrate`: create the store or bring its schema up to date (every
+/// command also does this on first use; this is for deploy scripts).
+pub fn migrate(args: MigrateArgs) -> Result<u8, Failure> {
+    runtime()?.block_on(async {
+        let version = idem::store::migrate(&args.store.store)
+            .await
+            .map_err(|e| Failure::input(format!("cannot migrate {}: {e}", args.store.store)))?;
+        println!("{} is at schema version {version}", args.store.store);
+        Ok(0)
+    })
+}
+
+#[derive(Args, Debug)]
 pub struct GcArgs {
     #[command(flatten)]
     pub store: StoreArgs,

@@ -9,9 +9,11 @@
 //! replaying it), or: 65 conflict (the key was used for another request),
 //! 70 the command was killed (outcome unknown), 75 in progress elsewhere
 //! (try later), 76 this run was deposed and its result not recorded,
-//! 77 the policy rejected the duplicate.
+//! 77 the policy rejected the duplicate. `idem run --job-lease NAME` exits
+//! 75 when another live run holds the job lease (it did nothing).
 
 mod command;
+mod demo;
 mod exec;
 mod inspect;
 mod key;
@@ -53,6 +55,10 @@ enum Command {
     Inspect(inspect::InspectArgs),
     /// Remove records past their retention.
     Gc(inspect::GcArgs),
+    /// Run the nightly billing job twice, overlapping with a pause: a lease lock alone vs idem.
+    Demo(demo::DemoArgs),
+    /// Create a store or bring its schema up to date.
+    Migrate(inspect::MigrateArgs),
 }
 
 /// A command's failure: the message for stderr and the exit code.
@@ -100,6 +106,8 @@ fn main() -> ExitCode {
         Command::Run(args) => run_cmd::run(args),
         Command::Inspect(args) => inspect::inspect(args),
         Command::Gc(args) => inspect::gc(args),
+        Command::Demo(args) => demo::run(args),
+        Command::Migrate(args) => inspect::migrate(args),
     };
     match result {
         Ok(code) => ExitCode::from(code),

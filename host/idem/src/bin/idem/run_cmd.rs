@@ -1,6 +1,17 @@
 //! `idem run`: the nightly-job mode. Every operation of a JSONL file through
 //! the command, at most once per key; a re-run executes only what had not
 //! completed.
+//!
+//! Partitioned ownership (`--shard I/N`, `--members … --member NAME`): the
+//! run registers the membership under its group, gets the group's epoch,
+//! and processes only the operations whose partition it owns (rendezvous
+//! hashing, `idem::core::ownership`). Every claim carries the epoch; once
+//! the membership changes the store refuses it (`stale_epoch` in the
+//! summary), so a worker deposed while paused cannot start an effect.
+//!
+//! `--job-lease NAME`: a job-level lease taken first; when another live run
+//! holds it, the run exits at once with [`EX_JOB_LEASE_HELD`]. Efficiency
+//! only: nothing above depends on it.
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -9,7 +20,7 @@ use std::sync::Arc;
 use clap::Args;
 use idem::core::{KeyedDerivation, Operation};
 use idem::engine::{Begin, Engine, EngineError};
-use idem::store::{Outcome, RecordState};
+use idem::store::{JobLease, JobLeaseAcquire, Outcome, RecordState, Store, StoreError};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 use tokio::sync::Semaphore;
@@ -17,7 +28,7 @@ use tokio::sync::Semaphore;
 use crate::Failure;
 use crate::command::{CommandEnd, CommandSpec, failure_outcome, run_command};
 use crate::policy_args::PolicyArgs;
-use crate::run_flags::RunFlags;
+use crate::run_flags::{OwnershipFlags, RunFlags};
 use crate::store_args::{StoreArgs, runtime};
 
 #[derive(Args, Debug)]
@@ -34,6 +45,8 @@ pub struct RunArgs {
     pub concurrency: usize,
     #[command(flatten)]
     pub run: RunFlags,
+    #[command(flatten)]
+    pub ownership: OwnershipFlags,
     /// Print the summary as JSON.
     #[arg(long)]
     pub json: bool,
@@ -61,7 +74,17 @@ pub struct Summary {
     pub fenced: u64,
     /// The command was killed: outcome unknown.
     pub unknown: u64,
+    /// The store refused the claim: the membership changed since this run
+    /// registered it, so this run may no longer own the partition. Not run.
+    pub stale_epoch: u64,
+    /// Owned by another worker (`--shard`, `--members`): not this run's.
+    pub not_owned: u64,
 }
+
+/// `idem run --job-lease NAME` found the lease held by another live run and
+/// did nothing (sysexits' EX_TEMPFAIL: try later, as `idem exec` uses for an
+/// operation in progress elsewhere).
+pub const EX_JOB_LEASE_HELD: u8 = 75;
 
 enum Ended {
     Executed,
@@ -73,6 +96,7 @@ enum Ended {
     Failed,
     Fenced,
     Unknown,
+    StaleEpoch,
 }
 
 pub fn run(args: RunArgs) -> Result<u8, Failure> {
@@ -96,20 +120,68 @@ pub fn run(args: RunArgs) -> Result<u8, Failure> {
     if args.concurrency == 0 {
         return Err(Failure::input("--concurrency must be at least 1"));
     }
+    let membership = args.ownership.membership().map_err(Failure::input)?;
+    if args.ownership.job_lease.is_some() && args.ownership.job_lease_ttl.is_zero() {
+        return Err(Failure::input("--job-lease-ttl must be more than 0"));
+    }
+    let group = args
+        .ownership
+        .group
+        .clone()
+        .unwrap_or_else(|| policy.info().namespace.clone());
     runtime()?.block_on(async move {
         let store = args.store.open().await?;
-        let engine = Engine::new(policy, store, args.run.engine_options());
+        let mut options = args.run.engine_options();
         let mut derived = Vec::with_capacity(ops.len());
-        for (line, op) in ops {
-            let keyed = engine.derive(&op).map_err(|e| match e {
-                EngineError::Refused(r) => {
-                    Failure { code: 3, message: format!("{} line {line}: the policy refused it: {r}", args.ops.display()) }
-                }
-                other => crate::engine_failure(other),
-            })?;
-            derived.push((op, keyed));
+        {
+            // Deriving needs no store: a throwaway engine, then the real one
+            // once the ownership epoch is known.
+            let engine = Engine::new(policy.clone(), store.clone(), options.clone());
+            for (line, op) in ops {
+                let keyed = engine.derive(&op).map_err(|e| match e {
+                    EngineError::Refused(r) => Failure {
+                        code: 3,
+                        message: format!("{} line {line}: the policy refused it: {r}", args.ops.display()),
+                    },
+                    other => crate::engine_failure(other),
+                })?;
+                derived.push((op, keyed));
+            }
         }
-        let summary = run_all(Arc::new(engine), derived, &args).await;
+        // Every line is read and derived before the job lease is taken:
+        // bad input never holds the lease.
+        let job = match &args.ownership.job_lease {
+            Some(name) => Some(take_job_lease(&store, name, &args).await?),
+            None => None,
+        };
+        let mut not_owned = 0;
+        if let Some((members, me)) = &membership {
+            let joined = store.join_membership(&group, members).await.map_err(|e| {
+                Failure::input(format!("cannot register the membership of group {group}: {e}"))
+            })?;
+            tracing::info!(group = %group, epoch = joined.epoch, member = %me, "joined");
+            // Ownership from the membership the store returned: the one the
+            // epoch stands for.
+            let before = derived.len();
+            derived.retain(|(_, keyed)| {
+                idem::core::ownership::owns(&keyed.partition, me, &joined.members)
+            });
+            not_owned = (before - derived.len()) as u64;
+            options.ownership = Some(joined.token());
+        }
+        let engine = Engine::new(policy, store.clone(), options);
+        let heartbeat = job.as_ref().map(|lease| spawn_job_heartbeat(&store, lease, &args));
+        let ran = run_all(Arc::new(engine), derived, &args).await;
+        if let Some(heartbeat) = heartbeat {
+            heartbeat.abort();
+        }
+        if let Some(lease) = &job
+            && let Err(e) = store.release_job_lease(&lease.job, lease.fence).await
+        {
+            // Harmless: the lease ends by itself, and nothing depends on it.
+            eprintln!("idem: could not release job lease {}: {e}", lease.job);
+        }
+        let summary = Summary { not_owned, ..ran };
         if args.json {
             println!("{}", serde_json::to_string(&summary).unwrap_or_default());
         } else {
@@ -124,6 +196,12 @@ pub fn run(args: RunArgs) -> Result<u8, Failure> {
                 summary.fenced,
                 summary.unknown
             );
+            if membership.is_some() {
+                println!(
+                    "ownership: group {group}, not owned {}, stale epoch {}",
+                    summary.not_owned, summary.stale_epoch
+                );
+            }
         }
         let all_done = summary.in_progress
             + summary.conflicts
@@ -131,8 +209,66 @@ pub fn run(args: RunArgs) -> Result<u8, Failure> {
             + summary.failed
             + summary.fenced
             + summary.unknown
+            + summary.stale_epoch
             == 0;
         Ok(if all_done { 0 } else { 1 })
+    })
+}
+
+/// Who holds a job lease, for the message another run prints.
+fn job_holder(args: &RunArgs) -> String {
+    let holder = idem::store::Holder::this_process();
+    match &args.run.run_id {
+        Some(run) => format!("{}:{} run {run}", holder.host, holder.pid),
+        None => format!("{}:{}", holder.host, holder.pid),
+    }
+}
+
+/// Takes the job lease, or ends the run with [`EX_JOB_LEASE_HELD`] when
+/// another live run holds it.
+async fn take_job_lease(
+    store: &Arc<dyn Store>,
+    name: &str,
+    args: &RunArgs,
+) -> Result<JobLease, Failure> {
+    let ttl = args.ownership.job_lease_ttl;
+    match store.acquire_job_lease(name, &job_holder(args), ttl).await {
+        Ok(JobLeaseAcquire::Acquired(lease)) => Ok(lease),
+        Ok(JobLeaseAcquire::Held {
+            current,
+            remaining_ms,
+        }) => Err(Failure {
+            code: EX_JOB_LEASE_HELD,
+            message: format!(
+                "job {name} is already running ({}, lease fence {}, {} ms left); this run did nothing",
+                current.holder, current.fence, remaining_ms
+            ),
+        }),
+        Err(e) => Err(Failure::input(format!("cannot take job lease {name}: {e}"))),
+    }
+}
+
+/// Renews the job lease every third of its length. A lost lease only costs
+/// efficiency (another run may start the same work, and the per-operation
+/// claims keep that safe), so the run goes on and says so.
+fn spawn_job_heartbeat(
+    store: &Arc<dyn Store>,
+    lease: &JobLease,
+    args: &RunArgs,
+) -> tokio::task::JoinHandle<()> {
+    let (store, job, fence) = (store.clone(), lease.job.clone(), lease.fence);
+    let ttl = args.ownership.job_lease_ttl;
+    tokio::spawn(async move {
+        let every = (ttl / 3).max(std::time::Duration::from_millis(10));
+        loop {
+            tokio::time::sleep(every).await;
+            if let Err(e) = store.heartbeat_job_lease(&job, fence, ttl).await {
+                eprintln!(
+                    "idem: job lease {job} lost ({e}); carrying on, correctness does not depend on it"
+                );
+                return;
+            }
+        }
     })
 }
 
@@ -183,6 +319,7 @@ async fn run_all(
             Ended::Rejected => &mut summary.rejected,
             Ended::Fenced => &mut summary.fenced,
             Ended::Unknown => &mut summary.unknown,
+            Ended::StaleEpoch => &mut summary.stale_epoch,
         };
         *counter += 1;
         progress.inc(1);
@@ -210,6 +347,10 @@ async fn one(
         Ok(Begin::Rejected { key, reason, .. }) => {
             eprintln!("idem: rejected key {}: {reason}", key.key);
             return Ended::Rejected;
+        }
+        Err(EngineError::Store(e @ StoreError::StaleEpoch { .. })) => {
+            eprintln!("idem: not run, ownership moved on: {e}");
+            return Ended::StaleEpoch;
         }
         Err(e) => {
             eprintln!("idem: {e}");

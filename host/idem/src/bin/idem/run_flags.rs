@@ -65,3 +65,143 @@ impl RunFlags {
         self.permanent_exit_codes.contains(&status)
     }
 }
+
+/// `idem run`'s partitioned ownership and job lease.
+#[derive(Args, Debug, Clone, Default)]
+pub struct OwnershipFlags {
+    /// Process only the operations whose partition this shard owns, as
+    /// `I/N`: worker I of workers 0..N-1 (rendezvous hashing of the policy's
+    /// partition key).
+    #[arg(long, value_name = "I/N", value_parser = parse_shard, conflicts_with_all = ["members", "member"])]
+    pub shard: Option<Shard>,
+    /// The named workers sharing the job: a file with one name a line, or a
+    /// comma-separated list `a,b,c`. Needs `--member`.
+    #[arg(long, value_name = "FILE|a,b,c", requires = "member")]
+    pub members: Option<String>,
+    /// This worker's name among `--members`.
+    #[arg(long, value_name = "NAME", requires = "members")]
+    pub member: Option<String>,
+    /// The group whose membership and ownership epoch the workers share
+    /// (default: the policy's namespace).
+    #[arg(long, value_name = "NAME")]
+    pub group: Option<String>,
+    /// Take the job-level lease NAME first; if another live run holds it,
+    /// exit at once with status 75 (efficiency only: see the README).
+    #[arg(long, value_name = "NAME")]
+    pub job_lease: Option<String>,
+    /// How long the job lease lasts without a heartbeat (renewed every
+    /// third of it while the run goes on).
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration, default_value = "60s")]
+    pub job_lease_ttl: Duration,
+}
+
+/// `--shard I/N`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shard {
+    /// This worker.
+    pub index: u32,
+    /// How many workers.
+    pub count: u32,
+}
+
+fn parse_shard(text: &str) -> Result<Shard, String> {
+    let (i, n) = text
+        .split_once('/')
+        .ok_or_else(|| format!("`{text}` is not I/N (e.g. 0/4)"))?;
+    let index: u32 = i
+        .trim()
+        .parse()
+        .map_err(|_| format!("shard index `{i}` is not a number"))?;
+    let count: u32 = n
+        .trim()
+        .parse()
+        .map_err(|_| format!("shard count `{n}` is not a number"))?;
+    if count == 0 || index >= count {
+        return Err(format!(
+            "shard {index}/{count}: the index must be below the count, and the count at least 1"
+        ));
+    }
+    Ok(Shard { index, count })
+}
+
+impl OwnershipFlags {
+    /// The membership and this worker's name, when ownership is asked for:
+    /// `--shard I/N` gives members `0..N-1` and names this one `I`.
+    pub fn membership(&self) -> Result<Option<(Vec<String>, String)>, String> {
+        if let Some(shard) = self.shard {
+            return Ok(Some((
+                idem::core::ownership::shard_members(shard.count),
+                shard.index.to_string(),
+            )));
+        }
+        let (Some(spec), Some(me)) = (&self.members, &self.member) else {
+            return Ok(None);
+        };
+        // A path that exists is a file; anything else is a list.
+        let text = if std::path::Path::new(spec).is_file() {
+            std::fs::read_to_string(spec)
+                .map_err(|e| format!("cannot read --members {spec}: {e}"))?
+        } else {
+            spec.replace(',', "\n")
+        };
+        let members: Vec<String> = text
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty() && !l.starts_with('#'))
+            .map(str::to_string)
+            .collect();
+        if members.is_empty() {
+            return Err(format!("--members {spec} names no member"));
+        }
+        if !members.contains(me) {
+            return Err(format!(
+                "--member {me} is not one of --members ({})",
+                members.join(", ")
+            ));
+        }
+        Ok(Some((members, me.clone())))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shards_parse() {
+        assert_eq!(parse_shard("1/4"), Ok(Shard { index: 1, count: 4 }));
+        for bad in ["4/4", "0/0", "1", "a/2", "1/b", "-1/2"] {
+            assert!(parse_shard(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn members_from_a_list_or_a_file() {
+        let flags = |members: &str, member: &str| OwnershipFlags {
+            members: Some(members.into()),
+            member: Some(member.into()),
+            ..OwnershipFlags::default()
+        };
+        assert_eq!(
+            flags("a, b,c", "b").membership(),
+            Ok(Some((vec!["a".into(), "b".into(), "c".into()], "b".into())))
+        );
+        assert!(flags("a,b", "z").membership().is_err());
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("members");
+        std::fs::write(&file, "# workers\nw1\n\nw2\n").unwrap();
+        assert_eq!(
+            flags(file.to_str().unwrap(), "w2").membership(),
+            Ok(Some((vec!["w1".into(), "w2".into()], "w2".into())))
+        );
+        let shard = OwnershipFlags {
+            shard: Some(Shard { index: 2, count: 3 }),
+            ..OwnershipFlags::default()
+        };
+        assert_eq!(
+            shard.membership(),
+            Ok(Some((vec!["0".into(), "1".into(), "2".into()], "2".into())))
+        );
+        assert_eq!(OwnershipFlags::default().membership(), Ok(None));
+    }
+}
