@@ -221,7 +221,7 @@ fn raw_rate_pg(
                 let claim = client
                     .prepare(&format!(
                         "INSERT INTO {schema}.records SELECT 'billing', $1, 'sha256:x', $1, 'c1', 'in-progress', nextval('{schema}.fence_seq'),
-                         $2 + 300000, 1, $2, $2, 86400000, $2 + 86400000, NULL, NULL, NULL, 'run', 'scheduled', 1, 'host', 1
+                         $2::bigint + 300000, 1, $2::bigint, $2::bigint, 86400000, $2::bigint + 86400000, NULL, NULL, NULL, 'run', 'scheduled', 1, 'host', 1
                          ON CONFLICT DO NOTHING RETURNING fence"
                     ))
                     .await
