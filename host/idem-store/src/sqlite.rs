@@ -23,6 +23,7 @@
 //!   application's database is refused rather than modified.
 
 use std::path::Path;
+use std::sync::LazyLock;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -284,9 +285,19 @@ impl SqliteStore {
         f: impl FnOnce(&Inner) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
         let inner = self.inner.clone();
-        // If the caller drops the future, the call still runs to its end:
-        // like any database call, a cancelled write may or may not have
-        // happened, and the fence keeps that safe.
+        // On a multi-threaded runtime the call runs right here, with the
+        // worker marked as blocking: a SQLite call takes tens of µs, and
+        // handing it to the blocking pool and back (two thread switches)
+        // cost several times that. A current-thread runtime cannot block in
+        // place, so there it goes to the blocking pool. Either way, if the
+        // caller drops the future the call still runs to its end: like any
+        // database call, a cancelled write may or may not have happened, and
+        // the fence keeps that safe.
+        let multi_thread = tokio::runtime::Handle::try_current()
+            .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+        if multi_thread {
+            return tokio::task::block_in_place(move || f(&inner));
+        }
         tokio::task::spawn_blocking(move || f(&inner))
             .await
             .map_err(|e| StoreError::Task(e.to_string()))?
@@ -463,13 +474,19 @@ impl Inner {
     }
 
     fn load(&self, tx: &Connection, key: &RecordKey) -> Result<Option<Record>, StoreError> {
+        // Cached statements: parsing the SQL cost more than running it.
+        static SELECT: LazyLock<String> = LazyLock::new(|| {
+            format!("SELECT {COLUMNS} FROM records WHERE namespace = ?1 AND key = ?2")
+        });
         let raw = tx
-            .query_row(
-                &format!("SELECT {COLUMNS} FROM records WHERE namespace = ?1 AND key = ?2"),
-                rusqlite::params![key.namespace, key.key.0.as_slice()],
-                Raw::from_row,
-            )
-            .optional()
+            .prepare_cached(&SELECT)
+            .and_then(|mut stmt| {
+                stmt.query_row(
+                    rusqlite::params![key.namespace, key.key.0.as_slice()],
+                    Raw::from_row,
+                )
+                .optional()
+            })
             .map_err(|e| self.err("reading a record", e))?;
         raw.map(|r| self.decode(r)).transpose()
     }
@@ -481,32 +498,37 @@ impl Inner {
             })
         };
         let outcome = r.outcome.as_ref();
-        tx.execute(
-            &format!("INSERT OR REPLACE INTO records ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21)"),
-            rusqlite::params![
-                r.key.namespace,
-                r.key.key.0.as_slice(),
-                r.policy_digest,
-                r.fingerprint.0.as_slice(),
-                r.partition,
-                r.state.as_str(),
-                int(r.fence, "fence")?,
-                int(r.lease_until_ms, "lease_until")?,
-                i64::from(r.attempts),
-                int(r.created_ms, "created")?,
-                int(r.updated_ms, "updated")?,
-                int(r.retention_ms, "retention")?,
-                int(r.retain_until_ms, "retain_until")?,
-                outcome.map(|o| o.status),
-                outcome.map(|o| o.body.as_slice()),
-                outcome.and_then(|o| o.error.as_deref()),
-                r.holder.run_id,
-                r.holder.trigger,
-                r.holder.attempt,
-                r.holder.host,
-                i64::from(r.holder.pid),
-            ],
-        )
+        static UPSERT: LazyLock<String> = LazyLock::new(|| {
+            format!(
+                "INSERT OR REPLACE INTO records ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21)"
+            )
+        });
+        let mut stmt = tx
+            .prepare_cached(&UPSERT)
+            .map_err(|e| self.err("writing a record", e))?;
+        stmt.execute(rusqlite::params![
+            r.key.namespace,
+            r.key.key.0.as_slice(),
+            r.policy_digest,
+            r.fingerprint.0.as_slice(),
+            r.partition,
+            r.state.as_str(),
+            int(r.fence, "fence")?,
+            int(r.lease_until_ms, "lease_until")?,
+            i64::from(r.attempts),
+            int(r.created_ms, "created")?,
+            int(r.updated_ms, "updated")?,
+            int(r.retention_ms, "retention")?,
+            int(r.retain_until_ms, "retain_until")?,
+            outcome.map(|o| o.status),
+            outcome.map(|o| o.body.as_slice()),
+            outcome.and_then(|o| o.error.as_deref()),
+            r.holder.run_id,
+            r.holder.trigger,
+            r.holder.attempt,
+            r.holder.host,
+            i64::from(r.holder.pid),
+        ])
         .map_err(|e| self.err("writing a record", e))?;
         Ok(())
     }
@@ -515,11 +537,8 @@ impl Inner {
     /// that survives gc (records are deleted, the sequence row is not).
     fn next_fence(&self, tx: &Connection) -> Result<u64, StoreError> {
         let fence: i64 = tx
-            .query_row(
-                "UPDATE fence_seq SET last = last + 1 WHERE id = 1 RETURNING last",
-                [],
-                |row| row.get(0),
-            )
+            .prepare_cached("UPDATE fence_seq SET last = last + 1 WHERE id = 1 RETURNING last")
+            .and_then(|mut stmt| stmt.query_row([], |row| row.get(0)))
             .map_err(|e| self.err("issuing a fence", e))?;
         u64::try_from(fence).map_err(|_| self.corrupt(format!("the fence sequence is at {fence}")))
     }
