@@ -4,6 +4,7 @@
 //! `idem::simulation`).
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use idem::core::{RecordState, Trigger};
 use idem::policy::LoadedPolicy;
@@ -14,19 +15,109 @@ use idem::simulation::{
 use idem::store::{
     ManualClock, MemoryStore, SqliteOptions, SqliteStore, Store, StoreOptions, Synchronous,
 };
-use idem_tests::load;
+use idem_tests::{load, postgres_url};
 
 const START_MS: u64 = 1_800_000_000_000;
 const MINUTE: u64 = 60_000;
 
-/// A SQLite file in a temp dir whose clock is the simulation's.
-struct Sqlite {
-    _dir: tempfile::TempDir,
-    clock: ManualClock,
-    store: Arc<dyn Store>,
+/// The store a scenario runs on.
+enum Db {
+    Sqlite,
+    /// The base URL (`IDEM_TEST_POSTGRES_URL`); each fixture gets a fresh
+    /// schema of its own.
+    Postgres(String),
 }
 
-fn sqlite_with(synchronous: Synchronous) -> Sqlite {
+impl Db {
+    /// PostgreSQL when `IDEM_TEST_POSTGRES_URL` is set; `None` (the test
+    /// says SKIPPED) without it, a failure under `CI=true`.
+    fn postgres(test: &str) -> Option<Db> {
+        postgres_url(&format!("chaos::{test}")).map(Db::Postgres)
+    }
+}
+
+/// A store whose clock is the simulation's, and what to clean up after it.
+struct Fixture {
+    clock: ManualClock,
+    store: Arc<dyn Store>,
+    // Declared after `store`: dropped (the schema with it) once the store
+    // is gone.
+    _cleanup: Cleanup,
+}
+
+enum Cleanup {
+    Dir(#[allow(dead_code)] tempfile::TempDir),
+    Schema { url: String, schema: String },
+}
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        if let Cleanup::Schema { url, schema } = self {
+            drop_schema(url, schema);
+        }
+    }
+}
+
+/// A fresh schema name for this process: `idem_chaos_<pid>_<n>`.
+fn fresh_schema() -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    format!(
+        "idem_chaos_{}_{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// `url` with `idem_schema=schema` and a small pool (tests run in parallel).
+fn schema_url(url: &str, schema: &str) -> String {
+    let sep = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{sep}idem_schema={schema}&idem_pool_size=2")
+}
+
+/// Opens a PostgreSQL store in `schema` (created and migrated on opening)
+/// whose "now" is `clock`.
+async fn postgres_store(url: &str, schema: &str, clock: &ManualClock) -> Arc<dyn Store> {
+    idem::store::open(
+        &schema_url(url, schema),
+        StoreOptions {
+            clock: clock.store_clock(),
+            ..StoreOptions::default()
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("cannot open PostgreSQL schema {schema}: {e}"))
+}
+
+/// Drops a test schema, from a thread of its own (callable from `Drop`,
+/// inside or outside a runtime). A failure is reported, not raised: it
+/// leaves a stray schema, not a wrong result.
+fn drop_schema(url: &str, schema: &str) {
+    let (url, sql) = (
+        url.to_owned(),
+        format!("DROP SCHEMA IF EXISTS {schema} CASCADE"),
+    );
+    let done = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| e.to_string())?;
+        rt.block_on(async {
+            let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+                .await
+                .map_err(|e| e.to_string())?;
+            tokio::spawn(conn);
+            client.batch_execute(&sql).await.map_err(|e| e.to_string())
+        })
+    })
+    .join();
+    match done {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => eprintln!("warning: could not drop schema {schema}: {e}"),
+        Err(_) => eprintln!("warning: dropping schema {schema} panicked"),
+    }
+}
+
+fn sqlite_with(synchronous: Synchronous) -> Fixture {
     let dir = tempfile::tempdir().unwrap();
     let clock = ManualClock::new(START_MS);
     let store = SqliteStore::open(
@@ -41,28 +132,46 @@ fn sqlite_with(synchronous: Synchronous) -> Sqlite {
         },
     )
     .unwrap();
-    Sqlite {
-        _dir: dir,
+    Fixture {
         clock,
         store: Arc::new(store),
+        _cleanup: Cleanup::Dir(dir),
     }
 }
 
-fn sqlite() -> Sqlite {
-    sqlite_with(Synchronous::Full)
+/// A fresh store on `db`: a SQLite file in a temp dir, or a fresh
+/// PostgreSQL schema (dropped with the fixture).
+async fn fixture(db: &Db) -> Fixture {
+    match db {
+        Db::Sqlite => sqlite_with(Synchronous::Full),
+        Db::Postgres(url) => {
+            let clock = ManualClock::new(START_MS);
+            let schema = fresh_schema();
+            // The cleanup first: a failed open still drops what it created.
+            let cleanup = Cleanup::Schema {
+                url: url.clone(),
+                schema: schema.clone(),
+            };
+            let store = postgres_store(url, &schema, &clock).await;
+            Fixture {
+                clock,
+                store,
+                _cleanup: cleanup,
+            }
+        }
+    }
 }
 
-/// Runs the scenario under both guards (each on a fresh SQLite file).
-async fn both(scenario: &Scenario, policy: &LoadedPolicy) -> (Report, Report) {
-    let s = sqlite();
-    let lock = simulate(scenario, &Guard::LockOnly, &s.clock)
-        .await
-        .unwrap();
-    (lock, idem(scenario, policy).await)
+/// Runs the scenario under both guards (idem on a fresh store on `db`; the
+/// lock-only guard needs no store, only the clock).
+async fn both(db: &Db, scenario: &Scenario, policy: &LoadedPolicy) -> (Report, Report) {
+    let clock = ManualClock::new(START_MS);
+    let lock = simulate(scenario, &Guard::LockOnly, &clock).await.unwrap();
+    (lock, idem(db, scenario, policy).await)
 }
 
-async fn idem(scenario: &Scenario, policy: &LoadedPolicy) -> Report {
-    let s = sqlite();
+async fn idem(db: &Db, scenario: &Scenario, policy: &LoadedPolicy) -> Report {
+    let s = fixture(db).await;
     let guard = Guard::Idem {
         policy: policy.clone(),
         store: s.store.clone(),
@@ -118,11 +227,10 @@ fn fixture_job(customers: usize) -> Job {
 }
 
 // Scenario 1: the paused holder.
-#[tokio::test]
-async fn a_paused_lock_holder_charges_twice_idem_charges_once() {
+async fn a_paused_lock_holder_charges_twice_idem_charges_once(db: Db) {
     let policy = load("billing-charge");
     let scenario = paused_holder(Job::new(5));
-    let (lock, idem) = both(&scenario, &policy).await;
+    let (lock, idem) = both(&db, &scenario, &policy).await;
 
     // Lock only: the retry took the expired lock and charged c03..c05; the
     // nightly run woke up, charged c03 again, then noticed the lost lock.
@@ -159,12 +267,11 @@ async fn a_paused_lock_holder_charges_twice_idem_charges_once() {
 // gives the retry a higher fence, and a fence-honouring ledger refuses the
 // woken holder's stale charge. With a ledger that enforces nothing, the
 // same schedule charges twice: re-execution needs the downstream's help.
-#[tokio::test]
-async fn a_stale_charge_is_refused_by_a_fence_honouring_ledger() {
+async fn a_stale_charge_is_refused_by_a_fence_honouring_ledger(db: Db) {
     let policy = load("fixture-misbehaving");
     let mut scenario = paused_holder(fixture_job(5));
     scenario.ledger = LedgerMode::FENCES;
-    let report = idem(&scenario, &policy).await;
+    let report = idem(&db, &scenario, &policy).await;
     let c = &report.counters;
     assert_eq!(charges(&report), vec![1, 1, 1, 1, 1], "{}", show(&report));
     assert_eq!((c.charges, c.duplicate_charges), (5, 0));
@@ -187,7 +294,7 @@ async fn a_stale_charge_is_refused_by_a_fence_honouring_ledger() {
         .unwrap();
 
     scenario.ledger = LedgerMode::NAIVE;
-    let naive = idem(&scenario, &policy).await;
+    let naive = idem(&db, &scenario, &policy).await;
     assert_eq!(charges(&naive), vec![1, 1, 2, 1, 1], "{}", show(&naive));
     assert_eq!(naive.counters.fenced_writes, 1);
 }
@@ -195,8 +302,7 @@ async fn a_stale_charge_is_refused_by_a_fence_honouring_ledger() {
 // Scenario 2: the scheduler retried after its 10-minute timeout while the
 // first run was still going (slow store, then a stall on a completion
 // write longer than the lease).
-#[tokio::test]
-async fn a_scheduler_retry_during_a_stalled_run() {
+async fn a_scheduler_retry_during_a_stalled_run(db: Db) {
     let policy = load("billing-charge");
     let mut scenario = Scenario::new(2, Job::new(5));
     scenario.trace = true;
@@ -210,7 +316,7 @@ async fn a_scheduler_retry_during_a_stalled_run() {
             }),
         RunSpec::new("nightly-retry", Trigger::Retry, 10 * MINUTE),
     ];
-    let (lock, idem) = both(&scenario, &policy).await;
+    let (lock, idem) = both(&db, &scenario, &policy).await;
     // Lock only: the stalled run's lock expired; the retry found c02 not
     // yet booked and charged it again.
     assert_eq!(charges(&lock), vec![1, 2, 1, 1, 1], "{}", show(&lock));
@@ -239,7 +345,7 @@ async fn a_scheduler_retry_during_a_stalled_run() {
         .faults
         .retain(|f| matches!(f, Fault::SlowStore { .. }));
     scenario.runs[1].start_ms = 2 * MINUTE;
-    let (lock, idem) = both(&scenario, &policy).await;
+    let (lock, idem) = both(&db, &scenario, &policy).await;
     assert_eq!(lock.counters.duplicate_charges, 0, "{}", show(&lock));
     assert_eq!(lock.counters.lock_busy, 1);
     assert_eq!(charges(&idem), vec![1; 5], "{}", show(&idem));
@@ -255,8 +361,7 @@ async fn a_scheduler_retry_during_a_stalled_run() {
 // Scenario 3: two instances fired at once. Without a pause the lock holds
 // (the second instance exits); idem lets both work and charges each
 // invoice once, whatever the interleaving the seed picks.
-#[tokio::test]
-async fn two_instances_fired_at_once() {
+async fn two_instances_fired_at_once(db: Db) {
     let policy = load("billing-charge");
     let mut interleavings = std::collections::HashSet::new();
     for seed in 0..12 {
@@ -265,7 +370,7 @@ async fn two_instances_fired_at_once() {
             RunSpec::new("instance-a", Trigger::Scheduled, 0),
             RunSpec::new("instance-b", Trigger::Scheduled, 0),
         ];
-        let (lock, idem) = both(&scenario, &policy).await;
+        let (lock, idem) = both(&db, &scenario, &policy).await;
         assert_eq!(charges(&lock), vec![1; 6], "seed {seed}");
         assert_eq!(lock.counters.lock_busy, 1, "seed {seed}");
         assert_eq!(charges(&idem), vec![1; 6], "seed {seed}: {}", show(&idem));
@@ -283,8 +388,7 @@ async fn two_instances_fired_at_once() {
 // Scenario 4: a manual re-run after a partial failure (the nightly run was
 // killed right after charging c03) charges only the customers not yet
 // charged.
-#[tokio::test]
-async fn a_manual_rerun_after_a_partial_failure_charges_only_the_rest() {
+async fn a_manual_rerun_after_a_partial_failure_charges_only_the_rest(db: Db) {
     let policy = load("billing-charge");
     let mut scenario = Scenario::new(4, Job::new(6));
     scenario.trace = true;
@@ -292,7 +396,7 @@ async fn a_manual_rerun_after_a_partial_failure_charges_only_the_rest() {
         RunSpec::new("nightly", Trigger::Scheduled, 0).with(Fault::CrashAfterCharge { invoice: 2 }),
         RunSpec::new("manual-rerun", Trigger::Manual, 60 * MINUTE),
     ];
-    let (lock, idem) = both(&scenario, &policy).await;
+    let (lock, idem) = both(&db, &scenario, &policy).await;
     // Lock only: c03's bookkeeping was never written: charged again.
     assert_eq!(charges(&lock), vec![1, 1, 2, 1, 1, 1], "{}", show(&lock));
     assert_eq!(charged_by(&lock, "manual-rerun"), vec![2, 3, 4, 5]);
@@ -312,8 +416,7 @@ async fn a_manual_rerun_after_a_partial_failure_charges_only_the_rest() {
 }
 
 // Scenario 5: a crash after the charge and before completion.
-#[tokio::test]
-async fn a_crash_between_charge_and_completion_is_never_charged_blindly() {
+async fn a_crash_between_charge_and_completion_is_never_charged_blindly(db: Db) {
     let crashed = |job: Job, ledger: LedgerMode| {
         let mut s = Scenario::new(5, job);
         s.ledger = ledger;
@@ -332,6 +435,7 @@ async fn a_crash_between_charge_and_completion_is_never_charged_blindly() {
 
     // billing-charge: outcome-unknown, held for review, never re-charged.
     let r = idem(
+        &db,
         &crashed(Job::new(3), LedgerMode::NAIVE),
         &load("billing-charge"),
     )
@@ -352,7 +456,7 @@ async fn a_crash_between_charge_and_completion_is_never_charged_blindly() {
     // A re-executing policy with a key-honouring ledger: re-executed under
     // the same key; the ledger hands back the first charge; completed.
     let fixture = load("fixture-misbehaving");
-    let r = idem(&crashed(fixture_job(3), LedgerMode::KEYS), &fixture).await;
+    let r = idem(&db, &crashed(fixture_job(3), LedgerMode::KEYS), &fixture).await;
     assert_eq!(charges(&r), vec![1, 1, 1], "{}", show(&r));
     assert_eq!(r.counters.refused_by_ledger, 1);
     assert_eq!(states(&r), vec![Some(RecordState::Completed); 3]);
@@ -366,7 +470,7 @@ async fn a_crash_between_charge_and_completion_is_never_charged_blindly() {
     // The same with a ledger that enforces nothing: charged twice. This is
     // the limit the README states: after a take-over, exactly-once of the
     // effect needs the downstream to deduplicate by key.
-    let r = idem(&crashed(fixture_job(3), LedgerMode::NAIVE), &fixture).await;
+    let r = idem(&db, &crashed(fixture_job(3), LedgerMode::NAIVE), &fixture).await;
     assert_eq!(charges(&r), vec![1, 2, 1], "{}", show(&r));
 }
 
@@ -375,8 +479,7 @@ async fn a_crash_between_charge_and_completion_is_never_charged_blindly() {
 // charges under new keys. idem cannot deduplicate across keys; the hazard
 // is detected before the run (pre-flight) and every resulting duplicate is
 // reported by the ledger, none silent.
-#[tokio::test]
-async fn key_drift_is_detected_and_reported() {
+async fn key_drift_is_detected_and_reported(db: Db) {
     let old = load("billing-charge");
     let new = load("fixture-misbehaving");
     let mut scenario = Scenario::new(6, fixture_job(4));
@@ -392,7 +495,7 @@ async fn key_drift_is_detected_and_reported() {
     );
     assert!(key_drift(&scenario.job, &old, &old).unwrap().is_empty());
 
-    let r = idem(&scenario, &old).await;
+    let r = idem(&db, &scenario, &old).await;
     // c01..c03 were charged by the nightly run and again under new keys.
     assert_eq!(charges(&r), vec![2, 2, 2, 1], "{}", show(&r));
     assert_eq!(r.counters.duplicate_charges, 3);
@@ -414,6 +517,42 @@ async fn key_drift_is_detected_and_reported() {
         "{violations:?}"
     );
 }
+
+/// Each scenario runs on a SQLite file (`chaos::sqlite::…`) and in a fresh
+/// PostgreSQL schema (`chaos::postgres::…`, with `IDEM_TEST_POSTGRES_URL`),
+/// under the same assertions.
+macro_rules! on_both_stores {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite {
+            $(
+                #[tokio::test]
+                async fn $name() {
+                    super::$name(super::Db::Sqlite).await
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[tokio::test]
+                async fn $name() {
+                    if let Some(db) = super::Db::postgres(concat!("postgres::", stringify!($name))) {
+                        super::$name(db).await
+                    }
+                }
+            )*
+        }
+    };
+}
+
+on_both_stores!(
+    a_paused_lock_holder_charges_twice_idem_charges_once,
+    a_stale_charge_is_refused_by_a_fence_honouring_ledger,
+    a_scheduler_retry_during_a_stalled_run,
+    two_instances_fired_at_once,
+    a_manual_rerun_after_a_partial_failure_charges_only_the_rest,
+    a_crash_between_charge_and_completion_is_never_charged_blindly,
+    key_drift_is_detected_and_reported,
+);
 
 /// Seeds are deterministic: the same seed on two fresh stores gives the
 /// same ledger, fence for fence.
@@ -456,13 +595,23 @@ struct Batch {
     lock_dup_seeds: u64,
     limit_dup_seeds: u64,
     on_sqlite: u64,
+    on_postgres: u64,
 }
 
-/// Runs `seeds` on one current-thread runtime, with its own clock and
-/// SQLite file.
+/// Which store a random seed runs on: one in forty on PostgreSQL (when
+/// there is one), one in ten on SQLite, the rest in memory. A replay runs
+/// on PostgreSQL when the seed did, else on SQLite.
+fn seed_on_postgres(seed: u64, postgres: bool) -> bool {
+    postgres && seed % 40 == 5
+}
+
+/// Runs `seeds` on one current-thread runtime, with its own clock, SQLite
+/// file and (`postgres`: base URL and schema) PostgreSQL store in the
+/// shared schema.
 fn run_batch(
     seeds: Vec<u64>,
     replay: bool,
+    postgres: Option<(&str, &str)>,
     billing: &LoadedPolicy,
     fixture: &LoadedPolicy,
 ) -> Batch {
@@ -473,6 +622,7 @@ fn run_batch(
     rt.block_on(async move {
         let shared = sqlite_with(Synchronous::Normal);
         let clock = shared.clock.clone();
+        let mut pg: Option<Arc<dyn Store>> = None;
         let mut b = Batch::default();
         for seed in seeds {
             let re_executes = seed % 4 == 3;
@@ -480,15 +630,22 @@ fn run_batch(
             let mut scenario = Scenario::random(seed);
             scenario.job.invoice_in_tenant = re_executes;
             scenario.trace = replay;
-            let store: Arc<dyn Store> = if seed % 10 == 0 || replay {
-                b.on_sqlite += 1;
-                shared.store.clone()
-            } else {
-                Arc::new(MemoryStore::new(StoreOptions {
-                    clock: clock.store_clock(),
-                    ..StoreOptions::default()
-                }))
-            };
+            let store: Arc<dyn Store> =
+                if let Some((url, schema)) = postgres.filter(|_| seed_on_postgres(seed, true)) {
+                    b.on_postgres += 1;
+                    if pg.is_none() {
+                        pg = Some(postgres_store(url, schema, &clock).await);
+                    }
+                    pg.clone().unwrap()
+                } else if seed % 10 == 0 || replay {
+                    b.on_sqlite += 1;
+                    shared.store.clone()
+                } else {
+                    Arc::new(MemoryStore::new(StoreOptions {
+                        clock: clock.store_clock(),
+                        ..StoreOptions::default()
+                    }))
+                };
             let guard = Guard::Idem {
                 policy: policy.clone(),
                 store,
@@ -534,14 +691,17 @@ fn run_batch(
 /// The randomised mode: `IDEM_CHAOS_SEEDS` seeded schedules (default
 /// 10,000) mixing every fault, each checked against the invariants its
 /// configuration guarantees (see `Guarantee`). `IDEM_CHAOS_SEED=N` replays
-/// one seed on SQLite and prints its trace.
+/// one seed (on PostgreSQL if it ran there, else on SQLite) and prints its
+/// trace.
 ///
 /// Sizes and stores: each schedule is small (1–3 customers, 2–3 runs plus
 /// a reconciling run); one seed in ten runs on a SQLite file (one file per
 /// thread, `synchronous=normal`: fsyncs would cost minutes and test the
-/// disk, not the engine; a tenant per seed keeps seeds' keys apart), the
-/// others on the in-memory store, which follows the same rules (the store
-/// conformance suite checks both). A quarter of the seeds use a policy
+/// disk, not the engine; a tenant per seed keeps seeds' keys apart); with
+/// `IDEM_TEST_POSTGRES_URL`, one seed in forty runs on PostgreSQL (one
+/// schema for the batch, a store per thread, a tenant per seed; required
+/// under `CI=true`); the others on the in-memory store, which follows the
+/// same rules (the store conformance suite checks all three). A quarter of the seeds use a policy
 /// that re-executes every expired claim (the fixture), the rest
 /// billing-charge, which sends expired claims to review. Seeds are split
 /// across the machine's cores (at most 4 threads); each seed is still one
@@ -560,12 +720,25 @@ fn randomised_schedules_keep_the_invariants() {
     // Loaded once: compiling a policy in a debug build takes a good part of
     // a second.
     let (billing, fixture) = (load("billing-charge"), load("fixture-misbehaving"));
+    // The PostgreSQL share: one schema for the whole batch (a tenant per
+    // seed keeps seeds apart), dropped at the end.
+    let postgres = postgres_url(
+        "chaos::randomised_schedules_keep_the_invariants (PostgreSQL share)",
+    )
+    .map(|url| Cleanup::Schema {
+        url,
+        schema: fresh_schema(),
+    });
+    let pg = match &postgres {
+        Some(Cleanup::Schema { url, schema }) => Some((url.as_str(), schema.as_str())),
+        _ => None,
+    };
     let batches: Vec<Batch> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..threads)
             .map(|t| {
                 let mine: Vec<u64> = seeds.iter().copied().skip(t).step_by(threads).collect();
                 let (billing, fixture) = (&billing, &fixture);
-                scope.spawn(move || run_batch(mine, only.is_some(), billing, fixture))
+                scope.spawn(move || run_batch(mine, only.is_some(), pg, billing, fixture))
             })
             .collect();
         handles.into_iter().map(|h| h.join().unwrap()).collect()
@@ -576,6 +749,7 @@ fn randomised_schedules_keep_the_invariants() {
         all.lock_dup_seeds += b.lock_dup_seeds;
         all.limit_dup_seeds += b.limit_dup_seeds;
         all.on_sqlite += b.on_sqlite;
+        all.on_postgres += b.on_postgres;
         let (t, c) = (&mut all.totals, &b.totals);
         t.charges += c.charges;
         t.duplicate_charges += c.duplicate_charges;
@@ -591,12 +765,13 @@ fn randomised_schedules_keep_the_invariants() {
     }
     let t = &all.totals;
     println!(
-        "{} schedules ({} on SQLite, {threads} threads) in {:.1?}\n  idem: {} charges, {} duplicates \
+        "{} schedules ({} on SQLite, {} on PostgreSQL, {threads} threads) in {:.1?}\n  idem: {} charges, {} duplicates \
          (all in the unguaranteed re-execute + naive-ledger configuration: {} schedules), {} fenced writes, \
          {} replays, {} refused by the ledger, {} sent to review\n  faults: {} pauses, {} crashes, \
          {} lost completions\n  lock only: duplicated a charge in {} schedules",
         seeds.len(),
         all.on_sqlite,
+        all.on_postgres,
         started.elapsed(),
         t.charges,
         t.duplicate_charges,
@@ -613,8 +788,13 @@ fn randomised_schedules_keep_the_invariants() {
     if !all.failures.is_empty() {
         all.failures.sort();
         for (seed, violations) in all.failures.iter().take(10) {
+            let on = if seed_on_postgres(*seed, pg.is_some()) {
+                " (on PostgreSQL: keep IDEM_TEST_POSTGRES_URL set)"
+            } else {
+                ""
+            };
             eprintln!(
-                "FAILING SEED {seed}: {violations:#?}\n  replay: IDEM_CHAOS_SEED={seed} cargo test -p idem-tests --test suite chaos::randomised -- --nocapture"
+                "FAILING SEED {seed}: {violations:#?}\n  replay{on}: IDEM_CHAOS_SEED={seed} cargo test -p idem-tests --test suite chaos::randomised -- --nocapture"
             );
         }
         panic!(
