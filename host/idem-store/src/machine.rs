@@ -238,7 +238,7 @@ pub(crate) fn mark_unknown(
 }
 
 /// Enforces the body cap and cuts the error text.
-fn checked_outcome(
+pub(crate) fn checked_outcome(
     key: &RecordKey,
     mut outcome: Outcome,
     limit: usize,

@@ -164,6 +164,7 @@ struct Sql {
     job_get: String,
     job_heartbeat: String,
     job_release: String,
+    finish_fast: String,
 }
 
 impl Sql {
@@ -279,6 +280,19 @@ impl Sql {
                  FROM (SELECT {now34} AS ms) n WHERE j.job = $1 AND j.fence = $2 RETURNING j.lease_until"
             ),
             job_release: format!("DELETE FROM {s}.job_leases WHERE job = $1 AND fence = $2"),
+            // A holder's completion or failure in one autocommit statement:
+            // the conditions are `machine::held` (live, same fence, in
+            // progress) and the new values are `machine::finish`'s. When it
+            // changes nothing, the locked path finds out why.
+            finish_fast: format!(
+                "WITH n AS (SELECT {NOW} AS ms) \
+                 UPDATE {s}.records AS r SET state = $5, outcome_status = $6, outcome_body = $7, \
+                 outcome_error = $8, updated = n.ms, \
+                 retain_until = CASE WHEN r.retention_ms > 9223372036854775807 - n.ms \
+                     THEN 9223372036854775807 ELSE n.ms + r.retention_ms END \
+                 FROM n WHERE r.namespace = $3 AND r.key = $4 AND r.fence = $9 \
+                 AND r.state = 'in-progress' AND NOT {EXPIRED} RETURNING r.fence"
+            ),
         }
     }
 }
@@ -1064,6 +1078,43 @@ impl Inner {
         })
     }
 
+    /// `finish` as one conditional statement: `Ok(true)` when it wrote.
+    async fn finish_fast(
+        &self,
+        key: &RecordKey,
+        fence: u64,
+        state: RecordState,
+        outcome: &Outcome,
+    ) -> Result<bool, StoreError> {
+        let (manual, offset) = self.clock();
+        let fail = |e| self.err("finishing an attempt", e);
+        let conn = self.conn().await?;
+        let stmt = conn
+            .prepare_cached(&self.sql.finish_fast)
+            .await
+            .map_err(fail)?;
+        let key_bytes = key.key.0.to_vec();
+        let fence = i64::try_from(fence).unwrap_or(i64::MAX);
+        let rows = conn
+            .query(
+                &stmt,
+                &[
+                    &manual,
+                    &offset,
+                    &key.namespace,
+                    &key_bytes,
+                    &state.as_str(),
+                    &outcome.status,
+                    &outcome.body,
+                    &outcome.error,
+                    &fence,
+                ],
+            )
+            .await
+            .map_err(fail)?;
+        Ok(rows.len() == 1)
+    }
+
     async fn finish(
         &self,
         key: &RecordKey,
@@ -1072,6 +1123,15 @@ impl Inner {
         outcome: Outcome,
     ) -> Result<(), StoreError> {
         let limit = self.options.max_outcome_bytes;
+        // The common case in one round trip; any refusal (or error) goes
+        // through the locked read, which says exactly why.
+        let checked = machine::checked_outcome(key, outcome.clone(), limit)?;
+        if matches!(
+            self.finish_fast(key, fence, state, &checked).await,
+            Ok(true)
+        ) {
+            return Ok(());
+        }
         self.transact(
             "finishing an attempt",
             key,
