@@ -148,17 +148,22 @@ impl Holder {
 }
 
 /// Best-effort host name without a dependency: `HOSTNAME`, then the kernel's.
+/// Read once: every claim records it, and it does not change under us.
 fn host_name() -> String {
-    if let Ok(name) = std::env::var("HOSTNAME")
-        && !name.is_empty()
-    {
-        return name;
-    }
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|s| s.trim().to_string())
-        .ok()
-        .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| "unknown".to_string())
+    static NAME: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    NAME.get_or_init(|| {
+        if let Ok(name) = std::env::var("HOSTNAME")
+            && !name.is_empty()
+        {
+            return name;
+        }
+        std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|s| s.trim().to_string())
+            .ok()
+            .filter(|s| !s.is_empty())
+            .unwrap_or_else(|| "unknown".to_string())
+    })
+    .clone()
 }
 
 /// The stored result of an attempt.

@@ -149,11 +149,7 @@ impl Store for MemoryStore {
         retryable: bool,
         outcome: Outcome,
     ) -> Result<(), StoreError> {
-        let to = if retryable {
-            RecordState::FailedRetryable
-        } else {
-            RecordState::FailedPermanent
-        };
+        let to = machine::failed_state(retryable);
         let (mut state, now) = self.lock();
         let current = state.records.get(key).cloned();
         let record = machine::finish(

@@ -1242,11 +1242,7 @@ impl Store for PostgresStore {
         retryable: bool,
         outcome: Outcome,
     ) -> Result<(), StoreError> {
-        let state = if retryable {
-            RecordState::FailedRetryable
-        } else {
-            RecordState::FailedPermanent
-        };
+        let state = machine::failed_state(retryable);
         self.inner.finish(key, fence, state, outcome).await
     }
 

@@ -815,11 +815,7 @@ impl Store for SqliteStore {
         retryable: bool,
         outcome: Outcome,
     ) -> Result<(), StoreError> {
-        let state = if retryable {
-            RecordState::FailedRetryable
-        } else {
-            RecordState::FailedPermanent
-        };
+        let state = machine::failed_state(retryable);
         self.finish(key, fence, state, outcome).await
     }
 
