@@ -56,6 +56,54 @@ fn example_policies_pass_their_cases_as_wasm() {
     }
 }
 
+/// A memoized policy answers exactly as the guest does (every case of both
+/// example policies, evaluated and then answered from memory), counts what
+/// it answered, and tells inputs apart down to the logical time.
+#[test]
+fn a_memoized_policy_answers_as_the_guest_does() {
+    for name in ["billing-charge", "http-idempotency-key"] {
+        let path = workspace_root().join(format!("guest/policies/{name}/cases.json"));
+        let file = CasesFile::from_json(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let policy = load(name).memoized(1024);
+        assert_eq!(policy.memo_stats().map(|s| s.hits + s.misses), Some(0));
+        let first = run_cases(&mut Wasm(policy.clone()), &file);
+        let after_first = policy.memo_stats().unwrap();
+        assert!(after_first.misses > 0, "{name}: {after_first:?}");
+        let second = run_cases(&mut Wasm(policy.clone()), &file);
+        let after_second = policy.memo_stats().unwrap();
+        for report in [&first, &second] {
+            let failures: Vec<_> = report.results.iter().filter(|r| !r.passed).collect();
+            assert!(failures.is_empty(), "{name}: {failures:#?}");
+        }
+        // The second pass asked the same questions: all answered from memory.
+        assert_eq!(after_second.misses, after_first.misses, "{name}");
+        assert_eq!(
+            after_second.hits - after_first.hits,
+            after_first.hits + after_first.misses,
+            "{name}"
+        );
+    }
+    let plain = load("billing-charge");
+    let memo = plain.memoized(1024);
+    for now_ms in [0, 1, 1_800_000_000_000] {
+        assert_eq!(
+            memo.derive(&op(SEED_OP), now_ms).unwrap(),
+            plain.derive(&op(SEED_OP), now_ms).unwrap()
+        );
+    }
+    assert_eq!(
+        memo.memo_stats().unwrap().misses,
+        3,
+        "now_ms is part of the input"
+    );
+    // Capacity 0 remembers nothing.
+    let none = plain.memoized(0);
+    for _ in 0..2 {
+        none.derive(&op(SEED_OP), 0).unwrap();
+    }
+    assert_eq!(none.memo_stats().unwrap().hits, 0);
+}
+
 #[test]
 fn golden_seed_key_through_wasm() {
     let policy = load("billing-charge");

@@ -894,6 +894,162 @@ where
     assert_eq!(view(store, &k1).await.record.fingerprint, fingerprint(3));
 }
 
+/// A batch of claims gets what the same claims one after the other would
+/// have got, in order: fresh keys claimed under new fences (higher than any
+/// before the batch, in an order of the store's choosing), a key
+/// repeated in the batch finding its first occurrence's record, existing
+/// records reported (with the fingerprint compared), a record past its
+/// retention replaced, and a refused request (invalid, stale epoch)
+/// refused alone. The claims are real: their holders complete them.
+pub async fn claim_many_is_claims_in_order<F, Fut>(factory: &F)
+where
+    F: Fn(StoreOptions) -> Fut,
+    Fut: Future<Output = Fixture>,
+{
+    let (fx, clock) = fixture(factory, crate::DEFAULT_MAX_OUTCOME_BYTES).await;
+    let store = fx.store.as_ref();
+    let name = store.describe();
+    assert!(
+        store
+            .claim_many(Vec::new())
+            .await
+            .expect("empty batch")
+            .is_empty(),
+        "{name}: an empty batch claims nothing"
+    );
+    // Before: key 3 completed, key 5 failed with retention 0 (past it
+    // once the clock moves), key 6 in progress under a live lease.
+    let done = claimed(store, request(&key(3), 1, 1_000, 60_000, 1)).await;
+    store
+        .complete(&key(3), done.fence, Outcome::new(200, b"ok".to_vec()))
+        .await
+        .expect("complete");
+    let dead = claimed(store, request(&key(5), 1, 1_000, 0, 1)).await;
+    store
+        .fail(&key(5), dead.fence, true, Outcome::error(1, "x"))
+        .await
+        .expect("fail");
+    let running = claimed(store, request(&key(6), 1, 60_000, 60_000, 1)).await;
+    let old = join(store, "batch", &["w-a"]).await;
+    let new = join(store, "batch", &["w-b"]).await;
+    clock.advance(ms(1));
+
+    let invalid = ClaimRequest {
+        policy_digest: "md5:nope".to_string(),
+        ..request(&key(8), 1, 1_000, 60_000, 2)
+    };
+    let batch = vec![
+        request(&key(1), 1, 10_000, 60_000, 2),
+        request(&key(2), 1, 10_000, 60_000, 2),
+        request(&key(1), 1, 10_000, 60_000, 3),
+        request(&key(3), 1, 10_000, 60_000, 2),
+        request(&key(3), 2, 10_000, 60_000, 2),
+        request(&key(5), 3, 10_000, 60_000, 2),
+        invalid,
+        request(&key(6), 1, 10_000, 60_000, 2),
+        owned(&key(7), 10_000, old.token()),
+        request(&key(9), 1, 10_000, 60_000, 2),
+    ];
+    let mut out = store
+        .claim_many(batch)
+        .await
+        .unwrap_or_else(|e| panic!("{name}: claim_many: {e}"))
+        .into_iter();
+    let mut next = |what: &str| {
+        out.next()
+            .unwrap_or_else(|| panic!("{name}: no outcome for {what}"))
+    };
+    let claim = |what: &str, r: Result<ClaimOutcome, StoreError>| match r {
+        Ok(ClaimOutcome::Claimed(c)) => c,
+        other => panic!("{name}: {what}: expected Claimed, got {other:?}"),
+    };
+    let existing = |what: &str, r: Result<ClaimOutcome, StoreError>| match r {
+        Ok(ClaimOutcome::Existing(e)) => *e,
+        other => panic!("{name}: {what}: expected Existing, got {other:?}"),
+    };
+    let k1 = claim("fresh key 1", next("key 1"));
+    let k2 = claim("fresh key 2", next("key 2"));
+    assert!(
+        k1.fence > running.fence && k2.fence > running.fence && k1.fence != k2.fence,
+        "{name}: new fences, higher than any before the batch"
+    );
+    let again = existing("key 1 again", next("key 1 again"));
+    assert_eq!(
+        (
+            again.view.record.state,
+            again.view.record.fence,
+            again.fingerprint_matches
+        ),
+        (RecordState::InProgress, k1.fence, true),
+        "{name}: a key repeated in a batch finds its first claim"
+    );
+    let replay = existing("completed key 3", next("key 3"));
+    assert_eq!(
+        (replay.view.record.state, replay.fingerprint_matches),
+        (RecordState::Completed, true)
+    );
+    assert_eq!(
+        replay
+            .view
+            .record
+            .outcome
+            .as_ref()
+            .map(|o| o.body.as_slice()),
+        Some(&b"ok"[..])
+    );
+    let conflict = existing("key 3, other fingerprint", next("key 3 again"));
+    assert!(
+        !conflict.fingerprint_matches,
+        "{name}: fingerprint compared"
+    );
+    let replaced = claim("key 5 past retention", next("key 5"));
+    assert!(replaced.fence > running.fence && replaced.attempt == 1);
+    assert!(![k1.fence, k2.fence].contains(&replaced.fence));
+    match next("invalid") {
+        Err(StoreError::InvalidRequest(_)) => {}
+        other => panic!("{name}: invalid request: expected InvalidRequest, got {other:?}"),
+    }
+    let busy = existing("key 6 in progress", next("key 6"));
+    assert_eq!(
+        (busy.view.record.state, busy.view.record.fence),
+        (RecordState::InProgress, running.fence)
+    );
+    assert_stale(next("stale epoch"), old.epoch, new.epoch);
+    let k9 = claim("fresh key 9 after refusals", next("key 9"));
+    assert!(k9.fence > running.fence && ![k1.fence, k2.fence, replaced.fence].contains(&k9.fence));
+    assert!(out.next().is_none(), "{name}: one outcome per request");
+
+    // What the batch did is in the store, as single claims would leave it.
+    for (k, c) in [
+        (key(1), &k1),
+        (key(2), &k2),
+        (key(5), &replaced),
+        (key(9), &k9),
+    ] {
+        let record = view(store, &k).await.record;
+        assert_eq!(
+            (record.state, record.fence, record.lease_until_ms),
+            (RecordState::InProgress, c.fence, c.lease_until_ms),
+            "{name}: {k}"
+        );
+    }
+    assert_eq!(
+        view(store, &key(5)).await.record.fingerprint,
+        fingerprint(3)
+    );
+    for k in [key(7), key(8)] {
+        assert_eq!(
+            store.get(&k).await.expect("get"),
+            None,
+            "{name}: {k} refused, not written"
+        );
+    }
+    store
+        .complete(&key(1), k1.fence, Outcome::new(200, Vec::new()))
+        .await
+        .unwrap_or_else(|e| panic!("{name}: completing a batch claim: {e}"));
+}
+
 /// Fences strictly increase across keys, gc and (for persistent stores)
 /// reopening.
 pub async fn fence_monotonic_across_gc_and_reopen<F, Fut>(factory: &F)
@@ -1366,6 +1522,7 @@ where
     fail_retryable_then_take_over(factory).await;
     mark_unknown(factory).await;
     retention_and_gc(factory).await;
+    claim_many_is_claims_in_order(factory).await;
     fence_monotonic_across_gc_and_reopen(factory).await;
     outcome_size_cap(factory).await;
     list_filters(factory).await;

@@ -460,10 +460,41 @@ pub trait Store: Send + Sync + 'static {
     /// Where the store is, for messages (e.g. `sqlite:/var/lib/idem.db`).
     fn describe(&self) -> String;
 
+    /// The clock this store decides leases by, as this process reads it (a
+    /// database server's own clock stays the authority for leases; see
+    /// [`StoreClock`]). The engine hands its reading to policies as their
+    /// logical time, so that a simulation on a [`ManualClock`] is
+    /// deterministic down to what the policy sees.
+    fn clock(&self) -> &StoreClock;
+
     /// Claims `request.key`: inserts an in-progress record under a new fence
     /// when no live record exists (a record past its retention counts as
     /// absent and is replaced), else reports the existing record.
     async fn claim(&self, request: ClaimRequest) -> Result<ClaimOutcome, StoreError>;
+
+    /// [`Store::claim`] for many requests in one call: what each would have
+    /// got, in order, as if claimed one after the other (a key repeated in
+    /// the batch finds the record its first occurrence made). The fences of
+    /// the claims a batch makes are new and higher than any before it, in
+    /// an order of the store's choosing (PostgreSQL inserts in key order,
+    /// so that racing batches never deadlock). Each claim is
+    /// atomic on its own; the batch is not a transaction, only fewer round
+    /// trips (PostgreSQL: one statement for the fresh keys, one for the
+    /// rest) and fewer commits (SQLite: one transaction, one fsync). The
+    /// outer error is a failure of the whole call (nothing, or only some
+    /// claims, may have been made: each made claim is live and fenced like
+    /// any other); the inner ones are per request, as `claim` returns them.
+    /// The default claims one at a time.
+    async fn claim_many(
+        &self,
+        requests: Vec<ClaimRequest>,
+    ) -> Result<Vec<Result<ClaimOutcome, StoreError>>, StoreError> {
+        let mut outcomes = Vec::with_capacity(requests.len());
+        for request in requests {
+            outcomes.push(self.claim(request).await);
+        }
+        Ok(outcomes)
+    }
 
     /// Re-executes under a new, higher fence (attempts + 1), after the policy
     /// decided `re-execute`. Succeeds only while the record still carries

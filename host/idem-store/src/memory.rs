@@ -76,6 +76,10 @@ impl Store for MemoryStore {
         "memory:".to_string()
     }
 
+    fn clock(&self) -> &crate::StoreClock {
+        &self.options.clock
+    }
+
     async fn claim(&self, request: ClaimRequest) -> Result<ClaimOutcome, StoreError> {
         machine::validate(&request)?;
         let (mut state, now) = self.lock();

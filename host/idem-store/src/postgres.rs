@@ -46,6 +46,7 @@
 //!   connection (the server rolls back) instead of returning it to the pool
 //!   with a transaction open.
 
+mod batch;
 mod tls;
 mod url;
 
@@ -154,6 +155,7 @@ struct Sql {
     insert: String,
     update: String,
     fast_claim: String,
+    batch_claim: String,
     get: String,
     list: String,
     gc: String,
@@ -221,6 +223,7 @@ impl Sql {
                  RETURNING fence, created, lease_until, retain_until",
                 NOW.replace("$1", "$13").replace("$2", "$14")
             ),
+            batch_claim: batch::claim_sql(&s, &fence_seq, COLUMNS, &r_columns),
             get: format!(
                 "SELECT n.ms, {r_columns} FROM (SELECT {now34} AS ms) n \
                  LEFT JOIN {s}.records r ON r.namespace = $1 AND r.key = $2"
@@ -1153,6 +1156,10 @@ impl Store for PostgresStore {
         self.inner.name.clone()
     }
 
+    fn clock(&self) -> &crate::StoreClock {
+        &self.inner.options.clock
+    }
+
     async fn claim(&self, request: ClaimRequest) -> Result<ClaimOutcome, StoreError> {
         machine::validate(&request)?;
         let inner = &self.inner;
@@ -1179,6 +1186,13 @@ impl Store for PostgresStore {
                 },
             )
             .await
+    }
+
+    async fn claim_many(
+        &self,
+        requests: Vec<ClaimRequest>,
+    ) -> Result<Vec<Result<ClaimOutcome, StoreError>>, StoreError> {
+        batch::claim_many(self, requests).await
     }
 
     async fn take_over_with(

@@ -740,6 +740,10 @@ impl Store for SqliteStore {
         self.inner.name.clone()
     }
 
+    fn clock(&self) -> &crate::StoreClock {
+        &self.inner.options.clock
+    }
+
     async fn claim(&self, request: ClaimRequest) -> Result<ClaimOutcome, StoreError> {
         machine::validate(&request)?;
         self.blocking(move |inner| {
@@ -754,6 +758,46 @@ impl Store for SqliteStore {
                         Ok(ClaimOutcome::Claimed(machine::claim_of(&record)))
                     }
                 }
+            })
+        })
+        .await
+    }
+
+    /// One write transaction for the whole batch: one commit (one fsync
+    /// under `synchronous=full`) instead of one per claim. A request the
+    /// store refuses (invalid, stale epoch) is refused alone; a failure of
+    /// the transaction itself fails the batch, and then no claim was made.
+    async fn claim_many(
+        &self,
+        requests: Vec<ClaimRequest>,
+    ) -> Result<Vec<Result<ClaimOutcome, StoreError>>, StoreError> {
+        self.blocking(move |inner| {
+            inner.write("claiming a batch", |tx, now| {
+                let mut outcomes = Vec::with_capacity(requests.len());
+                for request in requests {
+                    let claimed = machine::validate(&request)
+                        .and_then(|()| inner.check_epoch(tx, request.ownership.as_ref()));
+                    let outcome = match claimed {
+                        Err(
+                            refused @ (StoreError::InvalidRequest(_)
+                            | StoreError::StaleEpoch { .. }),
+                        ) => Err(refused),
+                        Err(failed) => return Err(failed),
+                        Ok(()) => Ok(
+                            match machine::claim(inner.load(tx, &request.key)?, &request, now) {
+                                ClaimStep::Existing(existing) => ClaimOutcome::Existing(existing),
+                                ClaimStep::Insert => {
+                                    let fence = inner.next_fence(tx)?;
+                                    let record = machine::new_record(&request, fence, now);
+                                    inner.save(tx, &record)?;
+                                    ClaimOutcome::Claimed(machine::claim_of(&record))
+                                }
+                            },
+                        ),
+                    };
+                    outcomes.push(outcome);
+                }
+                Ok(outcomes)
             })
         })
         .await

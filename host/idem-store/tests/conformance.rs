@@ -57,6 +57,7 @@ conformance!(
     fail_retryable_then_take_over,
     mark_unknown,
     retention_and_gc,
+    claim_many_is_claims_in_order,
     fence_monotonic_across_gc_and_reopen,
     outcome_size_cap,
     list_filters,

@@ -42,6 +42,12 @@ pub enum Op {
         lease_ms: u64,
         retention_ms: u64,
     },
+    /// A worker claims several keys in one `claim_many` call: `(key, fp,
+    /// lease_ms, retention_ms)` each, keys possibly repeated.
+    ClaimMany {
+        worker: u8,
+        claims: Vec<(u8, u8, u64, u64)>,
+    },
     /// A worker completes the key with the fence it holds.
     Complete { worker: u8, key: u8 },
     /// A worker fails the key with the fence it holds.
@@ -70,8 +76,10 @@ fn op() -> impl Strategy<Value = Op> {
     let lease = prop::sample::select(vec![1u64, 50, 200, 1_000]);
     let retention = prop::sample::select(vec![0u64, 100, 1_000, 10_000]);
     prop_oneof![
-        4 => (worker.clone(), k.clone(), 0u8..2, lease.clone(), retention)
+        4 => (worker.clone(), k.clone(), 0u8..2, lease.clone(), retention.clone())
             .prop_map(|(worker, key, fp, lease_ms, retention_ms)| Op::Claim { worker, key, fp, lease_ms, retention_ms }),
+        2 => (worker.clone(), prop::collection::vec((k.clone(), 0u8..2, lease.clone(), retention.clone()), 0..5))
+            .prop_map(|(worker, claims)| Op::ClaimMany { worker, claims }),
         2 => (worker.clone(), k.clone()).prop_map(|(worker, key)| Op::Complete { worker, key }),
         2 => (worker.clone(), k.clone(), any::<bool>()).prop_map(|(worker, key, retryable)| Op::Fail { worker, key, retryable }),
         1 => (worker.clone(), k.clone(), lease.clone()).prop_map(|(worker, key, lease_ms)| Op::Heartbeat { worker, key, lease_ms }),
@@ -173,6 +181,78 @@ macro_rules! ensure {
     };
 }
 
+/// Checks one claim's answer against the model and applies it. A new
+/// fence must exceed `fresh_above` (the highest fence before the call: a
+/// batch draws its fences in an order of the store's choosing) and be
+/// unused.
+fn expect_claim(
+    model: &mut Model,
+    step: usize,
+    who: usize,
+    (k, fp, lease_ms, retention_ms): (u8, u8, u64, u64),
+    now: u64,
+    fresh_above: u64,
+    got: ClaimOutcome,
+) -> Result<(), String> {
+    match (model.live(k, now).cloned(), got) {
+        (None, ClaimOutcome::Claimed(c)) => {
+            ensure!(
+                c.fence > fresh_above && !model.records.values().any(|r| r.fence == c.fence),
+                "step {step}: fence {} is not new (fences before: up to {})",
+                c.fence,
+                fresh_above
+            );
+            ensure!(
+                c.attempt == 1 && c.lease_until_ms == now + lease_ms,
+                "step {step}: claim {c:?}"
+            );
+            model.max_fence = model.max_fence.max(c.fence);
+            let lease_until = now + lease_ms;
+            model.records.insert(
+                k,
+                MRecord {
+                    state: RecordState::InProgress,
+                    fence: c.fence,
+                    fp,
+                    lease_until,
+                    attempts: 1,
+                    created: now,
+                    retention: retention_ms,
+                    retain_until: (now + retention_ms).max(lease_until),
+                    outcome: None,
+                },
+            );
+            model.workers[who][usize::from(k)] = Memory {
+                held: Some(c.fence),
+                observed: Some(c.fence),
+            };
+        }
+        (Some(r), ClaimOutcome::Existing(e)) => {
+            let v = &e.view;
+            ensure!(
+                v.record.fence == r.fence
+                    && v.record.state == r.state
+                    && e.fingerprint_matches == (r.fp == fp)
+                    && v.age_ms == now - r.created
+                    && v.lease_remaining_ms
+                        == if r.state == RecordState::InProgress {
+                            r.lease_until.saturating_sub(now)
+                        } else {
+                            0
+                        },
+                "step {step}: existing {e:?} but the model has {r:?}"
+            );
+            model.workers[who][usize::from(k)].observed = Some(r.fence);
+        }
+        (expected, got) => {
+            return Err(format!(
+                "step {step}: model has {expected:?}, store answered {got:?}"
+            ));
+        }
+    }
+    Ok(())
+}
+
 async fn snapshot(store: &dyn crate::Store) -> Result<BTreeMap<u8, Record>, String> {
     let mut out = BTreeMap::new();
     for k in 0..KEYS {
@@ -248,61 +328,47 @@ where
                     .claim(req)
                     .await
                     .map_err(|e| format!("step {step}: claim: {e}"))?;
-                match (model.live(k, now).cloned(), got) {
-                    (None, ClaimOutcome::Claimed(c)) => {
-                        ensure!(
-                            c.fence > model.max_fence,
-                            "step {step}: fence {} after {}",
-                            c.fence,
-                            model.max_fence
-                        );
-                        ensure!(
-                            c.attempt == 1 && c.lease_until_ms == now + lease_ms,
-                            "step {step}: claim {c:?}"
-                        );
-                        model.max_fence = c.fence;
-                        let lease_until = now + lease_ms;
-                        model.records.insert(
-                            k,
-                            MRecord {
-                                state: RecordState::InProgress,
-                                fence: c.fence,
-                                fp,
-                                lease_until,
-                                attempts: 1,
-                                created: now,
-                                retention: retention_ms,
-                                retain_until: (now + retention_ms).max(lease_until),
-                                outcome: None,
-                            },
-                        );
-                        model.workers[who][usize::from(k)] = Memory {
-                            held: Some(c.fence),
-                            observed: Some(c.fence),
-                        };
-                    }
-                    (Some(r), ClaimOutcome::Existing(e)) => {
-                        let v = &e.view;
-                        ensure!(
-                            v.record.fence == r.fence
-                                && v.record.state == r.state
-                                && e.fingerprint_matches == (r.fp == fp)
-                                && v.age_ms == now - r.created
-                                && v.lease_remaining_ms
-                                    == if r.state == RecordState::InProgress {
-                                        r.lease_until.saturating_sub(now)
-                                    } else {
-                                        0
-                                    },
-                            "step {step}: existing {e:?} but the model has {r:?}"
-                        );
-                        model.workers[who][usize::from(k)].observed = Some(r.fence);
-                    }
-                    (expected, got) => {
-                        return Err(format!(
-                            "step {step}: model has {expected:?}, store answered {got:?}"
-                        ));
-                    }
+                let fresh_above = model.max_fence;
+                expect_claim(
+                    &mut model,
+                    step,
+                    who,
+                    (k, fp, lease_ms, retention_ms),
+                    now,
+                    fresh_above,
+                    got,
+                )?;
+                false
+            }
+            Op::ClaimMany { worker, claims } => {
+                let who = w(worker);
+                let requests = claims
+                    .iter()
+                    .map(|&(k, fp, lease_ms, retention_ms)| {
+                        request(
+                            &key(u32::from(k)),
+                            u32::from(fp),
+                            lease_ms,
+                            retention_ms,
+                            who as u32,
+                        )
+                    })
+                    .collect();
+                let got = store
+                    .claim_many(requests)
+                    .await
+                    .map_err(|e| format!("step {step}: claim_many: {e}"))?;
+                ensure!(
+                    got.len() == claims.len(),
+                    "step {step}: {} outcomes for {} claims",
+                    got.len(),
+                    claims.len()
+                );
+                let fresh_above = model.max_fence;
+                for (claim, outcome) in claims.into_iter().zip(got) {
+                    let outcome =
+                        outcome.map_err(|e| format!("step {step}: a claim of the batch: {e}"))?;
+                    expect_claim(&mut model, step, who, claim, now, fresh_above, outcome)?;
                 }
                 false
             }

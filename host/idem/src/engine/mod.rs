@@ -198,10 +198,18 @@ impl Engine {
         &self.store
     }
 
+    /// The logical time handed to the policy (for operations without their
+    /// own): the store's clock as this process reads it. It never decides a
+    /// lease (the store does, by its own clock); reading the same clock
+    /// makes a simulation on a manual clock deterministic end to end.
+    fn policy_now_ms(&self) -> u64 {
+        self.store.clock().now_ms()
+    }
+
     /// Derives the operation's key (no store access): what `begin` would
     /// claim.
     pub fn derive(&self, op: &Operation) -> Result<KeyedDerivation, EngineError> {
-        let derived = self.policy.derive(op, wall_clock_ms())?;
+        let derived = self.policy.derive(op, self.policy_now_ms())?;
         derived.value.map_err(EngineError::Refused)
     }
 
@@ -249,7 +257,7 @@ impl Engine {
             };
             let record = &existing.view.record;
             let ctx = existing.duplicate_context(op.clone());
-            let decision = self.policy.on_duplicate(&ctx, wall_clock_ms())?.value;
+            let decision = self.policy.on_duplicate(&ctx, self.policy_now_ms())?.value;
             tracing::debug!(key = %key, state = record.state.as_str(), decision = decision.name(), "duplicate");
             match decision {
                 Decision::Replay => {
@@ -370,13 +378,4 @@ fn holder_for(op: &Operation) -> Holder {
         holder.attempt = Some(run.attempt);
     }
     holder
-}
-
-/// The logical time handed to policies. It never decides a lease (the
-/// store's clock does); policies should rarely look at it.
-pub(crate) fn wall_clock_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
 }

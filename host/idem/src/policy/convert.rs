@@ -5,6 +5,8 @@ pub(crate) mod wit {
     wasmtime::component::bindgen!({
         path: "../../wit",
         world: "idem:policy/idempotency-policy",
+        // Inputs are memo keys (see `memo.rs`).
+        additional_derives: [PartialEq, Eq, Hash],
     });
 }
 

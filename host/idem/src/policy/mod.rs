@@ -14,6 +14,7 @@ mod engine;
 mod error;
 mod inspect;
 mod limiter;
+mod memo;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -29,6 +30,7 @@ use wasmtime::{Engine, Store, Trap};
 pub use config::{Limits, RuntimeConfig, default_cache_dir};
 pub use error::{EvalError, LoadError};
 pub use inspect::POLICY_INTERFACE;
+pub use memo::MemoStats;
 
 use cache::ArtifactCache;
 use convert::wit::IdempotencyPolicyPre;
@@ -148,6 +150,7 @@ impl PolicyRuntime {
                 namespace: String::new(),
                 description: String::new(),
             },
+            memo: None,
         };
         let info = policy.call(0, |bindings, store| {
             bindings
@@ -173,6 +176,8 @@ pub struct LoadedPolicy {
     size: usize,
     source: CodeSource,
     info: PolicyInfo,
+    /// Remembered evaluations, shared by the clones of a memoized policy.
+    memo: Option<Arc<memo::Memo>>,
 }
 
 impl std::fmt::Debug for LoadedPolicy {
@@ -208,6 +213,27 @@ impl LoadedPolicy {
     /// The limits evaluations run under.
     pub fn limits(&self) -> &Limits {
         self.runtime.limits()
+    }
+
+    /// This policy remembering up to `capacity` successful evaluations of
+    /// each kind (derive, on-duplicate), shared by its clones: the same
+    /// input is answered from memory instead of a fresh instance. Sound
+    /// because a policy is a pure function of its input (no imports,
+    /// canonical NaNs, deterministic fuel); the answer, fuel and memory peak
+    /// are the ones the first evaluation reported. For hosts that evaluate
+    /// the same inputs again and again: a simulation replaying one schedule
+    /// on several stores, a reconciliation loop. When full, the memo starts
+    /// over.
+    pub fn memoized(&self, capacity: usize) -> LoadedPolicy {
+        LoadedPolicy {
+            memo: Some(Arc::new(memo::Memo::new(capacity))),
+            ..self.clone()
+        }
+    }
+
+    /// How often the memo answered (`None`: not [`memoized`](Self::memoized)).
+    pub fn memo_stats(&self) -> Option<MemoStats> {
+        self.memo.as_ref().map(|m| m.stats())
     }
 
     /// Derives the key and fingerprint for an operation. `now_ms` is the
@@ -248,12 +274,19 @@ impl LoadedPolicy {
                 limit,
             }));
         }
-        self.call(self.runtime.limits().fuel, |bindings, store| {
+        if let Some(hit) = self.memo.as_ref().and_then(|m| m.derived(&input)) {
+            return Ok(hit);
+        }
+        let evaluated = self.call(self.runtime.limits().fuel, |bindings, store| {
             bindings
                 .idem_policy_policy()
                 .call_derive(store, &input)
                 .map(|r| r.map(convert::derivation).map_err(convert::policy_error))
-        })
+        })?;
+        if let Some(memo) = &self.memo {
+            memo.remember_derived(input, &evaluated);
+        }
+        Ok(evaluated)
     }
 
     /// What a duplicate gets, after the host's safety gate: an unsafe
@@ -276,12 +309,19 @@ impl LoadedPolicy {
         now_ms: u64,
     ) -> Result<Evaluated<Decision>, EvalError> {
         let input = convert::duplicate_context(ctx, now_ms);
-        self.call(self.runtime.limits().fuel, |bindings, store| {
+        if let Some(hit) = self.memo.as_ref().and_then(|m| m.decided(&input)) {
+            return Ok(hit);
+        }
+        let evaluated = self.call(self.runtime.limits().fuel, |bindings, store| {
             bindings
                 .idem_policy_policy()
                 .call_on_duplicate(store, &input)
                 .map(convert::decision)
-        })
+        })?;
+        if let Some(memo) = &self.memo {
+            memo.remember_decided(input, &evaluated);
+        }
+        Ok(evaluated)
     }
 
     /// Runs one call in a fresh store and instance, under the limits.

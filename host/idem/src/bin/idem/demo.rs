@@ -90,12 +90,7 @@ pub fn run(args: DemoArgs) -> Result<u8, Failure> {
     let db = dir.0.join("idem.db");
     // Simulated time: the store's clock starts at the wall clock (so the
     // records look real) and moves only when the simulation says so.
-    let clock = ManualClock::new(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_millis() as u64)
-            .unwrap_or(0),
-    );
+    let clock = ManualClock::new(idem::store::StoreClock::system().now_ms());
     let store = SqliteStore::open(
         &db,
         SqliteOptions::default(),

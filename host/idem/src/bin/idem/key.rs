@@ -42,10 +42,8 @@ pub fn run(args: KeyArgs) -> Result<u8, Failure> {
     let bytes = read_op_bytes(&args.op)?;
     let op = Operation::from_slice(&bytes, &policy.limits().operation)
         .map_err(|e| Failure::input(format!("{}: {e}", args.op.display())))?;
-    let now_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0);
+    // The time `idem exec` would hand the policy with the default store.
+    let now_ms = idem::store::StoreClock::system().now_ms();
     let evaluated = policy.derive(&op, now_ms).map_err(|e| Failure {
         code: 4,
         message: format!("policy {} failed: {e}", policy.digest()),
