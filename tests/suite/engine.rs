@@ -87,6 +87,66 @@ async fn a_completed_effect_is_replayed_never_repeated() {
     }
 }
 
+/// A batch claim gives each operation what `begin` would have given it, in
+/// order, and what it executes is held like any claim.
+#[tokio::test]
+async fn a_batch_begins_each_operation_as_begin_would() {
+    let s = sqlite();
+    let engine = engine(&s, "billing-charge");
+    let done = execute(engine.begin(&charge("c1", "100")).await.unwrap());
+    done.complete(Outcome::new(0, b"receipt-1".to_vec()))
+        .await
+        .unwrap();
+    let running = execute(engine.begin(&charge("c2", "100")).await.unwrap());
+    let ops = [
+        charge("c1", "100"), // completed: replay
+        charge("c2", "100"), // held by `running`: in progress
+        charge("c3", "100"), // fresh: execute
+        charge("c3", "100"), // the batch just claimed it: in progress
+        charge("c1", "120"), // another amount: conflict
+        charge("c4", "100"), // fresh: execute
+    ];
+    let items = ops
+        .iter()
+        .map(|op| (op.clone(), engine.derive(op).unwrap()))
+        .collect();
+    let claimed = engine.claim_batch(items).await.unwrap();
+    assert_eq!(claimed.len(), ops.len());
+    let fresh: Vec<bool> = claimed.iter().map(|c| c.is_fresh()).collect();
+    assert_eq!(fresh, [false, false, true, false, false, true]);
+    let mut begun = Vec::new();
+    for c in claimed {
+        begun.push(engine.begin_claimed(c).await.unwrap());
+    }
+    let mut begun = begun.into_iter();
+    match begun.next().unwrap() {
+        Begin::Replay(r) => assert_eq!(r.outcome.body, b"receipt-1"),
+        other => panic!("expected a replay, got {other:?}"),
+    }
+    assert!(matches!(begun.next().unwrap(), Begin::InProgress { .. }));
+    let c3 = execute(begun.next().unwrap());
+    assert!(matches!(begun.next().unwrap(), Begin::InProgress { .. }));
+    assert!(matches!(
+        begun.next().unwrap(),
+        Begin::Conflict { status: 422, .. }
+    ));
+    let c4 = execute(begun.next().unwrap());
+    assert!(c3.fence() > running.fence() && c4.fence() > running.fence());
+    assert_ne!(c3.fence(), c4.fence());
+    // The batch's claims are real: completing them makes later begins replay.
+    c3.complete(Outcome::new(0, b"receipt-3".to_vec()))
+        .await
+        .unwrap();
+    match engine.begin(&charge("c3", "100")).await.unwrap() {
+        Begin::Replay(r) => assert_eq!(r.outcome.body, b"receipt-3"),
+        other => panic!("expected a replay, got {other:?}"),
+    }
+    assert!(
+        engine.claim_batch(Vec::new()).await.unwrap().is_empty(),
+        "an empty batch claims nothing"
+    );
+}
+
 #[tokio::test]
 async fn the_same_key_with_another_amount_is_a_conflict() {
     let s = sqlite();

@@ -18,7 +18,7 @@ use std::collections::HashMap;
 
 use tokio_postgres::types::ToSql;
 
-use super::{Inner, MAX_ATTEMPTS, MAX_TIME, NOW, PostgresStore, is_retryable};
+use super::{Inner, MAX_TIME, NOW, PostgresStore};
 use crate::machine::{self, ClaimStep};
 use crate::{ClaimOutcome, ClaimRequest, Record, RecordKey, Store, StoreError};
 
@@ -170,7 +170,6 @@ impl Inner {
         requests: &[ClaimRequest],
         sent: &[usize],
     ) -> Result<Vec<Answer>, StoreError> {
-        let fail = |e| self.err("claiming a batch", e);
         let (manual, offset) = self.clock();
         let clamp = |d| i64::try_from(machine::millis(d)).unwrap_or(i64::MAX);
         let pick = || sent.iter().map(|&i| &requests[i]);
@@ -207,51 +206,34 @@ impl Inner {
             &group,
             &epoch,
         ];
-        for _ in 0..MAX_ATTEMPTS {
-            let conn = self.conn().await?;
-            let statement = conn
-                .prepare_cached(&self.sql.batch_claim)
-                .await
-                .map_err(fail)?;
-            let rows = match conn.query(&statement, &params).await {
-                Ok(rows) => rows,
-                Err(e) if is_retryable(&e) => continue,
-                Err(e) => return Err(fail(e)),
-            };
-            if rows.len() != sent.len() {
-                return Err(self.corrupt(format!(
-                    "a batch of {} claims returned {} rows",
-                    sent.len(),
-                    rows.len()
-                )));
-            }
-            let mut answers = Vec::with_capacity(rows.len());
-            for (n, row) in rows.iter().enumerate() {
-                let get_err = |e: tokio_postgres::Error| {
-                    self.corrupt(format!("a batch claim row does not decode: {e}"))
-                };
-                let position: i64 = row.try_get(0).map_err(get_err)?;
-                if position != n as i64 + 1 {
-                    return Err(
-                        self.corrupt(format!("batch claim row {n} answers request {position}"))
-                    );
-                }
-                let epoch: Option<i64> = row.try_get(2).map_err(get_err)?;
-                let fence: Option<i64> = row.try_get(3).map_err(get_err)?;
-                answers.push(Answer {
-                    now: self.unsigned(row.try_get(1).map_err(get_err)?, "the clock")?,
-                    current_epoch: epoch.map(|e| self.unsigned(e, "epoch")).transpose()?,
-                    inserted_fence: fence.map(|f| self.unsigned(f, "fence")).transpose()?,
-                    record: self.decode(row, 4)?,
-                });
-            }
-            return Ok(answers);
+        let rows = self
+            .query("claiming a batch", &self.sql.batch_claim, &params)
+            .await?;
+        if rows.len() != sent.len() {
+            return Err(self.corrupt(format!(
+                "a batch of {} claims returned {} rows",
+                sent.len(),
+                rows.len()
+            )));
         }
-        Err(StoreError::Backend {
-            store: self.name.clone(),
-            context: "claiming a batch",
-            source: format!("gave up after {MAX_ATTEMPTS} serialization failures or deadlocks")
-                .into(),
-        })
+        let mut answers = Vec::with_capacity(rows.len());
+        for (n, row) in rows.iter().enumerate() {
+            let get_err = |e: tokio_postgres::Error| {
+                self.corrupt(format!("a batch claim row does not decode: {e}"))
+            };
+            let position: i64 = row.try_get(0).map_err(get_err)?;
+            if position != n as i64 + 1 {
+                return Err(self.corrupt(format!("batch claim row {n} answers request {position}")));
+            }
+            let epoch: Option<i64> = row.try_get(2).map_err(get_err)?;
+            let fence: Option<i64> = row.try_get(3).map_err(get_err)?;
+            answers.push(Answer {
+                now: self.unsigned(row.try_get(1).map_err(get_err)?, "the clock")?,
+                current_epoch: epoch.map(|e| self.unsigned(e, "epoch")).transpose()?,
+                inserted_fence: fence.map(|f| self.unsigned(f, "fence")).transpose()?,
+                record: self.decode(row, 4)?,
+            });
+        }
+        Ok(answers)
     }
 }

@@ -114,6 +114,29 @@ impl From<StoreError> for EngineError {
     }
 }
 
+/// One operation's first claim, made in a batch by [`Engine::claim_batch`];
+/// [`Engine::begin_claimed`] finishes it.
+#[derive(Debug)]
+pub struct Claimed {
+    op: Operation,
+    keyed: KeyedDerivation,
+    request: ClaimRequest,
+    first: Result<ClaimOutcome, StoreError>,
+}
+
+impl Claimed {
+    /// The operation.
+    pub fn operation(&self) -> &Operation {
+        &self.op
+    }
+
+    /// Whether the batch claimed the key for this operation (else it found
+    /// a record, or the store refused).
+    pub fn is_fresh(&self) -> bool {
+        matches!(self.first, Ok(ClaimOutcome::Claimed(_)))
+    }
+}
+
 /// What [`Engine::begin`] got.
 #[derive(Debug)]
 pub enum Begin {
@@ -225,25 +248,98 @@ impl Engine {
         op: &Operation,
         keyed: KeyedDerivation,
     ) -> Result<Begin, EngineError> {
-        let key = RecordKey::new(keyed.namespace.clone(), keyed.key);
-        let lease = self
-            .options
-            .lease
-            .unwrap_or(Duration::from_secs(u64::from(keyed.lease_s)));
-        let holder = holder_for(op);
-        let request = ClaimRequest {
-            key: key.clone(),
+        let request = self.claim_request(op, &keyed);
+        self.settle(op, keyed, request, None).await
+    }
+
+    /// The first round of [`Engine::begin_derived`] for many operations in
+    /// one store call ([`Store::claim_many`]: one round trip on PostgreSQL,
+    /// one transaction on SQLite). Each [`Claimed`] is then finished with
+    /// [`Engine::begin_claimed`], which settles a duplicate as `begin` would
+    /// (asking the policy, waiting, taking over). A claim made here is live
+    /// from now: start its effect soon (its lease runs) or let it expire.
+    /// The error is a failure of the whole store call.
+    pub async fn claim_batch(
+        &self,
+        items: Vec<(Operation, KeyedDerivation)>,
+    ) -> Result<Vec<Claimed>, EngineError> {
+        let requests: Vec<ClaimRequest> = items
+            .iter()
+            .map(|(op, keyed)| self.claim_request(op, keyed))
+            .collect();
+        let outcomes = self.store.claim_many(requests.clone()).await?;
+        if outcomes.len() != items.len() {
+            return Err(EngineError::Store(StoreError::Task(format!(
+                "the store answered {} of {} claims",
+                outcomes.len(),
+                items.len()
+            ))));
+        }
+        Ok(items
+            .into_iter()
+            .zip(requests)
+            .zip(outcomes)
+            .map(|(((op, keyed), request), first)| Claimed {
+                op,
+                keyed,
+                request,
+                first,
+            })
+            .collect())
+    }
+
+    /// Finishes what [`Engine::claim_batch`] started for one operation: the
+    /// same answer [`Engine::begin_derived`] gives.
+    pub async fn begin_claimed(&self, claimed: Claimed) -> Result<Begin, EngineError> {
+        let Claimed {
+            op,
+            keyed,
+            request,
+            first,
+        } = claimed;
+        self.settle(&op, keyed, request, Some(first)).await
+    }
+
+    /// The claim `begin` makes for `op`.
+    fn claim_request(&self, op: &Operation, keyed: &KeyedDerivation) -> ClaimRequest {
+        ClaimRequest {
+            key: RecordKey::new(keyed.namespace.clone(), keyed.key),
             policy_digest: self.policy.digest().to_string(),
             fingerprint: keyed.fingerprint,
             partition: keyed.partition.clone(),
-            lease,
+            lease: self.lease_for(keyed),
             retention: Duration::from_secs(keyed.retention_s),
-            holder: holder.clone(),
+            holder: holder_for(op),
             ownership: self.options.ownership.clone(),
-        };
+        }
+    }
+
+    /// The lease a claim takes: the options' override, else the policy's.
+    fn lease_for(&self, keyed: &KeyedDerivation) -> Duration {
+        self.options
+            .lease
+            .unwrap_or(Duration::from_secs(u64::from(keyed.lease_s)))
+    }
+
+    /// Claims (or takes `first` as the first claim's answer) and settles
+    /// what a duplicate gets, for up to `max_rounds` rounds.
+    async fn settle(
+        &self,
+        op: &Operation,
+        keyed: KeyedDerivation,
+        request: ClaimRequest,
+        mut first: Option<Result<ClaimOutcome, StoreError>>,
+    ) -> Result<Begin, EngineError> {
+        let key = request.key.clone();
+        let lease = request.lease;
+        let holder = request.holder.clone();
         let mut last_in_progress = None;
         for _round in 0..self.options.max_rounds.max(1) {
-            let existing = match self.store.claim(request.clone()).await? {
+            let answer = match first.take() {
+                Some(answer) => answer,
+                None => self.store.claim(request.clone()).await,
+            };
+            let existing = match answer? {
                 ClaimOutcome::Claimed(claim) => {
                     return Ok(Begin::Execute(Execution::new(
                         self.store.clone(),

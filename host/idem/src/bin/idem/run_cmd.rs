@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use clap::Args;
 use idem::core::{KeyedDerivation, Operation};
-use idem::engine::{Begin, Engine, EngineError};
+use idem::engine::{Begin, Claimed, Engine, EngineError};
 use idem::store::{JobLease, JobLeaseAcquire, Outcome, RecordState, Store, StoreError};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
@@ -43,6 +43,12 @@ pub struct RunArgs {
     /// How many operations run at once.
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub concurrency: usize,
+    /// Claims up to N operations in one store call (one round trip on
+    /// PostgreSQL, one commit on SQLite) when that many can start at once
+    /// (see --concurrency); 1 claims one at a time. Only operations about
+    /// to start are claimed: a claim's lease runs from the claim.
+    #[arg(long, value_name = "N", default_value_t = 64)]
+    pub claim_batch: usize,
     #[command(flatten)]
     pub run: RunFlags,
     #[command(flatten)]
@@ -86,6 +92,7 @@ pub struct Summary {
 /// operation in progress elsewhere).
 pub const EX_JOB_LEASE_HELD: u8 = 75;
 
+#[derive(Clone, Copy)]
 enum Ended {
     Executed,
     Replayed,
@@ -119,6 +126,9 @@ pub fn run(args: RunArgs) -> Result<u8, Failure> {
     }
     if args.concurrency == 0 {
         return Err(Failure::input("--concurrency must be at least 1"));
+    }
+    if args.claim_batch == 0 {
+        return Err(Failure::input("--claim-batch must be at least 1"));
     }
     let membership = args.ownership.membership().map_err(Failure::input)?;
     if args.ownership.job_lease.is_some() && args.ownership.job_lease_ttl.is_zero() {
@@ -291,25 +301,70 @@ async fn run_all(
     let mut tasks = tokio::task::JoinSet::new();
     let command = Arc::new(args.command.clone());
     let flags = Arc::new(args.run.clone());
-    for (op, keyed) in ops {
-        let permit = permits
-            .clone()
-            .acquire_owned()
-            .await
-            .expect("the semaphore is never closed");
-        let (engine, command, flags) = (engine.clone(), command.clone(), flags.clone());
-        tasks.spawn(async move {
-            let ended = one(&engine, op, keyed, &command, &flags).await;
-            drop(permit);
-            ended
-        });
-    }
     let mut summary = Summary::default();
+    let mut pending = ops.into_iter().peekable();
+    while pending.peek().is_some() {
+        // Count what has finished so far (the progress bar moves).
+        while let Some(joined) = tasks.try_join_next() {
+            count(&mut summary, &progress, joined);
+        }
+        // Wait for one free slot, then take every other free one (up to the
+        // batch size): the operations that can start now are claimed
+        // together, in one store call.
+        let mut held = vec![
+            permits
+                .clone()
+                .acquire_owned()
+                .await
+                .expect("the semaphore is never closed"),
+        ];
+        while held.len() < args.claim_batch {
+            match permits.clone().try_acquire_owned() {
+                Ok(permit) => held.push(permit),
+                Err(_) => break,
+            }
+        }
+        let batch: Vec<_> = pending.by_ref().take(held.len()).collect();
+        held.truncate(batch.len());
+        let size = batch.len();
+        let claimed = match engine.claim_batch(batch).await {
+            Ok(claimed) => claimed,
+            Err(e) => {
+                // None of these started; a re-run finds whatever the store
+                // may have claimed before failing (and the policy decides).
+                eprintln!("idem: claiming a batch of {size} failed: {e}");
+                summary.unknown += size as u64;
+                progress.inc(size as u64);
+                continue;
+            }
+        };
+        for (claimed, permit) in claimed.into_iter().zip(held) {
+            let (engine, command, flags) = (engine.clone(), command.clone(), flags.clone());
+            tasks.spawn(async move {
+                let ended = one(&engine, claimed, &command, &flags).await;
+                drop(permit);
+                vec![ended]
+            });
+        }
+    }
     while let Some(joined) = tasks.join_next().await {
-        let ended = joined.unwrap_or_else(|e| {
-            tracing::error!(error = %e, "operation task failed");
-            Ended::Unknown
-        });
+        count(&mut summary, &progress, joined);
+    }
+    progress.finish_and_clear();
+    summary
+}
+
+/// Adds a finished task's operations to the summary.
+fn count(
+    summary: &mut Summary,
+    progress: &ProgressBar,
+    joined: Result<Vec<Ended>, tokio::task::JoinError>,
+) {
+    let ends = joined.unwrap_or_else(|e| {
+        tracing::error!(error = %e, "operation task failed");
+        vec![Ended::Unknown]
+    });
+    for ended in ends {
         let counter = match ended {
             Ended::Executed => &mut summary.executed,
             Ended::Replayed => &mut summary.replayed,
@@ -324,18 +379,11 @@ async fn run_all(
         *counter += 1;
         progress.inc(1);
     }
-    progress.finish_and_clear();
-    summary
 }
 
-async fn one(
-    engine: &Engine,
-    op: Operation,
-    keyed: KeyedDerivation,
-    argv: &[String],
-    flags: &RunFlags,
-) -> Ended {
-    let execution = match engine.begin_derived(&op, keyed).await {
+async fn one(engine: &Engine, claimed: Claimed, argv: &[String], flags: &RunFlags) -> Ended {
+    let op = claimed.operation().clone();
+    let execution = match engine.begin_claimed(claimed).await {
         Ok(Begin::Execute(e)) => e,
         Ok(Begin::Replay(r)) if r.state == RecordState::Completed => return Ended::Replayed,
         Ok(Begin::Replay(_)) => return Ended::ReplayedFailure,
