@@ -3,7 +3,7 @@
 
 use std::process::Stdio;
 
-use idem::engine::Execution;
+use idem::engine::{EngineError, Execution};
 use idem::store::Outcome;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::process::Command;
@@ -104,8 +104,58 @@ pub async fn run_command(
     })
 }
 
+/// What running the command under a claim came to, once recorded.
+pub enum Recorded {
+    /// The command could not be started (recorded failed-retryable, status
+    /// 127: nothing happened, so a retry is safe). The message says why.
+    NotStarted(String),
+    /// Killed by a signal: the effect may have happened. Nothing recorded;
+    /// the claim expires and the policy decides what a duplicate gets.
+    Killed { signal: i32 },
+    /// Exit 0, recorded completed.
+    Completed,
+    /// Exit `status`, recorded failed (retryable unless `is_permanent`).
+    Failed { status: i32 },
+}
+
+/// Runs the command for `execution` (heartbeating its claim meanwhile) and
+/// records how it ended under the claim's fence: the one mapping from a
+/// command's end to the record, for `idem exec` and `idem run`. An
+/// [`EngineError::Fenced`] means this holder was deposed while the command
+/// ran, and nothing was recorded.
+pub async fn run_and_record(
+    spec: &CommandSpec<'_>,
+    execution: Execution,
+    op_json: &str,
+    is_permanent: impl Fn(i32) -> bool,
+) -> Result<Recorded, EngineError> {
+    let heartbeat = idem::engine::spawn_heartbeat(&execution);
+    let ended = run_command(spec, &execution, op_json).await;
+    heartbeat.abort();
+    match ended {
+        Err(e) => {
+            let message = format!("cannot run {}: {e}", spec.argv[0]);
+            execution
+                .fail(true, Outcome::error(127, message.clone()))
+                .await?;
+            Ok(Recorded::NotStarted(message))
+        }
+        Ok(CommandEnd::Killed { signal }) => Ok(Recorded::Killed { signal }),
+        Ok(CommandEnd::Exited { status: 0, stdout }) => {
+            execution.complete(Outcome::new(0, stdout)).await?;
+            Ok(Recorded::Completed)
+        }
+        Ok(CommandEnd::Exited { status, stdout }) => {
+            execution
+                .fail(!is_permanent(status), failure_outcome(status, stdout))
+                .await?;
+            Ok(Recorded::Failed { status })
+        }
+    }
+}
+
 /// The stored outcome of a failed command.
-pub fn failure_outcome(status: i32, stdout: Vec<u8>) -> Outcome {
+fn failure_outcome(status: i32, stdout: Vec<u8>) -> Outcome {
     Outcome {
         status,
         body: stdout,

@@ -5,12 +5,11 @@ use std::path::PathBuf;
 use clap::Args;
 use idem::core::Operation;
 use idem::engine::{Begin, Engine};
-use idem::store::Outcome;
 
 use crate::Failure;
 use crate::command::{
-    CommandEnd, CommandSpec, EX_CONFLICT, EX_FENCED, EX_REJECTED, EX_TEMPFAIL, EX_UNKNOWN,
-    exit_code, failure_outcome, run_command,
+    CommandSpec, EX_CONFLICT, EX_FENCED, EX_REJECTED, EX_TEMPFAIL, EX_UNKNOWN, Recorded, exit_code,
+    run_and_record,
 };
 use crate::key::read_op_bytes;
 use crate::policy_args::PolicyArgs;
@@ -104,48 +103,27 @@ async fn exec(engine: &Engine, op: &Operation, args: &ExecArgs) -> Result<u8, Fa
             return Ok(EX_REJECTED);
         }
     };
-    let heartbeat = idem::engine::spawn_heartbeat(&execution);
     let spec = CommandSpec {
         argv: &args.command,
         forward_stdout: true,
         stdin: None,
     };
-    let ended = run_command(&spec, &execution, &op.canonical_json()).await;
-    heartbeat.abort();
     let key = execution.key_hex();
-    let (result, code) = match ended {
-        Err(e) => {
-            // The command never started: nothing happened, so a retry is safe.
-            let message = format!("cannot run {}: {e}", args.command[0]);
-            let recorded = execution
-                .fail(true, Outcome::error(127, message.clone()))
-                .await;
-            recorded.map_err(crate::engine_failure)?;
-            return Err(Failure::input(message));
-        }
-        Ok(CommandEnd::Killed { signal }) => {
-            // The effect may have happened: leave the claim to expire, and
-            // the policy decides what a duplicate gets (review, by default).
+    let recorded = run_and_record(&spec, execution, &op.canonical_json(), |status| {
+        args.run.is_permanent(status)
+    })
+    .await;
+    match recorded {
+        // Nothing happened: the claim was recorded failed-retryable.
+        Ok(Recorded::NotStarted(message)) => Err(Failure::input(message)),
+        Ok(Recorded::Killed { signal }) => {
             eprintln!(
                 "idem: the command was killed by signal {signal}; key {key} stays claimed until its lease expires, then goes to the policy (its outcome is unknown)"
             );
-            return Ok(EX_UNKNOWN);
+            Ok(EX_UNKNOWN)
         }
-        Ok(CommandEnd::Exited { status: 0, stdout }) => {
-            (execution.complete(Outcome::new(0, stdout)).await, 0)
-        }
-        Ok(CommandEnd::Exited { status, stdout }) => {
-            let retryable = !args.run.is_permanent(status);
-            (
-                execution
-                    .fail(retryable, failure_outcome(status, stdout))
-                    .await,
-                exit_code(status),
-            )
-        }
-    };
-    match result {
-        Ok(()) => Ok(code),
+        Ok(Recorded::Completed) => Ok(0),
+        Ok(Recorded::Failed { status }) => Ok(exit_code(status)),
         Err(idem::engine::EngineError::Fenced(e)) => {
             eprintln!(
                 "idem: this run was deposed while the command ran; its result was not recorded: {e}"

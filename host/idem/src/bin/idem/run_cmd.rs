@@ -20,13 +20,13 @@ use std::sync::Arc;
 use clap::Args;
 use idem::core::{KeyedDerivation, Operation};
 use idem::engine::{Begin, Claimed, Engine, EngineError};
-use idem::store::{JobLease, JobLeaseAcquire, Outcome, RecordState, Store, StoreError};
+use idem::store::{JobLease, JobLeaseAcquire, RecordState, Store, StoreError};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 use tokio::sync::Semaphore;
 
 use crate::Failure;
-use crate::command::{CommandEnd, CommandSpec, failure_outcome, run_command};
+use crate::command::{CommandSpec, Recorded, run_and_record};
 use crate::policy_args::PolicyArgs;
 use crate::run_flags::{OwnershipFlags, RunFlags};
 use crate::store_args::{StoreArgs, runtime};
@@ -405,45 +405,30 @@ async fn one(engine: &Engine, claimed: Claimed, argv: &[String], flags: &RunFlag
             return Ended::Unknown;
         }
     };
-    let heartbeat = idem::engine::spawn_heartbeat(&execution);
     let op_json = op.canonical_json();
     let spec = CommandSpec {
         argv,
         forward_stdout: false,
         stdin: Some(format!("{op_json}\n").into_bytes()),
     };
-    let ended = run_command(&spec, &execution, &op_json).await;
-    heartbeat.abort();
-    let recorded = match ended {
-        Err(e) => {
-            let message = format!("cannot run {}: {e}", argv[0]);
-            eprintln!("idem: {message}");
-            execution
-                .fail(true, Outcome::error(127, message))
-                .await
-                .map(|()| Ended::Failed)
-        }
-        Ok(CommandEnd::Killed { signal }) => {
-            eprintln!(
-                "idem: key {} : the command was killed by signal {signal}; outcome unknown",
-                execution.key_hex()
-            );
-            Ok(Ended::Unknown)
-        }
-        Ok(CommandEnd::Exited { status: 0, stdout }) => execution
-            .complete(Outcome::new(0, stdout))
-            .await
-            .map(|()| Ended::Executed),
-        Ok(CommandEnd::Exited { status, stdout }) => {
-            let retryable = !flags.is_permanent(status);
-            execution
-                .fail(retryable, failure_outcome(status, stdout))
-                .await
-                .map(|()| Ended::Failed)
-        }
-    };
+    let key = execution.key_hex();
+    let recorded = run_and_record(&spec, execution, &op_json, |status| {
+        flags.is_permanent(status)
+    })
+    .await;
     match recorded {
-        Ok(ended) => ended,
+        Ok(Recorded::NotStarted(message)) => {
+            eprintln!("idem: {message}");
+            Ended::Failed
+        }
+        Ok(Recorded::Killed { signal }) => {
+            eprintln!(
+                "idem: key {key}: the command was killed by signal {signal}; outcome unknown"
+            );
+            Ended::Unknown
+        }
+        Ok(Recorded::Completed) => Ended::Executed,
+        Ok(Recorded::Failed { .. }) => Ended::Failed,
         Err(EngineError::Fenced(e)) => {
             eprintln!("idem: deposed while running; result not recorded: {e}");
             Ended::Fenced
