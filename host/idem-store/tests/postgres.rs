@@ -593,9 +593,10 @@ async fn racing_take_overs_and_replacements_have_one_winner() {
     drop_schema(&url, &target.schema).await;
 }
 
-/// A schema at version 1 (records only, as the previous idem left it) is
-/// upgraded in place on open: its records survive, and memberships, epochs
-/// and job leases work.
+/// A schema at version 1 (records only, with table checks, as the first
+/// idem left it) is upgraded in place on open: its records survive,
+/// memberships, epochs and job leases work, and the records' checks hold as
+/// domains (no table check left).
 #[tokio::test]
 async fn a_version_1_schema_is_upgraded_in_place() {
     let Some(url) = postgres_test_url("a_version_1_schema_is_upgraded_in_place") else {
@@ -615,21 +616,63 @@ async fn a_version_1_schema_is_upgraded_in_place() {
         other => panic!("expected a claim, got {other:?}"),
     };
     drop(store);
-    // Back to version 1: exactly the objects migration 2 adds, gone.
+    // Back to version 1: migration 3's domains back to table checks as
+    // version 1 made them, and exactly the objects migration 2 adds, gone.
     let s = &target.schema;
-    raw(&url)
-        .await
+    let client = raw(&url).await;
+    client
         .batch_execute(&format!(
-            "DROP TABLE \"{s}\".memberships; DROP TABLE \"{s}\".job_leases; \
+            "ALTER TABLE \"{s}\".records \
+               ALTER COLUMN key TYPE bytea, ALTER COLUMN fingerprint TYPE bytea, \
+               ALTER COLUMN state TYPE text, ALTER COLUMN fence TYPE bigint, \
+               ADD CONSTRAINT records_key_check CHECK (octet_length(key) = 32), \
+               ADD CONSTRAINT records_fingerprint_check CHECK (octet_length(fingerprint) = 32), \
+               ADD CONSTRAINT records_state_check CHECK (state IN ('in-progress', 'completed', \
+                 'failed-retryable', 'failed-permanent', 'outcome-unknown')), \
+               ADD CONSTRAINT records_fence_check CHECK (fence > 0); \
+             DROP DOMAIN \"{s}\".digest; DROP DOMAIN \"{s}\".record_state; DROP DOMAIN \"{s}\".fence; \
+             DROP TABLE \"{s}\".memberships; DROP TABLE \"{s}\".job_leases; \
              DROP SEQUENCE \"{s}\".epoch_seq; \
-             DELETE FROM \"{s}\".idem_schema_migrations WHERE version = 2"
+             DELETE FROM \"{s}\".idem_schema_migrations WHERE version IN (2, 3)"
         ))
         .await
         .expect("downgrade");
     let store = PostgresStore::open(target.clone(), StoreOptions::default())
         .await
         .expect("reopen");
-    assert_eq!(store.schema_version().await.expect("version"), 2);
+    assert_eq!(
+        store.schema_version().await.expect("version"),
+        idem_store::POSTGRES_SCHEMA_VERSION
+    );
+    let table_checks: i64 = client
+        .query_one(
+            &format!(
+                "SELECT count(*) FROM pg_constraint WHERE conrelid = '\"{s}\".records'::regclass \
+                 AND contype = 'c'"
+            ),
+            &[],
+        )
+        .await
+        .expect("constraints")
+        .get(0);
+    assert_eq!(table_checks, 0, "the checks moved to domains");
+    // Each check still refuses a bad row written behind idem's back.
+    for (column, value) in [
+        ("key", "'\\x00'::bytea"),
+        ("fingerprint", "'\\x00'::bytea"),
+        ("state", "'bogus'"),
+        ("fence", "0"),
+    ] {
+        let err = client
+            .batch_execute(&format!("UPDATE \"{s}\".records SET {column} = {value}"))
+            .await
+            .expect_err(column);
+        assert_eq!(
+            err.code(),
+            Some(&tokio_postgres::error::SqlState::CHECK_VIOLATION),
+            "{column}: {err}"
+        );
+    }
     let record = store
         .get(&k)
         .await
