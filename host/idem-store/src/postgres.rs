@@ -644,14 +644,8 @@ impl PostgresStore {
         ))
         .await
         .map_err(fail)?;
-        let found: i64 = conn
-            .query_one(
-                &format!("SELECT COALESCE(max(version), 0)::int8 FROM {s}.idem_schema_migrations"),
-                &[],
-            )
-            .await
-            .map_err(fail)?
-            .get(0);
+        // Read again under the lock: another process may have migrated.
+        let found = inner.schema_version_on(&conn).await?.unwrap_or(0);
         inner.check_not_newer(found)?;
         if found == 0 {
             // A `records` table idem did not create: another application's.

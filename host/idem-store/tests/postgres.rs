@@ -56,6 +56,33 @@ fn connect_error(result: Result<PostgresStore, StoreError>) -> (ConnectErrorKind
     }
 }
 
+/// Runs `call` for every store at once (each task waits at a barrier
+/// first), passing the store's index; the results, in store order.
+async fn race<T, F, Fut>(stores: &[Arc<PostgresStore>], call: F) -> Vec<T>
+where
+    F: Fn(usize, Arc<PostgresStore>) -> Fut,
+    Fut: std::future::Future<Output = T> + Send + 'static,
+    T: Send + 'static,
+{
+    let barrier = Arc::new(Barrier::new(stores.len()));
+    let racers: Vec<_> = stores
+        .iter()
+        .enumerate()
+        .map(|(who, store)| {
+            let (barrier, run) = (barrier.clone(), call(who, store.clone()));
+            tokio::spawn(async move {
+                barrier.wait().await;
+                run.await
+            })
+        })
+        .collect();
+    let mut results = Vec::with_capacity(racers.len());
+    for racer in racers {
+        results.push(racer.await.expect("racer"));
+    }
+    results
+}
+
 #[tokio::test]
 async fn postgres_urls_parse_through_store_url() {
     let parsed: StoreUrl = "postgresql://u:pw@db/app?idem_schema=billing"
@@ -465,24 +492,11 @@ async fn racing_connections_claim_exactly_once() {
     }
     for round in 0..10 {
         let k = conformance::key(round);
-        let barrier = Arc::new(Barrier::new(RACERS));
-        let racers: Vec<_> = stores
-            .iter()
-            .enumerate()
-            .map(|(who, store)| {
-                let (store, barrier, k) = (store.clone(), barrier.clone(), k.clone());
-                tokio::spawn(async move {
-                    barrier.wait().await;
-                    store
-                        .claim(request(&k, 1, 60_000, 60_000, who as u32))
-                        .await
-                })
-            })
-            .collect();
-        let mut outcomes = Vec::new();
-        for racer in racers {
-            outcomes.push(racer.await.expect("racer").expect("claim"));
-        }
+        let outcomes: Vec<ClaimOutcome> = race(&stores, |who, store| {
+            let request = request(&k, 1, 60_000, 60_000, who as u32);
+            async move { store.claim(request).await.expect("claim") }
+        })
+        .await;
         let winners: Vec<u64> = outcomes
             .iter()
             .filter_map(|o| match o {
@@ -529,29 +543,20 @@ async fn racing_take_overs_and_replacements_have_one_winner() {
             panic!("expected a claim")
         };
         clock.advance(Duration::from_millis(1_000));
-        let barrier = Arc::new(Barrier::new(RACERS));
-        let racers: Vec<_> = stores
-            .iter()
-            .enumerate()
-            .map(|(who, store)| {
-                let (store, barrier, k) = (store.clone(), barrier.clone(), k.clone());
-                tokio::spawn(async move {
-                    barrier.wait().await;
-                    store
-                        .take_over(
-                            &k,
-                            first.fence,
-                            Duration::from_millis(1_000),
-                            conformance::holder(who as u32),
-                        )
-                        .await
-                })
-            })
-            .collect();
-        let mut results = Vec::new();
-        for racer in racers {
-            results.push(racer.await.expect("racer"));
-        }
+        let results = race(&stores, |who, store| {
+            let (k, fence) = (k.clone(), first.fence);
+            async move {
+                store
+                    .take_over(
+                        &k,
+                        fence,
+                        Duration::from_millis(1_000),
+                        conformance::holder(who as u32),
+                    )
+                    .await
+            }
+        })
+        .await;
         let winners: Vec<_> = results.iter().filter_map(|r| r.as_ref().ok()).collect();
         assert_eq!(winners.len(), 1, "round {round}: {results:?}");
         let winner = winners[0].clone();
@@ -566,26 +571,18 @@ async fn racing_take_overs_and_replacements_have_one_winner() {
         // Lease and retention (0) over: the record counts as absent, and
         // racing claims replace it exactly once.
         clock.advance(Duration::from_millis(1_001));
-        let barrier = Arc::new(Barrier::new(RACERS));
-        let racers: Vec<_> = stores
-            .iter()
-            .enumerate()
-            .map(|(who, store)| {
-                let (store, barrier, k) = (store.clone(), barrier.clone(), k.clone());
-                tokio::spawn(async move {
-                    barrier.wait().await;
-                    store
-                        .claim(request(&k, 2, 60_000, 60_000, who as u32))
-                        .await
-                })
+        let outcomes = race(&stores, |who, store| {
+            let request = request(&k, 2, 60_000, 60_000, who as u32);
+            async move { store.claim(request).await.expect("claim") }
+        })
+        .await;
+        let claimed: Vec<_> = outcomes
+            .into_iter()
+            .filter_map(|o| match o {
+                ClaimOutcome::Claimed(c) => Some(c),
+                ClaimOutcome::Existing(_) => None,
             })
             .collect();
-        let mut claimed = Vec::new();
-        for racer in racers {
-            if let ClaimOutcome::Claimed(c) = racer.await.expect("racer").expect("claim") {
-                claimed.push(c);
-            }
-        }
         assert_eq!(claimed.len(), 1, "round {round}: {claimed:?}");
         assert!(claimed[0].fence > winner.fence && claimed[0].attempt == 1);
     }
