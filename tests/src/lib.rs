@@ -71,16 +71,5 @@ pub fn idem_bin() -> PathBuf {
 /// Without it the test says clearly that it was skipped — unless `CI=true`,
 /// where a missing database is a failure, never a silent skip.
 pub fn postgres_url(test: &str) -> Option<String> {
-    match std::env::var("IDEM_TEST_POSTGRES_URL") {
-        Ok(url) if !url.is_empty() => Some(url),
-        _ if std::env::var("CI").as_deref() == Ok("true") => {
-            panic!("{test}: CI=true but IDEM_TEST_POSTGRES_URL is not set; .ci/run sets it")
-        }
-        _ => {
-            eprintln!(
-                "SKIPPED {test}: set IDEM_TEST_POSTGRES_URL=postgres://... to run it against PostgreSQL"
-            );
-            None
-        }
-    }
+    idem_store::conformance::postgres_test_url(test)
 }

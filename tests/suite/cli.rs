@@ -3,7 +3,7 @@
 use std::io::Write;
 use std::process::{Command, Output, Stdio};
 
-use idem_tests::{idem_bin, policy_path, workspace_root};
+use idem_tests::{idem_bin, policy_path, postgres_url, workspace_root};
 
 const SEED_OP: &str = r#"{"kind":"charge","tenant":"acme","fields":{"customer":"c1","billing_period":"2026-11","invoice_id":"i1","amount":"100","currency":"EUR"},"run":{"run_id":"nightly-2026-11-30","trigger":"scheduled","attempt":1}}"#;
 const SEED_KEY: &str = "7ac249ecd5b53b49b9492abf4c55ce59e61b2dda00009c74f18a652d2270be97";
@@ -182,4 +182,75 @@ fn test_command_reports_cases_and_resources() {
         stdout.lines().last().unwrap() == "0 passed, 1 failed",
         "{stdout}"
     );
+}
+
+#[test]
+fn migrate_creates_or_upgrades_a_store_and_says_its_version() {
+    let cache = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("idem.db");
+    let store = format!("sqlite:{}", file.display());
+    // Twice: the second run finds the schema up to date.
+    for _ in 0..2 {
+        let out = idem(&["migrate", "--store", &store], "", cache.path());
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let said = text(&out.stdout);
+        assert!(said.starts_with(&store), "{said}");
+        let version = idem::store::SCHEMA_VERSION;
+        assert!(
+            said.contains(&format!("is at schema version {version}")),
+            "{said}"
+        );
+        assert!(file.is_file());
+    }
+    let out = idem(&["migrate", "--store", "mysql://db/x"], "", cache.path());
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("mysql://db/x"));
+}
+
+#[test]
+fn migrate_on_postgres_never_prints_the_password() {
+    let Some(url) = postgres_url("cli::migrate_on_postgres_never_prints_the_password") else {
+        return;
+    };
+    let cache = tempfile::tempdir().unwrap();
+    // The machine's server trusts local connections: a password is sent
+    // only if asked for, so any password connects and none may be shown.
+    let secret = "s3cr3t-Pa55";
+    let Some(rest) = url.split_once("://").map(|(_, rest)| rest) else {
+        panic!("IDEM_TEST_POSTGRES_URL is not a URL: {url}");
+    };
+    let rest = rest.rsplit_once('@').map_or(rest, |(_, host)| host);
+    let schema = format!("idem_cli_migrate_{}", std::process::id());
+    let sep = if rest.contains('?') { '&' } else { '?' };
+    let store = format!("postgres://postgres:{secret}@{rest}{sep}idem_schema={schema}");
+    let out = idem(&["migrate", "--store", &store], "", cache.path());
+    idem_store::conformance::drop_postgres_schema(&store);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let said = text(&out.stdout);
+    assert!(said.contains("postgres:***@"), "{said}");
+    let version = idem::store::POSTGRES_SCHEMA_VERSION;
+    assert!(
+        said.contains(&format!("is at schema version {version}")),
+        "{said}"
+    );
+    assert!(!said.contains(secret), "{said}");
+
+    // A server that is not there: the error names the URL, masked.
+    let store = format!("postgres://postgres:{secret}@127.0.0.1:1/test?connect_timeout=5");
+    for command in ["migrate", "inspect", "gc"] {
+        let out = idem(&[command, "--store", &store], "", cache.path());
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{command}: {}",
+            text(&out.stderr)
+        );
+        let said = text(&out.stderr);
+        assert!(
+            said.contains("postgres:***@127.0.0.1:1"),
+            "{command}: {said}"
+        );
+        assert!(!said.contains(secret), "{command}: {said}");
+    }
 }

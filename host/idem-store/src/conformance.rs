@@ -193,6 +193,15 @@ impl Drop for DropSchema {
     }
 }
 
+/// Drops the schema a PostgreSQL store URL names (its `idem_schema`), as a
+/// fixture does when it goes: for tests whose stores another process (the
+/// CLI) created. A URL that does not parse drops nothing.
+pub fn drop_postgres_schema(store_url: &str) {
+    if let Ok(url) = store_url.parse::<PostgresUrl>() {
+        drop(DropSchema(url));
+    }
+}
+
 /// A factory of PostgreSQL stores in the database `url` names, each in a
 /// fresh schema ([`fresh_schema`]) dropped with the fixture; `reopen` opens
 /// the same schema through a new pool. Panics when the database cannot be

@@ -81,7 +81,7 @@ pub use postgres::{
     DEFAULT_POOL_SIZE, DEFAULT_SCHEMA, POSTGRES_SCHEMA_VERSION, PostgresStore, PostgresUrl, TlsMode,
 };
 pub use sqlite::{SCHEMA_VERSION, SqliteOptions, SqliteStore, Synchronous};
-pub use url::StoreUrl;
+pub use url::{StoreUrl, redacted_url};
 
 /// Default cap on an outcome's body: 64 KiB.
 pub const DEFAULT_MAX_OUTCOME_BYTES: usize = 64 * 1024;

@@ -67,8 +67,8 @@ use crate::{
     StoreError, StoreOptions,
 };
 
-pub(crate) use url::is_postgres;
 pub use url::{DEFAULT_POOL_SIZE, DEFAULT_SCHEMA, PostgresUrl, TlsMode};
+pub(crate) use url::{is_postgres, redact};
 
 /// The newest PostgreSQL schema version this build knows: 1 records and
 /// fences; 2 memberships with their epochs, and job leases; 3 the records'

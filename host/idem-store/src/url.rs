@@ -4,8 +4,19 @@ use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
 
-use crate::postgres::is_postgres;
+use crate::postgres::{is_postgres, redact};
 use crate::{PostgresUrl, SqliteOptions, StoreError, Synchronous};
+
+/// A store URL fit to print or log: the password of a PostgreSQL URL
+/// masked (`user:***@host`, `password=***`); every other URL unchanged.
+/// Works on URLs that do not parse, so an error can name what was given.
+pub fn redacted_url(url: &str) -> String {
+    if url.contains("://") {
+        redact(url)
+    } else {
+        url.to_string()
+    }
+}
 
 /// A parsed store URL.
 ///
@@ -36,7 +47,7 @@ impl FromStr for StoreUrl {
 
     fn from_str(url: &str) -> Result<Self, StoreError> {
         let bad = |why: String| StoreError::UnsupportedUrl {
-            url: url.to_string(),
+            url: redacted_url(url),
             why,
         };
         if url == "memory:" || url == "memory://" {

@@ -24,7 +24,9 @@ fn version_and_help_name_every_command() {
         format!("idem {}", env!("CARGO_PKG_VERSION"))
     );
     let help = String::from_utf8_lossy(&idem(&["--help"]).stdout).into_owned();
-    for command in ["key", "test", "describe", "exec", "run", "inspect", "gc"] {
+    for command in [
+        "key", "test", "describe", "exec", "run", "inspect", "gc", "migrate",
+    ] {
         assert!(
             help.contains(command),
             "--help does not mention {command}:\n{help}"

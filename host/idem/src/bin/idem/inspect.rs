@@ -42,8 +42,8 @@ pub fn migrate(args: MigrateArgs) -> Result<u8, Failure> {
     runtime()?.block_on(async {
         let version = idem::store::migrate(&args.store.store)
             .await
-            .map_err(|e| Failure::input(format!("cannot migrate {}: {e}", args.store.store)))?;
-        println!("{} is at schema version {version}", args.store.store);
+            .map_err(|e| Failure::input(format!("cannot migrate {}: {e}", args.store.shown())))?;
+        println!("{} is at schema version {version}", args.store.shown());
         Ok(0)
     })
 }
@@ -107,13 +107,13 @@ pub fn inspect(args: InspectArgs) -> Result<u8, Failure> {
         let mut views = store
             .list(filter)
             .await
-            .map_err(|e| Failure::input(format!("cannot read {}: {e}", args.store.store)))?;
+            .map_err(|e| Failure::input(format!("cannot read {}: {e}", args.store.shown())))?;
         if let Some(key) = wanted {
             views.retain(|v| v.record.key.key == key);
             if views.is_empty() {
                 return Err(Failure {
                     code: 1,
-                    message: format!("no record with key {key} in {}", args.store.store),
+                    message: format!("no record with key {key} in {}", args.store.shown()),
                 });
             }
         }
@@ -179,7 +179,7 @@ pub fn gc(args: GcArgs) -> Result<u8, Failure> {
         let removed = store
             .gc()
             .await
-            .map_err(|e| Failure::input(format!("gc failed on {}: {e}", args.store.store)))?;
+            .map_err(|e| Failure::input(format!("gc failed on {}: {e}", args.store.shown())))?;
         println!("removed {removed} records past their retention");
         Ok(0)
     })

@@ -10,7 +10,8 @@ use crate::Failure;
 /// Which store.
 #[derive(Args, Debug, Clone)]
 pub struct StoreArgs {
-    /// The store: `sqlite:PATH` (the embedded default) or `memory:`.
+    /// The store: `sqlite:PATH` (the embedded default), `postgres://…`
+    /// (shared by many machines) or `memory:`.
     #[arg(long, value_name = "URL", env = "IDEM_STORE")]
     pub store: String,
 }
@@ -20,7 +21,12 @@ impl StoreArgs {
     pub async fn open(&self) -> Result<Arc<dyn Store>, Failure> {
         idem::store::open(&self.store, StoreOptions::default())
             .await
-            .map_err(|e| Failure::input(format!("cannot open store {}: {e}", self.store)))
+            .map_err(|e| Failure::input(format!("cannot open store {}: {e}", self.shown())))
+    }
+
+    /// The store URL fit to print: never its password.
+    pub fn shown(&self) -> String {
+        idem::store::redacted_url(&self.store)
     }
 }
 
