@@ -9,6 +9,7 @@ use idem_guest_build::GuestBuild;
 const GUESTS: &[&str] = &[
     "billing-charge",
     "http-idempotency-key",
+    "provider-charge",
     "fixture-misbehaving",
     "fixture-wasi-import",
     "fixture-wrong-world",

@@ -42,7 +42,7 @@ impl idem::core::cases::Subject for Wasm {
 
 #[test]
 fn example_policies_pass_their_cases_as_wasm() {
-    for name in ["billing-charge", "http-idempotency-key"] {
+    for name in ["billing-charge", "http-idempotency-key", "provider-charge"] {
         let path = workspace_root().join(format!("guest/policies/{name}/cases.json"));
         let file = CasesFile::from_json(&std::fs::read_to_string(&path).unwrap()).unwrap();
         let report = run_cases(&mut Wasm(load(name)), &file);
@@ -61,7 +61,7 @@ fn example_policies_pass_their_cases_as_wasm() {
 /// it answered, and tells inputs apart down to the logical time.
 #[test]
 fn a_memoized_policy_answers_as_the_guest_does() {
-    for name in ["billing-charge", "http-idempotency-key"] {
+    for name in ["billing-charge", "http-idempotency-key", "provider-charge"] {
         let path = workspace_root().join(format!("guest/policies/{name}/cases.json"));
         let file = CasesFile::from_json(&std::fs::read_to_string(&path).unwrap()).unwrap();
         let policy = load(name).memoized(1024);

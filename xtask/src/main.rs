@@ -14,7 +14,7 @@ use std::process::Command;
 use anyhow::{Context, Result, bail};
 use idem_guest_build::GuestBuild;
 
-const EXAMPLE_POLICIES: &[&str] = &["billing-charge", "http-idempotency-key"];
+const EXAMPLE_POLICIES: &[&str] = &["billing-charge", "http-idempotency-key", "provider-charge"];
 
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
