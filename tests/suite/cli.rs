@@ -236,6 +236,17 @@ fn migrate_on_postgres_never_prints_the_password() {
     );
     assert!(!said.contains(secret), "{said}");
 
+    // Nor does `--help`, with the URL in the environment.
+    let mut help = Command::new(idem_bin());
+    let out = help
+        .args(["migrate", "--help"])
+        .env("IDEM_STORE", &store)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert!(text(&out.stdout).contains("IDEM_STORE"));
+    assert!(!text(&out.stdout).contains(secret), "{}", text(&out.stdout));
+
     // A server that is not there: the error names the URL, masked.
     let store = format!("postgres://postgres:{secret}@127.0.0.1:1/test?connect_timeout=5");
     for command in ["migrate", "inspect", "gc"] {

@@ -12,7 +12,8 @@ use crate::Failure;
 pub struct StoreArgs {
     /// The store: `sqlite:PATH` (the embedded default), `postgres://…`
     /// (shared by many machines) or `memory:`.
-    #[arg(long, value_name = "URL", env = "IDEM_STORE")]
+    // `--help` would show the variable's value, password and all.
+    #[arg(long, value_name = "URL", env = "IDEM_STORE", hide_env_values = true)]
     pub store: String,
 }
 
