@@ -41,6 +41,7 @@ on_every_store!(
     named_members_from_a_file_split_the_work,
     a_worker_deposed_while_paused_is_refused_when_it_wakes,
     a_second_run_exits_early_while_the_first_holds_the_job_lease,
+    a_run_stalled_past_its_job_lease_overlaps_the_next_and_nothing_runs_twice,
 );
 
 struct Env {
@@ -389,5 +390,71 @@ fn a_second_run_exits_early_while_the_first_holds_the_job_lease(env: Env) {
         CUSTOMERS,
         "every op ran once, by the first run"
     );
+    assert_unique(&lines);
+}
+
+/// The job lease is efficiency only: a run stalled past it (SIGSTOP) loses
+/// it, the next run takes it and works alongside, and still no operation
+/// runs twice — the per-operation claims decide, not the lease.
+fn a_run_stalled_past_its_job_lease_overlaps_the_next_and_nothing_runs_twice(env: Env) {
+    env.mkfifo_go();
+    let lease = [
+        "--job-lease",
+        "nightly",
+        "--job-lease-ttl",
+        "1s",
+        "--concurrency",
+        "1",
+    ];
+    let mut first = env.run("ledger", true, &lease).spawn().unwrap();
+    env.wait_started(&mut first);
+    let pid = first.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-STOP", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    // The next run is refused (75) while the stalled run's lease lasts; once
+    // it has lapsed by the store's clock, the next run takes it and works.
+    let mut attempts = 0;
+    let second = loop {
+        attempts += 1;
+        let out = env.run("ledger", false, &lease).output().unwrap();
+        if out.status.code() != Some(75) {
+            break out;
+        }
+        assert!(attempts < 100, "the stalled run's job lease never lapsed");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    // It ran everything but the operation the stalled run still holds.
+    let s = summary(&second);
+    assert_eq!(second.status.code(), Some(1), "{}", text(&second.stderr));
+    assert_eq!(count(&s, "executed"), CUSTOMERS - 1, "{s}");
+    assert_eq!(count(&s, "in_progress"), 1, "{s}");
+
+    // The stalled run wakes: it finishes the effect it was in (its claim is
+    // still current), finds the rest done, and says its lease was lost.
+    assert!(
+        Command::new("kill")
+            .args(["-CONT", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    env.go();
+    let first = first.wait_with_output().unwrap();
+    assert!(first.status.success(), "{}", text(&first.stderr));
+    let s = summary(&first);
+    assert_eq!(count(&s, "executed"), 1, "{s}");
+    assert_eq!(count(&s, "replayed"), CUSTOMERS - 1, "{s}");
+    assert!(
+        text(&first.stderr).contains("job lease nightly lost"),
+        "{}",
+        text(&first.stderr)
+    );
+    let lines = env.ledger("ledger");
+    assert_eq!(lines.len(), CUSTOMERS, "every op ran once between them");
     assert_unique(&lines);
 }
