@@ -1546,23 +1546,68 @@ impl Store for PostgresStore {
 mod tests {
     use super::*;
 
+    /// Every statement of a schema, by name. Destructured, so that a
+    /// statement added to `Sql` must be added here too.
+    fn statements(sql: &Sql) -> Vec<(&'static str, &str)> {
+        let Sql {
+            lock,
+            now,
+            now_and_fence,
+            insert,
+            update,
+            fast_claim,
+            fast_claim_owned,
+            batch_claim,
+            get,
+            list,
+            gc,
+            epoch_for_share,
+            join,
+            membership,
+            job_acquire,
+            job_get,
+            job_heartbeat,
+            job_release,
+            finish_fast,
+        } = sql;
+        vec![
+            ("lock", lock),
+            ("now", now),
+            ("now_and_fence", now_and_fence),
+            ("insert", insert),
+            ("update", update),
+            ("fast_claim", fast_claim),
+            ("fast_claim_owned", fast_claim_owned),
+            ("batch_claim", batch_claim),
+            ("get", get),
+            ("list", list),
+            ("gc", gc),
+            ("epoch_for_share", epoch_for_share),
+            ("join", join),
+            ("membership", membership),
+            ("job_acquire", job_acquire),
+            ("job_get", job_get),
+            ("job_heartbeat", job_heartbeat),
+            ("job_release", job_release),
+            ("finish_fast", finish_fast),
+        ]
+    }
+
+    /// The statements are fixed text but for the (checked, quoted) schema:
+    /// built for two schemas they differ only in its name, so no value can
+    /// reach them except as a bound parameter.
     #[test]
     fn the_schema_is_the_only_interpolation() {
-        let sql = Sql::new("svc_a");
-        for text in [
-            &sql.lock,
-            &sql.insert,
-            &sql.update,
-            &sql.fast_claim,
-            &sql.fast_claim_owned,
-            &sql.get,
-            &sql.list,
-            &sql.gc,
-        ] {
+        let (a, b) = (Sql::new("svc_a"), Sql::new("svc_b"));
+        for ((name, a), (_, b)) in statements(&a).into_iter().zip(statements(&b)) {
+            assert_eq!(a.replace("\"svc_a\"", "\"svc_b\""), b, "{name}");
+            assert!(!a.replace("\"svc_a\"", "").contains("svc_a"), "{name}: {a}");
+        }
+        for text in [&a.lock, &a.insert, &a.fast_claim, &a.get, &a.list, &a.gc] {
             assert!(text.contains("\"svc_a\".records"), "{text}");
         }
-        assert!(sql.now_and_fence.contains("nextval('\"svc_a\".fence_seq')"));
-        assert_eq!(sql.update.matches('$').count(), 22);
+        assert!(a.now_and_fence.contains("nextval('\"svc_a\".fence_seq')"));
+        assert_eq!(a.update.matches('$').count(), 22);
     }
 
     #[test]
