@@ -4,7 +4,6 @@
 //! `idem::simulation`).
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use idem::core::{RecordState, Trigger};
 use idem::policy::LoadedPolicy;
@@ -15,6 +14,7 @@ use idem::simulation::{
 use idem::store::{
     ManualClock, MemoryStore, SqliteOptions, SqliteStore, Store, StoreOptions, Synchronous,
 };
+use idem_store::conformance::fresh_schema;
 use idem_tests::{load, postgres_url};
 
 const START_MS: u64 = 1_800_000_000_000;
@@ -58,16 +58,6 @@ impl Drop for Cleanup {
     }
 }
 
-/// A fresh schema name for this process: `idem_chaos_<pid>_<n>`.
-fn fresh_schema() -> String {
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    format!(
-        "idem_chaos_{}_{}",
-        std::process::id(),
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    )
-}
-
 /// `url` with `idem_schema=schema` and a small pool (tests run in parallel).
 fn schema_url(url: &str, schema: &str) -> String {
     let sep = if url.contains('?') { '&' } else { '?' };
@@ -88,33 +78,11 @@ async fn postgres_store(url: &str, schema: &str, clock: &ManualClock) -> Arc<dyn
     .unwrap_or_else(|e| panic!("cannot open PostgreSQL schema {schema}: {e}"))
 }
 
-/// Drops a test schema, from a thread of its own (callable from `Drop`,
-/// inside or outside a runtime). A failure is reported, not raised: it
-/// leaves a stray schema, not a wrong result.
+/// Drops a test schema (callable from `Drop`, inside or outside a runtime).
+/// A failure is reported, not raised: it leaves a stray schema, not a wrong
+/// result.
 fn drop_schema(url: &str, schema: &str) {
-    let (url, sql) = (
-        url.to_owned(),
-        format!("DROP SCHEMA IF EXISTS {schema} CASCADE"),
-    );
-    let done = std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(|e| e.to_string())?;
-        rt.block_on(async {
-            let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
-                .await
-                .map_err(|e| e.to_string())?;
-            tokio::spawn(conn);
-            client.batch_execute(&sql).await.map_err(|e| e.to_string())
-        })
-    })
-    .join();
-    match done {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => eprintln!("warning: could not drop schema {schema}: {e}"),
-        Err(_) => eprintln!("warning: dropping schema {schema} panicked"),
-    }
+    idem_store::conformance::drop_postgres_schema(&schema_url(url, schema));
 }
 
 fn sqlite_with(synchronous: Synchronous) -> Fixture {
