@@ -76,15 +76,19 @@ fn signal_group(pid: u32, sig: &str) {
         .status();
 }
 
-/// Kills the workers' process groups when the test ends, also when it
-/// fails: each worker leads a group of its own, so it would outlive a
-/// panicking test and keep loading the machine.
-struct KillOnDrop(Vec<u32>);
+/// The workers. Each leads a process group of its own, so it would outlive
+/// a failing test and keep loading the machine: whichever of them still
+/// runs when this is dropped has its group killed. Only unreaped children
+/// are signalled (their pids cannot have been reused).
+struct Workers(Vec<Child>);
 
-impl Drop for KillOnDrop {
+impl Drop for Workers {
     fn drop(&mut self) {
-        for &pid in &self.0 {
-            signal_group(pid, "-KILL");
+        for child in &mut self.0 {
+            if let Ok(None) = child.try_wait() {
+                signal_group(child.id(), "-KILL");
+                let _ = child.wait();
+            }
         }
     }
 }
@@ -321,8 +325,10 @@ fn a_fleet_of_workers_charges_every_op_exactly_once_and_fences_stale_holders() {
     let dir = tempfile::tempdir().unwrap();
     let cache = dir.path().join("cache");
     let schema = format!("idem_fleet_{}", std::process::id());
+    // A small pool per process: 8 workers, the operator, the sweeps and
+    // the provider stay well inside the server's connection limit.
     let store = format!(
-        "{url}{}idem_schema={schema}",
+        "{url}{}idem_schema={schema}&idem_pool_size=6",
         if url.contains('?') { '&' } else { '?' }
     );
     let provider = Provider::start(&url, &format!("{schema}_provider"));
@@ -350,20 +356,21 @@ fn a_fleet_of_workers_charges_every_op_exactly_once_and_fences_stale_holders() {
     // Each worker gets the same operations in its own (seeded) order, so a
     // paused worker's claims are soon reached by the others.
     let mut rng = Rng(seed | 1);
-    let mut workers: Vec<Child> = (0..WORKERS)
-        .map(|w| {
-            let mut order = ops.clone();
-            for i in (1..order.len()).rev() {
-                order.swap(i, (rng.next() % (i as u64 + 1)) as usize);
-            }
-            let path = dir.path().join(format!("ops-{w}.jsonl"));
-            std::fs::write(&path, order.join("\n") + "\n").unwrap();
-            run_worker(&format!("worker-{w}"), &store, &path, &provider, &cache)
-                .spawn()
-                .unwrap()
-        })
-        .collect();
-    let _reaper = KillOnDrop(workers.iter().map(Child::id).collect());
+    let mut workers = Workers(
+        (0..WORKERS)
+            .map(|w| {
+                let mut order = ops.clone();
+                for i in (1..order.len()).rev() {
+                    order.swap(i, (rng.next() % (i as u64 + 1)) as usize);
+                }
+                let path = dir.path().join(format!("ops-{w}.jsonl"));
+                std::fs::write(&path, order.join("\n") + "\n").unwrap();
+                run_worker(&format!("worker-{w}"), &store, &path, &provider, &cache)
+                    .spawn()
+                    .unwrap()
+            })
+            .collect(),
+    );
 
     // Chaos: pause a random worker past its lease, again and again; kill
     // the last one once a quarter of the charges are made.
@@ -373,7 +380,7 @@ fn a_fleet_of_workers_charges_every_op_exactly_once_and_fences_stale_holders() {
     let mut operator_runs = 0u64;
     loop {
         let alive: Vec<usize> = (0..WORKERS)
-            .filter(|&w| !(killed && w == victim) && workers[w].try_wait().unwrap().is_none())
+            .filter(|&w| !(killed && w == victim) && workers.0[w].try_wait().unwrap().is_none())
             .collect();
         if alive.is_empty() {
             break;
@@ -387,13 +394,13 @@ fn a_fleet_of_workers_charges_every_op_exactly_once_and_fences_stale_holders() {
                 ),
             );
             if charged.trim().parse::<usize>().unwrap() >= n / 4 {
-                signal_group(workers[victim].id(), "-KILL");
+                signal_group(workers.0[victim].id(), "-KILL");
                 killed = true;
                 continue;
             }
         }
         let w = alive[(rng.next() % alive.len() as u64) as usize];
-        let pid = workers[w].id();
+        let pid = workers.0[w].id();
         signal_group(pid, "-STOP");
         pauses += 1;
         // Fault injection, not an assertion: longer than the 1 s lease.
@@ -440,7 +447,7 @@ fn a_fleet_of_workers_charges_every_op_exactly_once_and_fences_stale_holders() {
 
     // What each surviving worker says it did.
     let mut summaries = HashMap::new();
-    for (w, child) in workers.into_iter().enumerate() {
+    for (w, child) in std::mem::take(&mut workers.0).into_iter().enumerate() {
         let out = child.wait_with_output().unwrap();
         if w != victim {
             summaries.insert(format!("worker-{w}"), summary(&format!("worker {w}"), out));
@@ -457,16 +464,17 @@ fn a_fleet_of_workers_charges_every_op_exactly_once_and_fences_stale_holders() {
         let out = run_worker(&sender, &store, &all_ops, &provider, &cache)
             .output()
             .unwrap();
+        let finished = out.status.success();
         let s = summary("the sweep", out);
-        let left = s["in_progress"].as_u64().unwrap();
         assert_eq!(s["fenced"].as_u64(), Some(0), "seed {seed}: sweep: {s}");
-        summaries.insert(sender, s);
-        if left == 0 {
+        summaries.insert(sender, s.clone());
+        // Exit 0: every operation is done.
+        if finished {
             break;
         }
         assert!(
             sweeps < 10,
-            "seed {seed}: {left} ops still in progress after {sweeps} sweeps"
+            "seed {seed}: not done after {sweeps} sweeps: {s}"
         );
         // Not an assertion: the held leases are 1 s long.
         std::thread::sleep(Duration::from_millis(1_100));
@@ -515,10 +523,29 @@ fn a_fleet_of_workers_charges_every_op_exactly_once_and_fences_stale_holders() {
         );
         final_fence.insert(key, fence);
     }
-    // 2. Every operation was charged exactly once, whatever the pauses, the
-    //    take-overs and the kill; the provider heard of no other key.
+    // 2. No claim ran its effect twice: each request for a key carries a
+    //    fence of its own, and a key got no more requests than it had
+    //    attempts (the first claim plus each take-over). The provider heard
+    //    of no other key, and charged each once (its own guarantee, by key
+    //    and fence: what makes re-sending after a take-over safe).
     assert_eq!(requests.len(), n, "seed {seed}");
+    let attempts: HashMap<&str, u64> = records
+        .iter()
+        .map(|r| (r["key"].as_str().unwrap(), r["attempts"].as_u64().unwrap()))
+        .collect();
     for (key, sent) in &requests {
+        let fences: std::collections::HashSet<u64> = sent.iter().map(|q| q.fence).collect();
+        assert_eq!(
+            fences.len(),
+            sent.len(),
+            "seed {seed}: a claim ran twice: {sent:?}"
+        );
+        assert!(
+            sent.len() as u64 <= attempts[key],
+            "seed {seed}: {key}: {} requests, {} attempts: {sent:?}",
+            sent.len(),
+            attempts[key]
+        );
         let charged = sent.iter().filter(|q| q.answer == "charged").count();
         assert_eq!(
             charged, 1,

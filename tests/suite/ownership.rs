@@ -53,6 +53,21 @@ struct Env {
 
 impl Drop for Env {
     fn drop(&mut self) {
+        // A test that failed before waking its paused run would leave the
+        // run's effect blocked on the FIFO forever: wake it. Opened without
+        // blocking (Linux's O_NONBLOCK), so no reader means no wait.
+        if self.path("started").exists() && !self.path("woken").exists() {
+            use std::io::Write;
+            use std::os::unix::fs::OpenOptionsExt;
+            const O_NONBLOCK: i32 = 0o4000;
+            if let Ok(mut fifo) = std::fs::OpenOptions::new()
+                .write(true)
+                .custom_flags(O_NONBLOCK)
+                .open(self.path("go"))
+            {
+                let _ = fifo.write_all(b"go\n");
+            }
+        }
         if self.postgres {
             idem_store::conformance::drop_postgres_schema(&self.store);
         }
@@ -154,13 +169,42 @@ impl Env {
             if let Some(status) = child.try_wait().unwrap() {
                 panic!("the run ended before it paused: {status}");
             }
-            std::thread::yield_now();
+            // A poll, not a deadline: leave the cores to the run.
+            std::thread::sleep(std::time::Duration::from_millis(5));
         }
     }
 
     /// Wakes the paused run.
     fn go(&self) {
+        std::fs::write(self.path("woken"), "").unwrap();
         std::fs::write(self.path("go"), "go\n").unwrap();
+    }
+
+    /// Stops `child` (SIGSTOP) at a moment it holds no store lock. On SQLite
+    /// a process stopped inside a write transaction (a heartbeat, say) keeps
+    /// the file's write lock, and every other process would time out on it:
+    /// while the lock is held, let it run a little and stop it again.
+    fn stall(&self, child: &Child) -> Stalled {
+        let pid = child.id().to_string();
+        for _ in 0..100 {
+            let stalled = Stalled::new(&pid);
+            if !self.sqlite_write_locked() {
+                return stalled;
+            }
+            drop(stalled);
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        panic!("the run always held the SQLite write lock when stopped");
+    }
+
+    fn sqlite_write_locked(&self) -> bool {
+        if self.postgres {
+            return false;
+        }
+        let c = rusqlite::Connection::open(self.path("idem.db")).unwrap();
+        c.busy_timeout(std::time::Duration::from_millis(100))
+            .unwrap();
+        c.execute_batch("BEGIN IMMEDIATE; ROLLBACK;").is_err()
     }
 
     fn mkfifo_go(&self) {
@@ -170,6 +214,24 @@ impl Env {
             .unwrap()
             .success();
         assert!(ok, "mkfifo");
+    }
+}
+
+/// A stopped child, continued (SIGCONT) when this is dropped — also when the
+/// test fails. The child is not reaped while this lives, so its pid is its.
+struct Stalled(String);
+
+impl Stalled {
+    fn new(pid: &str) -> Self {
+        let stopped = Command::new("kill").args(["-STOP", pid]).status();
+        assert!(stopped.unwrap().success(), "kill -STOP {pid}");
+        Stalled(pid.to_string())
+    }
+}
+
+impl Drop for Stalled {
+    fn drop(&mut self) {
+        let _ = Command::new("kill").args(["-CONT", &self.0]).status();
     }
 }
 
@@ -408,14 +470,7 @@ fn a_run_stalled_past_its_job_lease_overlaps_the_next_and_nothing_runs_twice(env
     ];
     let mut first = env.run("ledger", true, &lease).spawn().unwrap();
     env.wait_started(&mut first);
-    let pid = first.id().to_string();
-    assert!(
-        Command::new("kill")
-            .args(["-STOP", &pid])
-            .status()
-            .unwrap()
-            .success()
-    );
+    let stalled = env.stall(&first);
     // The next run is refused (75) while the stalled run's lease lasts; once
     // it has lapsed by the store's clock, the next run takes it and works.
     let mut attempts = 0;
@@ -436,13 +491,7 @@ fn a_run_stalled_past_its_job_lease_overlaps_the_next_and_nothing_runs_twice(env
 
     // The stalled run wakes: it finishes the effect it was in (its claim is
     // still current), finds the rest done, and says its lease was lost.
-    assert!(
-        Command::new("kill")
-            .args(["-CONT", &pid])
-            .status()
-            .unwrap()
-            .success()
-    );
+    drop(stalled);
     env.go();
     let first = first.wait_with_output().unwrap();
     assert!(first.status.success(), "{}", text(&first.stderr));
