@@ -76,6 +76,39 @@ fn signal_group(pid: u32, sig: &str) {
         .status();
 }
 
+/// The store's schema goes with the test, failed or not.
+struct DropStoreOnExit<'a>(&'a str);
+
+impl Drop for DropStoreOnExit<'_> {
+    fn drop(&mut self) {
+        idem_store::conformance::drop_postgres_schema(self.0);
+    }
+}
+
+/// On a failing test, the last lines each run wrote to its stderr (kept in
+/// `<sender>.err` files), before the temporary directory goes.
+struct ShowLogsOnFailure<'a>(&'a std::path::Path);
+
+impl Drop for ShowLogsOnFailure<'_> {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            return;
+        }
+        let Ok(entries) = std::fs::read_dir(self.0) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.extension().is_some_and(|e| e == "err") {
+                let text = std::fs::read_to_string(&path).unwrap_or_default();
+                let lines: Vec<&str> = text.lines().collect();
+                let tail = lines[lines.len().saturating_sub(10)..].join("\n");
+                eprintln!("--- {} (last lines)\n{tail}", path.display());
+            }
+        }
+    }
+}
+
 /// The workers. Each leads a process group of its own, so it would outlive
 /// a failing test and keep loading the machine: whichever of them still
 /// runs when this is dropped has its group killed. Only unreaped children
@@ -274,8 +307,9 @@ fn run_worker(
     store: &str,
     ops: &std::path::Path,
     provider: &Provider,
-    cache: &std::path::Path,
+    dir: &std::path::Path,
 ) -> Command {
+    let log = std::fs::File::create(dir.join(format!("{sender}.err"))).unwrap();
     let mut command = Command::new(idem_bin());
     command
         .args(["run", "--policy"])
@@ -294,9 +328,9 @@ fn run_worker(
         .args(["--", "bash", "-c", CHARGE])
         .env("PROVIDER_PORT", provider.port.to_string())
         .env("SENDER", sender)
-        .env("IDEM_CACHE_DIR", cache)
+        .env("IDEM_CACHE_DIR", dir.join("cache"))
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(log)
         // A group of its own, so that a pause or a kill takes its commands
         // with it.
         .process_group(0);
@@ -323,6 +357,7 @@ fn a_fleet_of_workers_charges_every_op_exactly_once_and_fences_stale_holders() {
         ops_count()
     );
     let dir = tempfile::tempdir().unwrap();
+    let _logs = ShowLogsOnFailure(dir.path());
     let cache = dir.path().join("cache");
     let schema = format!("idem_fleet_{}", std::process::id());
     // A small pool per process: 8 workers, the operator, the sweeps and
@@ -331,6 +366,7 @@ fn a_fleet_of_workers_charges_every_op_exactly_once_and_fences_stale_holders() {
         "{url}{}idem_schema={schema}&idem_pool_size=6",
         if url.contains('?') { '&' } else { '?' }
     );
+    let _drop_store = DropStoreOnExit(&store);
     let provider = Provider::start(&url, &format!("{schema}_provider"));
     // The store exists before the workers start (and the chaos looks in it).
     let out = Command::new(idem_bin())
@@ -365,7 +401,7 @@ fn a_fleet_of_workers_charges_every_op_exactly_once_and_fences_stale_holders() {
                 }
                 let path = dir.path().join(format!("ops-{w}.jsonl"));
                 std::fs::write(&path, order.join("\n") + "\n").unwrap();
-                run_worker(&format!("worker-{w}"), &store, &path, &provider, &cache)
+                run_worker(&format!("worker-{w}"), &store, &path, &provider, dir.path())
                     .spawn()
                     .unwrap()
             })
@@ -461,7 +497,7 @@ fn a_fleet_of_workers_charges_every_op_exactly_once_and_fences_stale_holders() {
     loop {
         sweeps += 1;
         let sender = format!("sweep-{sweeps}");
-        let out = run_worker(&sender, &store, &all_ops, &provider, &cache)
+        let out = run_worker(&sender, &store, &all_ops, &provider, dir.path())
             .output()
             .unwrap();
         let finished = out.status.success();
@@ -498,7 +534,6 @@ fn a_fleet_of_workers_charges_every_op_exactly_once_and_fences_stale_holders() {
         String::from_utf8_lossy(&out.stderr)
     );
     let records: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
-    idem_store::conformance::drop_postgres_schema(&store);
     let ledger = provider.ledger();
     drop(provider);
 
