@@ -27,10 +27,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::{
-    Claim, ClaimOutcome, ClaimRequest, Digest, Existing, Holder, JobLease, JobLeaseAcquire,
-    ListFilter, ManualClock, Membership, MemoryStore, Outcome, OwnershipToken, PostgresStore,
-    PostgresUrl, RecordKey, RecordState, RecordView, SqliteOptions, SqliteStore, Store, StoreError,
-    StoreOptions, Synchronous, TRUNCATION_MARK,
+    Claim, ClaimOutcome, ClaimRequest, Digest, Ending, Existing, Finish, Holder, JobLease,
+    JobLeaseAcquire, ListFilter, ManualClock, Membership, MemoryStore, Outcome, OwnershipToken,
+    PostgresStore, PostgresUrl, RecordKey, RecordState, RecordView, SqliteOptions, SqliteStore,
+    Store, StoreError, StoreOptions, Synchronous, TRUNCATION_MARK,
 };
 
 /// A boxed, sendable future.
@@ -903,6 +903,113 @@ where
     assert_eq!(view(store, &k1).await.record.fingerprint, fingerprint(3));
 }
 
+/// `finish_many` answers each holder as `complete`/`fail` would, in order:
+/// completions, retryable and permanent failures written; a deposed holder
+/// fenced, a finished record not in progress, a missing one gone, an
+/// oversized outcome refused; a key repeated in the batch finds what its
+/// first entry wrote. Each write is conditional on its own fence.
+pub async fn finish_many_is_finishes_in_order<F, Fut>(factory: &F)
+where
+    F: Fn(StoreOptions) -> Fut,
+    Fut: Future<Output = Fixture>,
+{
+    let (fx, clock) = fixture(factory, 64).await;
+    let store = fx.store.as_ref();
+    let name = store.describe();
+    assert!(
+        store
+            .finish_many(Vec::new())
+            .await
+            .expect("empty batch")
+            .is_empty(),
+        "{name}: an empty batch finishes nothing"
+    );
+    let held: Vec<Claim> = {
+        let mut held = Vec::new();
+        for n in 1..=5 {
+            held.push(claimed(store, request(&key(n), 1, 1_000, 60_000, 1)).await);
+        }
+        held
+    };
+    // Key 4's holder is deposed: its lease lapses and a take-over follows.
+    clock.advance(ms(2_000));
+    let taker = store
+        .take_over(&key(4), held[3].fence, ms(60_000), holder(2))
+        .await
+        .expect("take over key 4");
+    // Key 5 is completed before the batch.
+    store
+        .complete(&key(5), held[4].fence, Outcome::new(0, b"first".to_vec()))
+        .await
+        .expect("complete key 5");
+    let finish = |n: u32, fence: u64, ending: Ending, body: &[u8]| Finish {
+        key: key(n),
+        fence,
+        ending,
+        outcome: Outcome::new(0, body.to_vec()),
+    };
+    let batch = vec![
+        finish(1, held[0].fence, Ending::Completed, b"one"),
+        finish(2, held[1].fence, Ending::Failed { retryable: true }, b"two"),
+        finish(
+            3,
+            held[2].fence,
+            Ending::Failed { retryable: false },
+            b"three",
+        ),
+        // The deposed holder, then the one that took over.
+        finish(4, held[3].fence, Ending::Completed, b"stale"),
+        finish(4, taker.fence, Ending::Completed, b"four"),
+        finish(5, held[4].fence, Ending::Completed, b"again"),
+        finish(6, 999_999, Ending::Completed, b"nobody"),
+        // Key 1 again, after its completion earlier in this batch.
+        finish(1, held[0].fence, Ending::Completed, b"twice"),
+        finish(2, held[1].fence, Ending::Completed, &[b'x'; 65]),
+    ];
+    let mut out = store
+        .finish_many(batch)
+        .await
+        .unwrap_or_else(|e| panic!("{name}: finish_many: {e}"))
+        .into_iter();
+    let mut next = |what: &str| {
+        out.next()
+            .unwrap_or_else(|| panic!("{name}: no result for {what}"))
+    };
+    for what in ["complete 1", "fail 2 retryable", "fail 3 permanent"] {
+        next(what).unwrap_or_else(|e| panic!("{name}: {what}: {e}"));
+    }
+    assert_fenced(next("deposed holder of 4"), held[3].fence, taker.fence);
+    next("taker of 4").unwrap_or_else(|e| panic!("{name}: taker of 4: {e}"));
+    assert_not_in_progress(next("completed 5"), RecordState::Completed);
+    assert_gone(next("no record 6"));
+    assert_not_in_progress(next("1 again"), RecordState::Completed);
+    match next("oversized outcome") {
+        Err(StoreError::OutcomeTooLarge { .. }) => {}
+        other => panic!("{name}: oversized outcome: expected OutcomeTooLarge, got {other:?}"),
+    }
+    assert!(out.next().is_none(), "{name}: one result per finish");
+
+    // What the batch wrote is in the store, as single calls would leave it.
+    for (n, state, body) in [
+        (1, RecordState::Completed, &b"one"[..]),
+        (2, RecordState::FailedRetryable, b"two"),
+        (3, RecordState::FailedPermanent, b"three"),
+        (4, RecordState::Completed, b"four"),
+        (5, RecordState::Completed, b"first"),
+    ] {
+        let record = view(store, &key(n)).await.record;
+        assert_eq!(
+            (
+                record.state,
+                record.outcome.as_ref().map(|o| o.body.as_slice())
+            ),
+            (state, Some(body)),
+            "{name}: key {n}"
+        );
+        assert_eq!(record.updated_ms, START_MS + 2_000, "{name}: key {n}");
+    }
+}
+
 /// A batch of claims gets what the same claims one after the other would
 /// have got, in order: fresh keys claimed under new fences (higher than any
 /// before the batch, in an order of the store's choosing), a key
@@ -1532,6 +1639,7 @@ where
     mark_unknown(factory).await;
     retention_and_gc(factory).await;
     claim_many_is_claims_in_order(factory).await;
+    finish_many_is_finishes_in_order(factory).await;
     fence_monotonic_across_gc_and_reopen(factory).await;
     outcome_size_cap(factory).await;
     list_filters(factory).await;

@@ -251,6 +251,41 @@ impl Record {
     }
 }
 
+/// How a holder ends its attempt: [`Store::complete`] or [`Store::fail`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ending {
+    /// Completed: the record becomes final.
+    Completed,
+    /// Failed: retryable (a take-over may follow) or permanent (final).
+    Failed {
+        /// Whether a take-over may follow.
+        retryable: bool,
+    },
+}
+
+impl Ending {
+    /// The state the record takes.
+    pub fn state(self) -> RecordState {
+        match self {
+            Ending::Completed => RecordState::Completed,
+            Ending::Failed { retryable } => machine::failed_state(retryable),
+        }
+    }
+}
+
+/// One holder's end of its attempt, for [`Store::finish_many`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Finish {
+    /// The record.
+    pub key: RecordKey,
+    /// The fence the holder claimed under.
+    pub fence: u64,
+    /// Completed or failed.
+    pub ending: Ending,
+    /// What is stored.
+    pub outcome: Outcome,
+}
+
 /// What the engine asks a store to claim.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClaimRequest {
@@ -545,6 +580,30 @@ pub trait Store: Send + Sync + 'static {
         retryable: bool,
         outcome: Outcome,
     ) -> Result<(), StoreError>;
+
+    /// [`Store::complete`] and [`Store::fail`] for many holders in one call:
+    /// what each would have got, in order. Each write is conditional on its
+    /// own key and fence, exactly as alone; the batch is not a transaction,
+    /// only fewer round trips (PostgreSQL: one statement) and fewer commits
+    /// (SQLite: one transaction, one fsync). The outer error is a failure of
+    /// the whole call (some writes may have been made); the inner ones are
+    /// per holder, as `complete` and `fail` return them. The default
+    /// finishes one at a time.
+    async fn finish_many(
+        &self,
+        finishes: Vec<Finish>,
+    ) -> Result<Vec<Result<(), StoreError>>, StoreError> {
+        let mut results = Vec::with_capacity(finishes.len());
+        for f in finishes {
+            results.push(match f.ending {
+                Ending::Completed => self.complete(&f.key, f.fence, f.outcome).await,
+                Ending::Failed { retryable } => {
+                    self.fail(&f.key, f.fence, retryable, f.outcome).await
+                }
+            });
+        }
+        Ok(results)
+    }
 
     /// Extends the lease of the attempt holding `fence` to store-now +
     /// `lease`; returns the new `lease_until_ms`.

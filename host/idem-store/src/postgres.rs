@@ -47,6 +47,7 @@
 //!   with a transaction open.
 
 mod batch;
+mod finish;
 mod tls;
 mod url;
 
@@ -62,7 +63,7 @@ use tokio_postgres::types::ToSql;
 
 use crate::machine::{self, ClaimStep};
 use crate::{
-    Claim, ClaimOutcome, ClaimRequest, ConnectErrorKind, Holder, JobLease, JobLeaseAcquire,
+    Claim, ClaimOutcome, ClaimRequest, ConnectErrorKind, Finish, Holder, JobLease, JobLeaseAcquire,
     ListFilter, Membership, Outcome, OwnershipToken, Record, RecordKey, RecordView, Store,
     StoreError, StoreOptions,
 };
@@ -204,6 +205,7 @@ struct Sql {
     job_heartbeat: String,
     job_release: String,
     finish_fast: String,
+    finish_batch: String,
 }
 
 impl Sql {
@@ -337,6 +339,7 @@ impl Sql {
             // the conditions are `machine::held` (live, same fence, in
             // progress) and the new values are `machine::finish`'s. When it
             // changes nothing, the locked path finds out why.
+            finish_batch: finish::finish_sql(&s),
             finish_fast: format!(
                 "WITH n AS (SELECT {NOW} AS ms) \
                  UPDATE {s}.records AS r SET state = $5::text, outcome_status = $6::int4, \
@@ -1306,6 +1309,13 @@ impl Store for PostgresStore {
         self.inner.finish(key, fence, state, outcome).await
     }
 
+    async fn finish_many(
+        &self,
+        finishes: Vec<Finish>,
+    ) -> Result<Vec<Result<(), StoreError>>, StoreError> {
+        finish::finish_many(&self.inner, finishes).await
+    }
+
     async fn heartbeat(
         &self,
         key: &RecordKey,
@@ -1569,6 +1579,7 @@ mod tests {
             job_heartbeat,
             job_release,
             finish_fast,
+            finish_batch,
         } = sql;
         vec![
             ("lock", lock),
@@ -1590,6 +1601,7 @@ mod tests {
             ("job_heartbeat", job_heartbeat),
             ("job_release", job_release),
             ("finish_fast", finish_fast),
+            ("finish_batch", finish_batch),
         ]
     }
 

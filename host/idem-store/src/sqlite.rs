@@ -35,9 +35,9 @@ use rusqlite::{
 
 use crate::machine::{self, ClaimStep, JobStep};
 use crate::{
-    Claim, ClaimOutcome, ClaimRequest, Holder, JobLease, JobLeaseAcquire, ListFilter, Membership,
-    OpenErrorKind, Outcome, OwnershipToken, Record, RecordKey, RecordView, Store, StoreError,
-    StoreOptions,
+    Claim, ClaimOutcome, ClaimRequest, Finish, Holder, JobLease, JobLeaseAcquire, ListFilter,
+    Membership, OpenErrorKind, Outcome, OwnershipToken, Record, RecordKey, RecordView, Store,
+    StoreError, StoreOptions,
 };
 
 /// The newest schema version this build knows: 1 records and fences; 2
@@ -861,6 +861,42 @@ impl Store for SqliteStore {
     ) -> Result<(), StoreError> {
         let state = machine::failed_state(retryable);
         self.finish(key, fence, state, outcome).await
+    }
+
+    async fn finish_many(
+        &self,
+        finishes: Vec<Finish>,
+    ) -> Result<Vec<Result<(), StoreError>>, StoreError> {
+        self.blocking(move |inner| {
+            let limit = inner.options.max_outcome_bytes;
+            inner.write("finishing a batch", |tx, now| {
+                let mut results = Vec::with_capacity(finishes.len());
+                for f in finishes {
+                    // A refusal is this holder's answer; a failure to read
+                    // or write fails the batch (and rolls it back).
+                    let current = inner.load(tx, &f.key)?;
+                    results.push(
+                        match machine::finish(
+                            current,
+                            &f.key,
+                            f.fence,
+                            f.ending.state(),
+                            f.outcome,
+                            limit,
+                            now,
+                        ) {
+                            Ok(record) => {
+                                inner.save(tx, &record)?;
+                                Ok(())
+                            }
+                            Err(refused) => Err(refused),
+                        },
+                    );
+                }
+                Ok(results)
+            })
+        })
+        .await
     }
 
     async fn heartbeat(

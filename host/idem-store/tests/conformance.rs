@@ -58,6 +58,7 @@ conformance!(
     mark_unknown,
     retention_and_gc,
     claim_many_is_claims_in_order,
+    finish_many_is_finishes_in_order,
     fence_monotonic_across_gc_and_reopen,
     outcome_size_cap,
     list_filters,

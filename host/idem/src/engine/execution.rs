@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use idem_core::KeyedDerivation;
-use idem_store::{Claim, Outcome, RecordKey, Store};
+use idem_store::{Claim, Ending, Finish, Outcome, RecordKey, Store};
 
 use super::EngineError;
 
@@ -119,6 +119,25 @@ impl Execution {
             .store
             .fail(&self.claim.key, self.claim.fence, retryable, outcome)
             .await?)
+    }
+
+    /// [`Execution::complete`] or [`Execution::fail`], as `ending` says.
+    pub async fn finish(self, ending: Ending, outcome: Outcome) -> Result<(), EngineError> {
+        match ending {
+            Ending::Completed => self.complete(outcome).await,
+            Ending::Failed { retryable } => self.fail(retryable, outcome).await,
+        }
+    }
+
+    /// What the store writes when this execution ends so (for
+    /// [`super::Engine::finish_batch`]).
+    pub(crate) fn into_finish(self, ending: Ending, outcome: Outcome) -> Finish {
+        Finish {
+            key: self.claim.key,
+            fence: self.claim.fence,
+            ending,
+            outcome,
+        }
     }
 
     /// A handle that can heartbeat this claim from another task.

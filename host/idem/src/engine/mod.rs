@@ -46,7 +46,8 @@ use std::time::Duration;
 
 use idem_core::{Decision, KeyedDerivation, OpError, Operation, PolicyError, RecordState};
 use idem_store::{
-    ClaimOutcome, ClaimRequest, Holder, Outcome, OwnershipToken, RecordKey, Store, StoreError,
+    ClaimOutcome, ClaimRequest, Ending, Holder, Outcome, OwnershipToken, RecordKey, Store,
+    StoreError,
 };
 use thiserror::Error;
 
@@ -298,6 +299,34 @@ impl Engine {
             first,
         } = claimed;
         self.settle(&op, keyed, request, Some(first)).await
+    }
+
+    /// Records how many executions ended, in one store call
+    /// ([`Store::finish_many`]: one statement on PostgreSQL, one commit on
+    /// SQLite): each result is what [`Execution::finish`] would have
+    /// answered (a deposed holder gets [`EngineError::Fenced`]). The
+    /// executions must be this engine's (begun on its store). The outer
+    /// error is a failure of the whole store call.
+    pub async fn finish_batch(
+        &self,
+        ended: Vec<(Execution, Ending, Outcome)>,
+    ) -> Result<Vec<Result<(), EngineError>>, EngineError> {
+        let count = ended.len();
+        let finishes = ended
+            .into_iter()
+            .map(|(execution, ending, outcome)| execution.into_finish(ending, outcome))
+            .collect();
+        let results = self.store.finish_many(finishes).await?;
+        if results.len() != count {
+            return Err(EngineError::Store(StoreError::Task(format!(
+                "the store answered {} of {count} finishes",
+                results.len()
+            ))));
+        }
+        Ok(results
+            .into_iter()
+            .map(|r| r.map_err(EngineError::from))
+            .collect())
     }
 
     /// The claim `begin` makes for `op`.

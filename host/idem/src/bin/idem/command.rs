@@ -4,7 +4,7 @@
 use std::process::Stdio;
 
 use idem::engine::{EngineError, Execution};
-use idem::store::Outcome;
+use idem::store::{Ending, Outcome};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::process::Command;
 
@@ -119,15 +119,16 @@ pub enum Recorded {
 }
 
 /// Runs the command for `execution` (heartbeating its claim meanwhile) and
-/// records how it ended under the claim's fence: the one mapping from a
-/// command's end to the record, for `idem exec` and `idem run`. An
-/// [`EngineError::Fenced`] means this holder was deposed while the command
-/// ran, and nothing was recorded.
+/// records how it ended under the claim's fence, through `record` (`idem
+/// exec` records at once, `idem run` through its finisher): the one mapping
+/// from a command's end to the record. An [`EngineError::Fenced`] means this
+/// holder was deposed while the command ran, and nothing was recorded.
 pub async fn run_and_record(
     spec: &CommandSpec<'_>,
     execution: Execution,
     op_json: &str,
     is_permanent: impl Fn(i32) -> bool,
+    record: impl AsyncFnOnce(Execution, Ending, Outcome) -> Result<(), EngineError>,
 ) -> Result<Recorded, EngineError> {
     let heartbeat = idem::engine::spawn_heartbeat(&execution);
     let ended = run_command(spec, &execution, op_json).await;
@@ -135,20 +136,20 @@ pub async fn run_and_record(
     match ended {
         Err(e) => {
             let message = format!("cannot run {}: {e}", spec.argv[0]);
-            execution
-                .fail(true, Outcome::error(127, message.clone()))
-                .await?;
+            let failed = Ending::Failed { retryable: true };
+            record(execution, failed, Outcome::error(127, message.clone())).await?;
             Ok(Recorded::NotStarted(message))
         }
         Ok(CommandEnd::Killed { signal }) => Ok(Recorded::Killed { signal }),
         Ok(CommandEnd::Exited { status: 0, stdout }) => {
-            execution.complete(Outcome::new(0, stdout)).await?;
+            record(execution, Ending::Completed, Outcome::new(0, stdout)).await?;
             Ok(Recorded::Completed)
         }
         Ok(CommandEnd::Exited { status, stdout }) => {
-            execution
-                .fail(!is_permanent(status), failure_outcome(status, stdout))
-                .await?;
+            let failed = Ending::Failed {
+                retryable: !is_permanent(status),
+            };
+            record(execution, failed, failure_outcome(status, stdout)).await?;
             Ok(Recorded::Failed { status })
         }
     }

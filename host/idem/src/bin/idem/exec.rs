@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 use idem::core::Operation;
-use idem::engine::{Begin, Engine};
+use idem::engine::{Begin, Engine, Execution};
 
 use crate::Failure;
 use crate::command::{
@@ -109,9 +109,13 @@ async fn exec(engine: &Engine, op: &Operation, args: &ExecArgs) -> Result<u8, Fa
         stdin: None,
     };
     let key = execution.key_hex();
-    let recorded = run_and_record(&spec, execution, &op.canonical_json(), |status| {
-        args.run.is_permanent(status)
-    })
+    let recorded = run_and_record(
+        &spec,
+        execution,
+        &op.canonical_json(),
+        |status| args.run.is_permanent(status),
+        async |execution: Execution, ending, outcome| execution.finish(ending, outcome).await,
+    )
     .await;
     match recorded {
         // Nothing happened: the claim was recorded failed-retryable.

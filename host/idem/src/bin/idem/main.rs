@@ -15,6 +15,7 @@
 mod command;
 mod demo;
 mod exec;
+mod finisher;
 mod inspect;
 mod key;
 mod policy_args;

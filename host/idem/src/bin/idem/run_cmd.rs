@@ -27,6 +27,7 @@ use tokio::sync::Semaphore;
 
 use crate::Failure;
 use crate::command::{CommandSpec, Recorded, run_and_record};
+use crate::finisher::Finisher;
 use crate::policy_args::PolicyArgs;
 use crate::run_flags::{OwnershipFlags, RunFlags};
 use crate::store_args::{StoreArgs, runtime};
@@ -49,6 +50,11 @@ pub struct RunArgs {
     /// to start are claimed: a claim's lease runs from the claim.
     #[arg(long, value_name = "N", default_value_t = 64)]
     pub claim_batch: usize,
+    /// Records up to N operations' ends in one store call: every end that
+    /// arrived while the previous call was in flight (none is held back to
+    /// wait for more); 1 records each on its own.
+    #[arg(long, value_name = "N", default_value_t = 64)]
+    pub finish_batch: usize,
     #[command(flatten)]
     pub run: RunFlags,
     #[command(flatten)]
@@ -129,6 +135,9 @@ pub fn run(args: RunArgs) -> Result<u8, Failure> {
     }
     if args.claim_batch == 0 {
         return Err(Failure::input("--claim-batch must be at least 1"));
+    }
+    if args.finish_batch == 0 {
+        return Err(Failure::input("--finish-batch must be at least 1"));
     }
     let membership = args.ownership.membership().map_err(Failure::input)?;
     if args.ownership.job_lease.is_some() && args.ownership.job_lease_ttl.is_zero() {
@@ -301,6 +310,7 @@ async fn run_all(
     let mut tasks = tokio::task::JoinSet::new();
     let command = Arc::new(args.command.clone());
     let flags = Arc::new(args.run.clone());
+    let finisher = Arc::new(Finisher::start(engine.clone(), args.finish_batch));
     let mut summary = Summary::default();
     let mut pending = ops.into_iter().peekable();
     while pending.peek().is_some() {
@@ -340,8 +350,9 @@ async fn run_all(
         };
         for (claimed, permit) in claimed.into_iter().zip(held) {
             let (engine, command, flags) = (engine.clone(), command.clone(), flags.clone());
+            let finisher = finisher.clone();
             tasks.spawn(async move {
-                let ended = one(&engine, claimed, &command, &flags).await;
+                let ended = one(&engine, &finisher, claimed, &command, &flags).await;
                 drop(permit);
                 vec![ended]
             });
@@ -381,7 +392,13 @@ fn count(
     }
 }
 
-async fn one(engine: &Engine, claimed: Claimed, argv: &[String], flags: &RunFlags) -> Ended {
+async fn one(
+    engine: &Engine,
+    finisher: &Finisher,
+    claimed: Claimed,
+    argv: &[String],
+    flags: &RunFlags,
+) -> Ended {
     let op = claimed.operation().clone();
     let execution = match engine.begin_claimed(claimed).await {
         Ok(Begin::Execute(e)) => e,
@@ -412,9 +429,13 @@ async fn one(engine: &Engine, claimed: Claimed, argv: &[String], flags: &RunFlag
         stdin: Some(format!("{op_json}\n").into_bytes()),
     };
     let key = execution.key_hex();
-    let recorded = run_and_record(&spec, execution, &op_json, |status| {
-        flags.is_permanent(status)
-    })
+    let recorded = run_and_record(
+        &spec,
+        execution,
+        &op_json,
+        |status| flags.is_permanent(status),
+        async |execution, ending, outcome| finisher.finish(execution, ending, outcome).await,
+    )
     .await;
     match recorded {
         Ok(Recorded::NotStarted(message)) => {
