@@ -432,3 +432,37 @@ fn load_billing() -> &'static idem::policy::LoadedPolicy {
     static P: std::sync::OnceLock<idem::policy::LoadedPolicy> = std::sync::OnceLock::new();
     P.get_or_init(|| load("billing-charge"))
 }
+
+/// More callers than the instance pool has slots: evaluations beyond
+/// `max_concurrent_evaluations` wait for a slot instead of failing (a busy
+/// pool is not the policy's fault). Threads, as the async runtime's workers
+/// and its blocking threads are.
+#[test]
+fn more_callers_than_slots_wait_for_a_slot() {
+    let runtime = PolicyRuntime::new(RuntimeConfig {
+        cache_dir: None,
+        max_concurrent_evaluations: 2,
+        ..RuntimeConfig::default()
+    })
+    .unwrap();
+    let policy = runtime.load_bytes(&policy_bytes("billing-charge")).unwrap();
+    let failures: usize = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..32)
+            .map(|t| {
+                let policy = &policy;
+                scope.spawn(move || {
+                    (0..40)
+                        .filter(|i| {
+                            let op = op(&format!(
+                                r#"{{"kind":"charge","tenant":"acme","fields":{{"customer":"c{t}","billing_period":"2026-11","invoice_id":"i{i}","amount":"1","currency":"EUR"}}}}"#
+                            ));
+                            policy.derive(&op, 0).is_err()
+                        })
+                        .count()
+                })
+            })
+            .collect();
+        workers.into_iter().map(|w| w.join().unwrap()).sum()
+    });
+    assert_eq!(failures, 0, "evaluations failed for want of a slot");
+}

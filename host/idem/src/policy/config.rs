@@ -46,7 +46,8 @@ pub struct RuntimeConfig {
     pub limits: Limits,
     /// Where precompiled artifacts are cached; `None` compiles every load.
     pub cache_dir: Option<PathBuf>,
-    /// Most evaluations running at once (sizes the instance pool).
+    /// Most evaluations running at once (sizes the instance pool); more
+    /// wait for a slot.
     pub max_concurrent_evaluations: u32,
 }
 

@@ -34,7 +34,11 @@ pub(crate) fn build_engine(config: &RuntimeConfig) -> Result<Engine, LoadError> 
 
     // A fresh instance per evaluation is cheap with a pool: slots are reused
     // and reset, not mapped anew.
-    let n = config.max_concurrent_evaluations.max(1);
+    // At most `max_concurrent_evaluations` instances are live (the runtime's
+    // slots admit no more); a finished instance's memory may still wait in
+    // the decommit queue, so the pool has room for a full batch of those
+    // beside the live ones, and an admitted evaluation always instantiates.
+    let n = config.max_concurrent_evaluations.max(1) + DECOMMIT_BATCH as u32;
     let mut pool = PoolingAllocationConfig::new();
     pool.total_component_instances(n)
         .total_core_instances(n * 4)

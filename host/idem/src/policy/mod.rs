@@ -15,6 +15,7 @@ mod error;
 mod inspect;
 mod limiter;
 mod memo;
+mod slots;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -67,6 +68,7 @@ struct RuntimeInner {
     engine: Engine,
     limits: Limits,
     cache: Option<ArtifactCache>,
+    slots: slots::Slots,
 }
 
 impl PolicyRuntime {
@@ -83,6 +85,7 @@ impl PolicyRuntime {
                 engine,
                 limits: config.limits,
                 cache,
+                slots: slots::Slots::new(config.max_concurrent_evaluations),
             }),
         })
     }
@@ -333,6 +336,9 @@ impl LoadedPolicy {
         let limits = self.runtime.limits();
         // describe() runs at load with the full budget too.
         let fuel = if fuel == 0 { limits.fuel } else { fuel };
+        // Declared before the store: the slot is given back after the
+        // store (and its instance) has returned it to the pool.
+        let _slot = self.runtime.inner.slots.take();
         let mut store = Store::new(
             &self.runtime.inner.engine,
             EvalState {
