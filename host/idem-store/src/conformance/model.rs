@@ -19,7 +19,8 @@ use proptest::test_runner::{Config, TestCaseError, TestRunner};
 
 use crate::conformance::{Fixture, START_MS, fingerprint, holder, key, request};
 use crate::{
-    ClaimOutcome, ManualClock, Outcome, Record, RecordState, Store, StoreError, StoreOptions,
+    ClaimOutcome, Ending, Finish, ManualClock, Outcome, Record, RecordState, Store, StoreError,
+    StoreOptions,
 };
 
 /// Keys the workers fight over.
@@ -56,6 +57,10 @@ pub enum Op {
         key: u8,
         retryable: bool,
     },
+    /// A worker ends several attempts in one `finish_many` call: `(key,
+    /// how)` each, how 0 complete, 1 fail retryable, 2 fail permanently;
+    /// keys possibly repeated.
+    FinishMany { worker: u8, finishes: Vec<(u8, u8)> },
     /// A worker extends its lease.
     Heartbeat { worker: u8, key: u8, lease_ms: u64 },
     /// A worker takes over the record it last observed.
@@ -82,6 +87,8 @@ fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(worker, claims)| Op::ClaimMany { worker, claims }),
         2 => (worker.clone(), k.clone()).prop_map(|(worker, key)| Op::Complete { worker, key }),
         2 => (worker.clone(), k.clone(), any::<bool>()).prop_map(|(worker, key, retryable)| Op::Fail { worker, key, retryable }),
+        2 => (worker.clone(), prop::collection::vec((k.clone(), 0u8..3), 0..5))
+            .prop_map(|(worker, finishes)| Op::FinishMany { worker, finishes }),
         1 => (worker.clone(), k.clone(), lease.clone()).prop_map(|(worker, key, lease_ms)| Op::Heartbeat { worker, key, lease_ms }),
         3 => (worker.clone(), k.clone(), lease).prop_map(|(worker, key, lease_ms)| Op::TakeOver { worker, key, lease_ms }),
         1 => (worker.clone(), k).prop_map(|(worker, key)| Op::MarkUnknown { worker, key }),
@@ -415,6 +422,63 @@ where
                     r.retain_until = now + r.retention;
                 }
                 got != Expect::Ok
+            }
+            Op::FinishMany { worker, finishes } => {
+                let who = w(worker);
+                let planned: Vec<(u8, u64, Ending, Outcome)> = finishes
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &(k, how))| {
+                        let mem = model.workers[who][usize::from(k)];
+                        let fence = mem.held.or(mem.observed).unwrap_or(1);
+                        let ending = match how {
+                            0 => Ending::Completed,
+                            n => Ending::Failed { retryable: n == 1 },
+                        };
+                        let body = format!("w{who} f{fence} s{step} #{i}").into_bytes();
+                        (k, fence, ending, Outcome::new(who as i32, body))
+                    })
+                    .collect();
+                let got = store
+                    .finish_many(
+                        planned
+                            .iter()
+                            .map(|(k, fence, ending, outcome)| Finish {
+                                key: key(u32::from(*k)),
+                                fence: *fence,
+                                ending: *ending,
+                                outcome: outcome.clone(),
+                            })
+                            .collect(),
+                    )
+                    .await
+                    .map_err(|e| format!("step {step}: finish_many: {e}"))?;
+                ensure!(
+                    got.len() == planned.len(),
+                    "step {step}: {} results for {} finishes",
+                    got.len(),
+                    planned.len()
+                );
+                // As if one after the other: each sees what the earlier
+                // ones of the batch wrote.
+                let mut all_refused = true;
+                for ((k, fence, ending, outcome), result) in planned.into_iter().zip(got) {
+                    let expected = holder_write(&model, k, fence, now);
+                    let kind_got = kind(&result).map_err(|e| format!("step {step}: {e}"))?;
+                    ensure!(
+                        kind_got == expected,
+                        "step {step}: {ending:?} of key {k} with fence {fence} in a batch: expected {expected:?}, got {result:?}"
+                    );
+                    if kind_got == Expect::Ok {
+                        all_refused = false;
+                        if let Some(r) = model.records.get_mut(&k) {
+                            r.state = ending.state();
+                            r.outcome = Some(outcome);
+                            r.retain_until = now + r.retention;
+                        }
+                    }
+                }
+                all_refused
             }
             Op::Heartbeat {
                 worker,
