@@ -353,10 +353,17 @@ impl LoadedPolicy {
             .map_err(|e| EvalError::Instantiate(format!("{e:#}")))?;
         store.set_epoch_deadline(engine::deadline_ticks(limits.deadline));
         let started = Instant::now();
-        let bindings = self
-            .pre
-            .instantiate(&mut store)
-            .map_err(|e| classify_failure(e, limits, started))?;
+        let bindings = self.pre.instantiate(&mut store).map_err(|e| {
+            // A trap or a memory limit is the policy's; anything else (the
+            // instance pool, say) is the host's, not a trap.
+            if e.downcast_ref::<Trap>().is_some()
+                || e.downcast_ref::<MemoryLimitExceeded>().is_some()
+            {
+                classify_failure(e, limits, started)
+            } else {
+                EvalError::Instantiate(format!("{e:#}"))
+            }
+        })?;
         let value = f(&bindings, &mut store).map_err(|e| classify_failure(e, limits, started))?;
         let remaining = store.get_fuel().unwrap_or(0);
         Ok(Evaluated {
