@@ -73,3 +73,15 @@ pub fn idem_bin() -> PathBuf {
 pub fn postgres_url(test: &str) -> Option<String> {
     idem_store::conformance::postgres_test_url(test)
 }
+
+/// Runs `command` and returns its output, failing the test with its stderr
+/// unless it exited successfully.
+pub fn succeed(command: &mut std::process::Command) -> std::process::Output {
+    let out = command.output().expect("the command runs");
+    assert!(
+        out.status.success(),
+        "{command:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}

@@ -902,23 +902,18 @@ fn randomised_schedules_keep_the_invariants() {
 /// `idem demo --json`: the shape, and the claim itself.
 #[test]
 fn idem_demo_shows_the_lock_duplicating_and_idem_not() {
-    let out = std::process::Command::new(idem_tests::idem_bin())
-        .args([
-            "demo",
-            "--json",
-            "--seed",
-            "7",
-            "--customers",
-            "12",
-            "--policy",
-        ])
-        .arg(idem_tests::policy_path("billing-charge"))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = idem_tests::succeed(
+        std::process::Command::new(idem_tests::idem_bin())
+            .args([
+                "demo",
+                "--json",
+                "--seed",
+                "7",
+                "--customers",
+                "12",
+                "--policy",
+            ])
+            .arg(idem_tests::policy_path("billing-charge")),
     );
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let n = |path: &str| {

@@ -20,7 +20,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use idem_tests::{idem_bin, policy_path, postgres_url};
+use idem_tests::{idem_bin, policy_path, postgres_url, succeed};
 
 const WORKERS: usize = 8;
 
@@ -369,15 +369,7 @@ fn a_fleet_of_workers_charges_every_op_exactly_once_and_fences_stale_holders() {
     let _drop_store = DropStoreOnExit(&store);
     let provider = Provider::start(&url, &format!("{schema}_provider"));
     // The store exists before the workers start (and the chaos looks in it).
-    let out = Command::new(idem_bin())
-        .args(["migrate", "--store", &store])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeed(Command::new(idem_bin()).args(["migrate", "--store", &store]));
     let n = ops_count();
     let ops: Vec<String> = (0..n)
         .map(|i| {
@@ -517,22 +509,14 @@ fn a_fleet_of_workers_charges_every_op_exactly_once_and_fences_stale_holders() {
     }
 
     // What the store holds.
-    let out = Command::new(idem_bin())
-        .args([
-            "inspect",
-            "--json",
-            "--limit",
-            &(n * 2).to_string(),
-            "--store",
-            &store,
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = succeed(Command::new(idem_bin()).args([
+        "inspect",
+        "--json",
+        "--limit",
+        &(n * 2).to_string(),
+        "--store",
+        &store,
+    ]));
     let records: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
     let ledger = provider.ledger();
     drop(provider);

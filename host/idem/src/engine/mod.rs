@@ -269,13 +269,7 @@ impl Engine {
             .map(|(op, keyed)| self.claim_request(op, keyed))
             .collect();
         let outcomes = self.store.claim_many(requests.clone()).await?;
-        if outcomes.len() != items.len() {
-            return Err(EngineError::Store(StoreError::Task(format!(
-                "the store answered {} of {} claims",
-                outcomes.len(),
-                items.len()
-            ))));
-        }
+        let outcomes = one_answer_each(outcomes, items.len(), "claims")?;
         Ok(items
             .into_iter()
             .zip(requests)
@@ -317,12 +311,7 @@ impl Engine {
             .map(|(execution, ending, outcome)| execution.into_finish(ending, outcome))
             .collect();
         let results = self.store.finish_many(finishes).await?;
-        if results.len() != count {
-            return Err(EngineError::Store(StoreError::Task(format!(
-                "the store answered {} of {count} finishes",
-                results.len()
-            ))));
-        }
+        let results = one_answer_each(results, count, "finishes")?;
         Ok(results
             .into_iter()
             .map(|r| r.map_err(EngineError::from))
@@ -492,6 +481,18 @@ impl Engine {
             tokio::time::sleep(self.options.wait_poll.min(deadline - now)).await;
         }
     }
+}
+
+/// A batch call's answers, checked to be one per question asked: a store
+/// answering fewer or more would pair answers with the wrong operations.
+fn one_answer_each<T>(answers: Vec<T>, asked: usize, what: &str) -> Result<Vec<T>, EngineError> {
+    if answers.len() == asked {
+        return Ok(answers);
+    }
+    Err(EngineError::Store(StoreError::Task(format!(
+        "the store answered {} of {asked} {what}",
+        answers.len()
+    ))))
 }
 
 /// Provenance of a claim: the run from the operation, this host and pid.
