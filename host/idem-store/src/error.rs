@@ -237,15 +237,16 @@ pub enum StoreError {
         what: String,
     },
     /// The storage backend failed.
-    #[error("store `{store}` failed during {context}: {source}")]
+    #[error("store `{store}` failed during {context}: {cause}")]
     Backend {
         /// The store.
         store: String,
         /// What was being done.
         context: &'static str,
-        /// The backend's error.
-        #[source]
-        source: Box<dyn std::error::Error + Send + Sync>,
+        /// The backend's error, shown in the message. Not also exposed as
+        /// [`std::error::Error::source`]: a report that prints the chain
+        /// (`{:#}`) would show it twice.
+        cause: Box<dyn std::error::Error + Send + Sync>,
     },
     /// The blocking task running a store call panicked or was cancelled.
     #[error("store task failed: {0}")]
@@ -253,6 +254,20 @@ pub enum StoreError {
 }
 
 impl StoreError {
+    /// Whether the store refused the call (nothing changed) as opposed to
+    /// failing: a conflict, a request it will not take (invalid, too large,
+    /// a stale epoch), or a job lease no longer held.
+    pub(crate) fn is_refusal(&self) -> bool {
+        self.is_conflict()
+            || matches!(
+                self,
+                StoreError::OutcomeTooLarge { .. }
+                    | StoreError::InvalidRequest(_)
+                    | StoreError::StaleEpoch { .. }
+                    | StoreError::JobLeaseLost { .. }
+            )
+    }
+
     /// Whether the call was refused because of the record's state or fence
     /// (nothing changed), as opposed to a failure of the store itself.
     pub fn is_conflict(&self) -> bool {
@@ -263,5 +278,25 @@ impl StoreError {
                 | StoreError::NotEligible { .. }
                 | StoreError::Gone { .. }
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_backend_error_shows_its_cause_once() {
+        let e = StoreError::Backend {
+            store: "sqlite:x.db".into(),
+            context: "claiming",
+            cause: "disk I/O error".into(),
+        };
+        assert_eq!(
+            e.to_string(),
+            "store `sqlite:x.db` failed during claiming: disk I/O error"
+        );
+        // A chain printer (anyhow's `{:#}`) appends every source: none here.
+        assert!(std::error::Error::source(&e).is_none());
     }
 }

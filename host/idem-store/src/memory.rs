@@ -6,12 +6,13 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use idem_core::RecordState;
 
-use crate::machine::{self, ClaimStep, JobStep};
-use crate::{
-    Claim, ClaimOutcome, ClaimRequest, Holder, JobLease, JobLeaseAcquire, ListFilter, Membership,
-    Outcome, OwnershipToken, Record, RecordKey, RecordView, Store, StoreError, StoreOptions,
+use crate::backend::{Call, Decide, Fences, RecordBackend, Step};
+use crate::error::StoreError;
+use crate::machine::{self, JobStep};
+use crate::record::{
+    JobLease, JobLeaseAcquire, ListFilter, Membership, OwnershipToken, Record, RecordKey,
+    StoreOptions,
 };
 
 /// A store in a mutex. Each call holds the lock for the whole call (reading
@@ -48,6 +49,12 @@ impl State {
     }
 }
 
+impl Fences for State {
+    fn next_fence(&mut self) -> Result<u64, StoreError> {
+        Ok(State::next_fence(self))
+    }
+}
+
 impl MemoryStore {
     /// An empty store.
     pub fn new(options: StoreOptions) -> Self {
@@ -71,123 +78,38 @@ impl MemoryStore {
 }
 
 #[async_trait]
-impl Store for MemoryStore {
-    fn describe(&self) -> String {
-        "memory:".to_string()
+impl RecordBackend for MemoryStore {
+    fn name(&self) -> &str {
+        "memory:"
     }
 
-    fn clock(&self) -> &crate::StoreClock {
-        &self.options.clock
+    fn options(&self) -> &StoreOptions {
+        &self.options
     }
 
-    async fn claim(&self, request: ClaimRequest) -> Result<ClaimOutcome, StoreError> {
-        machine::validate(&request)?;
+    async fn transact<T: Send + 'static>(
+        &self,
+        call: Call,
+        mut decide: Decide<T>,
+    ) -> Result<T, StoreError> {
         let (mut state, now) = self.lock();
-        state.check_epoch(request.ownership.as_ref())?;
-        match machine::claim(state.records.get(&request.key).cloned(), &request, now) {
-            ClaimStep::Existing(existing) => Ok(ClaimOutcome::Existing(existing)),
-            ClaimStep::Insert => {
-                let fence = state.next_fence();
-                let record = machine::new_record(&request, fence, now);
-                let claim = machine::claim_of(&record);
-                state.records.insert(request.key, record);
-                Ok(ClaimOutcome::Claimed(claim))
+        state.check_epoch(call.ownership.as_ref())?;
+        let current = state.records.get(&call.key).cloned();
+        match decide(current, now, &mut *state)? {
+            Step::Done(out) => Ok(out),
+            Step::Put(record, out) => {
+                state.records.insert(call.key, *record);
+                Ok(out)
             }
         }
     }
 
-    async fn take_over_with(
-        &self,
-        key: &RecordKey,
-        observed_fence: u64,
-        lease: Duration,
-        holder: Holder,
-        ownership: Option<&OwnershipToken>,
-    ) -> Result<Claim, StoreError> {
-        let (mut state, now) = self.lock();
-        state.check_epoch(ownership)?;
-        let record =
-            machine::take_over_check(state.records.get(key).cloned(), key, observed_fence, now)?;
-        let fence = state.next_fence();
-        let record = machine::taken_over(record, fence, lease, holder, now);
-        let claim = machine::claim_of(&record);
-        state.records.insert(key.clone(), record);
-        Ok(claim)
-    }
-
-    async fn mark_unknown(&self, key: &RecordKey, observed_fence: u64) -> Result<(), StoreError> {
-        let (mut state, now) = self.lock();
-        if let Some(record) =
-            machine::mark_unknown(state.records.get(key).cloned(), key, observed_fence, now)?
-        {
-            state.records.insert(key.clone(), record);
-        }
-        Ok(())
-    }
-
-    async fn complete(
-        &self,
-        key: &RecordKey,
-        fence: u64,
-        outcome: Outcome,
-    ) -> Result<(), StoreError> {
-        let (mut state, now) = self.lock();
-        let current = state.records.get(key).cloned();
-        let record = machine::finish(
-            current,
-            key,
-            fence,
-            RecordState::Completed,
-            outcome,
-            self.options.max_outcome_bytes,
-            now,
-        )?;
-        state.records.insert(key.clone(), record);
-        Ok(())
-    }
-
-    async fn fail(
-        &self,
-        key: &RecordKey,
-        fence: u64,
-        retryable: bool,
-        outcome: Outcome,
-    ) -> Result<(), StoreError> {
-        let to = machine::failed_state(retryable);
-        let (mut state, now) = self.lock();
-        let current = state.records.get(key).cloned();
-        let record = machine::finish(
-            current,
-            key,
-            fence,
-            to,
-            outcome,
-            self.options.max_outcome_bytes,
-            now,
-        )?;
-        state.records.insert(key.clone(), record);
-        Ok(())
-    }
-
-    async fn heartbeat(
-        &self,
-        key: &RecordKey,
-        fence: u64,
-        lease: Duration,
-    ) -> Result<u64, StoreError> {
-        let (mut state, now) = self.lock();
-        let record = machine::heartbeat(state.records.get(key).cloned(), key, fence, lease, now)?;
-        let until = record.lease_until_ms;
-        state.records.insert(key.clone(), record);
-        Ok(until)
-    }
-
-    async fn get(&self, key: &RecordKey) -> Result<Option<RecordView>, StoreError> {
+    async fn read(&self, key: &RecordKey) -> Result<(Option<Record>, u64), StoreError> {
         let (state, now) = self.lock();
-        Ok(machine::live(state.records.get(key).cloned(), now).map(|r| RecordView::at(r, now)))
+        Ok((state.records.get(key).cloned(), now))
     }
 
-    async fn list(&self, filter: ListFilter) -> Result<Vec<RecordView>, StoreError> {
+    async fn read_many(&self, filter: &ListFilter) -> Result<(Vec<Record>, u64), StoreError> {
         let (state, now) = self.lock();
         let mut out: Vec<&Record> = state
             .records
@@ -202,33 +124,25 @@ impl Store for MemoryStore {
             .filter(|r| filter.partition.as_ref().is_none_or(|p| &r.partition == p))
             .filter(|r| filter.state.is_none_or(|s| r.state == s))
             .collect();
-        // Same order as SQLite: most recently updated first, then by key.
+        // The order every store lists in: most recently updated first, then
+        // by key.
         out.sort_by(|a, b| {
             b.updated_ms
                 .cmp(&a.updated_ms)
                 .then_with(|| a.key.cmp(&b.key))
         });
         let limit = filter.limit.map_or(usize::MAX, |l| l as usize);
-        Ok(out
-            .into_iter()
-            .take(limit)
-            .map(|r| RecordView::at(r.clone(), now))
-            .collect())
+        Ok((out.into_iter().take(limit).cloned().collect(), now))
     }
 
-    async fn gc(&self) -> Result<u64, StoreError> {
+    async fn collect_garbage(&self) -> Result<u64, StoreError> {
         let (mut state, now) = self.lock();
         let before = state.records.len();
         state.records.retain(|_, r| !machine::is_expired(r, now));
         Ok((before - state.records.len()) as u64)
     }
 
-    async fn join_membership(
-        &self,
-        group: &str,
-        members: &[String],
-    ) -> Result<Membership, StoreError> {
-        let members = machine::normalize_members(group, members)?;
+    async fn join(&self, group: &str, members: Vec<String>) -> Result<Membership, StoreError> {
         let (mut state, _now) = self.lock();
         let stored = state.memberships.get(group).map(|(_, m)| m.as_slice());
         if machine::membership_changes(stored, &members) {
@@ -246,7 +160,7 @@ impl Store for MemoryStore {
         })
     }
 
-    async fn membership(&self, group: &str) -> Result<Option<Membership>, StoreError> {
+    async fn read_membership(&self, group: &str) -> Result<Option<Membership>, StoreError> {
         let (state, _now) = self.lock();
         Ok(state
             .memberships
@@ -258,14 +172,12 @@ impl Store for MemoryStore {
             }))
     }
 
-    async fn acquire_job_lease(
+    async fn acquire_job(
         &self,
         job: &str,
         holder: &str,
         lease: Duration,
     ) -> Result<JobLeaseAcquire, StoreError> {
-        machine::check_name("job", job)?;
-        machine::check_name("job-lease holder", holder)?;
         let (mut state, now) = self.lock();
         match machine::acquire_job(state.job_leases.get(job).cloned(), now) {
             JobStep::Held(current, remaining_ms) => Ok(JobLeaseAcquire::Held {
@@ -285,7 +197,7 @@ impl Store for MemoryStore {
         }
     }
 
-    async fn heartbeat_job_lease(
+    async fn heartbeat_job(
         &self,
         job: &str,
         fence: u64,
@@ -299,7 +211,7 @@ impl Store for MemoryStore {
         Ok(until)
     }
 
-    async fn release_job_lease(&self, job: &str, fence: u64) -> Result<(), StoreError> {
+    async fn release_job(&self, job: &str, fence: u64) -> Result<(), StoreError> {
         let (mut state, _now) = self.lock();
         machine::job_held(state.job_leases.get(job).cloned(), job, fence)?;
         state.job_leases.remove(job);

@@ -635,3 +635,66 @@ async fn a_version_1_file_is_upgraded_in_place() {
         other => panic!("expected Acquired, got {other:?}"),
     }
 }
+
+/// The schema of a store file, in a form that compares across builds:
+/// every object's SQL with its whitespace collapsed, and the version and
+/// application id.
+fn schema_of(path: &Path) -> String {
+    let conn = rusqlite::Connection::open(path).expect("open");
+    let mut out = String::new();
+    let mut stmt = conn
+        .prepare("SELECT type, name, tbl_name, sql FROM sqlite_master ORDER BY type, name")
+        .expect("prepare");
+    let rows = stmt
+        .query_map([], |row| {
+            Ok((
+                row.get::<_, String>(0)?,
+                row.get::<_, String>(1)?,
+                row.get::<_, String>(2)?,
+                row.get::<_, Option<String>>(3)?.unwrap_or_default(),
+            ))
+        })
+        .expect("query");
+    for row in rows {
+        let (kind, name, table, sql) = row.expect("row");
+        let sql = sql.split_whitespace().collect::<Vec<_>>().join(" ");
+        out.push_str(&format!("{kind} {name} on {table}: {sql}\n"));
+    }
+    for pragma in ["user_version", "application_id"] {
+        let value: i64 = conn
+            .pragma_query_value(None, pragma, |row| row.get(0))
+            .expect("pragma");
+        out.push_str(&format!("{pragma} = {value}\n"));
+    }
+    out
+}
+
+/// Where the schema snapshot of the current version is kept: made by the
+/// build that introduced that version (see `write_the_schema_snapshot`).
+const SQLITE_SNAPSHOT: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/fixtures/schema-sqlite.txt"
+);
+
+/// The migration files build exactly the schema that the build which
+/// introduced the current version built (the snapshot), so a file that
+/// build made opens as current and is never migrated again.
+#[tokio::test]
+async fn the_migrations_build_the_snapshotted_schema() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("idem.db");
+    drop(open(&path).expect("create"));
+    let expected = std::fs::read_to_string(SQLITE_SNAPSHOT).expect("the snapshot");
+    assert_eq!(schema_of(&path), expected);
+    assert!(expected.contains(&format!("user_version = {}\n", idem_store::SCHEMA_VERSION)));
+}
+
+/// Writes the snapshot from the store file `IDEM_SCHEMA_SNAPSHOT_FROM`
+/// names: run once, against a file made by the build that introduced a new
+/// schema version. Ignored: it writes a fixture, it tests nothing.
+#[test]
+#[ignore]
+fn write_the_schema_snapshot() {
+    let from = std::env::var("IDEM_SCHEMA_SNAPSHOT_FROM").expect("IDEM_SCHEMA_SNAPSHOT_FROM");
+    std::fs::write(SQLITE_SNAPSHOT, schema_of(Path::new(&from))).expect("write the snapshot");
+}

@@ -786,3 +786,92 @@ async fn claims_racing_a_membership_change_never_win_after_it() {
     drop(store);
     drop_schema(&url, &target.schema).await;
 }
+
+/// The objects of a schema, in a form that compares across builds and
+/// schema names (the name itself reads `{s}`): columns, constraints of
+/// tables and domains, indexes, sequences, domains and the migration
+/// history.
+async fn schema_of(url: &str, schema: &str) -> String {
+    let client = raw(url).await;
+    let queries = [
+        "SELECT c.relname || '.' || a.attname || ' ' || format_type(a.atttypid, a.atttypmod) \
+           || CASE WHEN a.attnotnull THEN ' NOT NULL' ELSE '' END \
+           || COALESCE(' DEFAULT ' || pg_get_expr(d.adbin, d.adrelid), '') \
+         FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid \
+         JOIN pg_namespace n ON n.oid = c.relnamespace \
+         LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum \
+         WHERE n.nspname = $1 AND c.relkind = 'r' AND a.attnum > 0 AND NOT a.attisdropped \
+         ORDER BY c.relname, a.attnum",
+        "SELECT COALESCE(c.relname, t.typname) || ' ' || con.conname || ' ' || pg_get_constraintdef(con.oid) \
+         FROM pg_constraint con JOIN pg_namespace n ON n.oid = con.connamespace \
+         LEFT JOIN pg_class c ON c.oid = con.conrelid LEFT JOIN pg_type t ON t.oid = con.contypid \
+         WHERE n.nspname = $1 ORDER BY 1",
+        "SELECT indexdef FROM pg_indexes WHERE schemaname = $1 ORDER BY indexname",
+        "SELECT sequencename || ' ' || data_type::text || ' start ' || start_value || ' min ' || min_value \
+           || ' max ' || max_value || ' by ' || increment_by || ' cycle ' || cycle \
+         FROM pg_sequences WHERE schemaname = $1 ORDER BY sequencename",
+        "SELECT t.typname || ' ' || format_type(t.typbasetype, t.typtypmod) \
+         FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnamespace \
+         WHERE n.nspname = $1 AND t.typtype = 'd' ORDER BY t.typname",
+    ];
+    let mut out = String::new();
+    for sql in queries {
+        for row in client.query(sql, &[&schema]).await.expect(sql) {
+            out.push_str(&row.get::<_, String>(0));
+            out.push('\n');
+        }
+    }
+    let versions = client
+        .query(
+            &format!("SELECT version FROM \"{schema}\".idem_schema_migrations ORDER BY version"),
+            &[],
+        )
+        .await
+        .expect("the migration history");
+    for row in versions {
+        out.push_str(&format!("migration {}\n", row.get::<_, i32>(0)));
+    }
+    out.replace(&format!("\"{schema}\""), "{s}")
+        .replace(schema, "{s}")
+}
+
+/// Where the schema snapshot of the current version is kept: made by the
+/// build that introduced that version (see `write_the_schema_snapshot`).
+const POSTGRES_SNAPSHOT: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/fixtures/schema-postgres.txt"
+);
+
+/// The migration files build exactly the schema that the build which
+/// introduced the current version built (the snapshot), so a schema that
+/// build made opens as current and is never migrated again.
+#[tokio::test]
+async fn the_migrations_build_the_snapshotted_schema() {
+    let Some(url) = postgres_test_url("the_migrations_build_the_snapshotted_schema") else {
+        return;
+    };
+    let target = fresh(&url);
+    drop(
+        PostgresStore::open(target.clone(), StoreOptions::default())
+            .await
+            .expect("open"),
+    );
+    let found = schema_of(&url, &target.schema).await;
+    drop_schema(&url, &target.schema).await;
+    let expected = std::fs::read_to_string(POSTGRES_SNAPSHOT).expect("the snapshot");
+    assert_eq!(found, expected);
+    let newest = format!("migration {}\n", idem_store::POSTGRES_SCHEMA_VERSION);
+    assert!(expected.ends_with(&newest));
+}
+
+/// Writes the snapshot from the schema `IDEM_SCHEMA_SNAPSHOT_FROM` names in
+/// the test database: run once, against a schema made by the build that
+/// introduced a new schema version. Ignored: it writes a fixture, it tests
+/// nothing.
+#[tokio::test]
+#[ignore]
+async fn write_the_schema_snapshot() {
+    let url = std::env::var(conformance::POSTGRES_URL_ENV).expect("the test database");
+    let from = std::env::var("IDEM_SCHEMA_SNAPSHOT_FROM").expect("IDEM_SCHEMA_SNAPSHOT_FROM");
+    std::fs::write(POSTGRES_SNAPSHOT, schema_of(&url, &from).await).expect("write the snapshot");
+}

@@ -1,0 +1,253 @@
+//! The one row codec of the SQL stores: the `records` columns, by name, and
+//! their translation to and from a [`Record`] with typed errors. Each
+//! dialect only says how to read a named column of its rows
+//! ([`ColumnReader`]) and hands [`RecordRow`]'s values to its client.
+
+use crate::error::StoreError;
+use crate::record::{Digest, Holder, Outcome, Record, RecordKey, RecordState};
+
+/// The `records` columns, in the order every statement lists them. Both
+/// dialects' schemas use these names.
+pub const COLUMNS: [&str; 21] = [
+    "namespace",
+    "key",
+    "policy_digest",
+    "fingerprint",
+    "partition",
+    "state",
+    "fence",
+    "lease_until",
+    "attempts",
+    "created",
+    "updated",
+    "retention_ms",
+    "retain_until",
+    "outcome_status",
+    "outcome_body",
+    "outcome_error",
+    "holder_run_id",
+    "holder_trigger",
+    "holder_attempt",
+    "holder_host",
+    "holder_pid",
+];
+
+/// [`COLUMNS`] joined for SQL, each behind `prefix` (`"r."`, or `""`).
+pub fn column_list(prefix: &str) -> String {
+    COLUMNS
+        .iter()
+        .map(|c| format!("{prefix}{c}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Reads one named column of a row; an error is the client's message.
+/// Every SQL integer is read as `i64` (SQLite's one integer type; the
+/// PostgreSQL columns are `bigint`, `outcome_status` read through
+/// [`ColumnReader::opt_i32`]).
+pub trait ColumnReader {
+    /// A `text` column, `None` when NULL.
+    fn opt_text(&self, column: &str) -> Result<Option<String>, String>;
+    /// A `bytea`/`BLOB` column, `None` when NULL.
+    fn opt_bytes(&self, column: &str) -> Result<Option<Vec<u8>>, String>;
+    /// A `bigint`/`INTEGER` column, `None` when NULL.
+    fn opt_i64(&self, column: &str) -> Result<Option<i64>, String>;
+    /// An `integer` (32-bit) column, `None` when NULL.
+    fn opt_i32(&self, column: &str) -> Result<Option<i32>, String>;
+}
+
+/// A record's columns as plain SQL values, in [`COLUMNS`] order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordRow {
+    pub namespace: String,
+    pub key: Vec<u8>,
+    pub policy_digest: String,
+    pub fingerprint: Vec<u8>,
+    pub partition: String,
+    pub state: &'static str,
+    pub fence: i64,
+    pub lease_until: i64,
+    pub attempts: i64,
+    pub created: i64,
+    pub updated: i64,
+    pub retention_ms: i64,
+    pub retain_until: i64,
+    pub outcome_status: Option<i32>,
+    pub outcome_body: Option<Vec<u8>>,
+    pub outcome_error: Option<String>,
+    pub holder_run_id: Option<String>,
+    pub holder_trigger: Option<String>,
+    pub holder_attempt: Option<i64>,
+    pub holder_host: String,
+    pub holder_pid: i64,
+}
+
+/// The row values in [`COLUMNS`] order, as trait objects of a client's
+/// parameter trait: `record_values!(row, dyn rusqlite::ToSql)`.
+macro_rules! record_values {
+    ($row:expr, $param:ty) => {{
+        let r = $row;
+        let values: [&$param; 21] = [
+            &r.namespace,
+            &r.key,
+            &r.policy_digest,
+            &r.fingerprint,
+            &r.partition,
+            &r.state,
+            &r.fence,
+            &r.lease_until,
+            &r.attempts,
+            &r.created,
+            &r.updated,
+            &r.retention_ms,
+            &r.retain_until,
+            &r.outcome_status,
+            &r.outcome_body,
+            &r.outcome_error,
+            &r.holder_run_id,
+            &r.holder_trigger,
+            &r.holder_attempt,
+            &r.holder_host,
+            &r.holder_pid,
+        ];
+        values
+    }};
+}
+pub(crate) use record_values;
+
+impl RecordRow {
+    /// The row for a record; a time that does not fit a SQL integer is an
+    /// invalid request (times are clamped well below that).
+    pub fn of(r: &Record) -> Result<RecordRow, StoreError> {
+        let int = |v: u64, what: &str| {
+            i64::try_from(v).map_err(|_| {
+                StoreError::InvalidRequest(format!("{what} {v} does not fit the store"))
+            })
+        };
+        let outcome = r.outcome.as_ref();
+        Ok(RecordRow {
+            namespace: r.key.namespace.clone(),
+            key: r.key.key.0.to_vec(),
+            policy_digest: r.policy_digest.clone(),
+            fingerprint: r.fingerprint.0.to_vec(),
+            partition: r.partition.clone(),
+            state: r.state.as_str(),
+            fence: int(r.fence, "fence")?,
+            lease_until: int(r.lease_until_ms, "lease_until")?,
+            attempts: i64::from(r.attempts),
+            created: int(r.created_ms, "created")?,
+            updated: int(r.updated_ms, "updated")?,
+            retention_ms: int(r.retention_ms, "retention")?,
+            retain_until: int(r.retain_until_ms, "retain_until")?,
+            outcome_status: outcome.map(|o| o.status),
+            outcome_body: outcome.map(|o| o.body.clone()),
+            outcome_error: outcome.and_then(|o| o.error.clone()),
+            holder_run_id: r.holder.run_id.clone(),
+            holder_trigger: r.holder.trigger.clone(),
+            holder_attempt: r.holder.attempt.map(i64::from),
+            holder_host: r.holder.host.clone(),
+            holder_pid: i64::from(r.holder.pid),
+        })
+    }
+}
+
+/// Decodes the record in `row`'s columns named `{prefix}{column}`; `None`
+/// when its namespace is NULL (a LEFT JOIN that matched nothing). What does
+/// not decode is [`StoreError::Corrupt`] in `store`, naming the column.
+pub fn decode(
+    row: &impl ColumnReader,
+    prefix: &str,
+    store: &str,
+) -> Result<Option<Record>, StoreError> {
+    let corrupt = |what: String| StoreError::Corrupt {
+        store: store.to_string(),
+        what,
+    };
+    let name = |column: &str| -> String { format!("{prefix}{column}") };
+    let read_err = |column: &str, e: String| corrupt(format!("column {column}: {e}"));
+    let required = |column: &str| corrupt(format!("column {column} is NULL"));
+    let text = |column: &str| {
+        row.opt_text(&name(column))
+            .map_err(|e| read_err(column, e))?
+            .ok_or_else(|| required(column))
+    };
+    let int = |column: &str| {
+        row.opt_i64(&name(column))
+            .map_err(|e| read_err(column, e))?
+            .ok_or_else(|| required(column))
+    };
+    let unsigned = |column: &str| {
+        let v = int(column)?;
+        u64::try_from(v).map_err(|_| corrupt(format!("{column} is {v}")))
+    };
+    let small =
+        |v: i64, column: &str| u32::try_from(v).map_err(|_| corrupt(format!("{column} is {v}")));
+    let digest = |column: &str| {
+        let bytes = row
+            .opt_bytes(&name(column))
+            .map_err(|e| read_err(column, e))?
+            .ok_or_else(|| required(column))?;
+        <[u8; 32]>::try_from(bytes.as_slice())
+            .map(Digest)
+            .map_err(|_| corrupt(format!("{column} is {} bytes, not 32", bytes.len())))
+    };
+
+    let Some(namespace) = row
+        .opt_text(&name("namespace"))
+        .map_err(|e| read_err("namespace", e))?
+    else {
+        return Ok(None);
+    };
+    let key = RecordKey {
+        namespace,
+        key: digest("key")?,
+    };
+    let state: RecordState = text("state")?
+        .parse()
+        .map_err(|e: String| corrupt(format!("record {key}: {e}")))?;
+    let status = row
+        .opt_i32(&name("outcome_status"))
+        .map_err(|e| read_err("outcome_status", e))?;
+    let outcome = match status {
+        None => None,
+        Some(status) => Some(Outcome {
+            status,
+            body: row
+                .opt_bytes(&name("outcome_body"))
+                .map_err(|e| read_err("outcome_body", e))?
+                .unwrap_or_default(),
+            error: row
+                .opt_text(&name("outcome_error"))
+                .map_err(|e| read_err("outcome_error", e))?,
+        }),
+    };
+    let attempt = row
+        .opt_i64(&name("holder_attempt"))
+        .map_err(|e| read_err("holder_attempt", e))?;
+    Ok(Some(Record {
+        policy_digest: text("policy_digest")?,
+        fingerprint: digest("fingerprint")?,
+        partition: text("partition")?,
+        state,
+        fence: unsigned("fence")?,
+        lease_until_ms: unsigned("lease_until")?,
+        attempts: small(int("attempts")?, "attempts")?,
+        created_ms: unsigned("created")?,
+        updated_ms: unsigned("updated")?,
+        retention_ms: unsigned("retention_ms")?,
+        retain_until_ms: unsigned("retain_until")?,
+        outcome,
+        holder: Holder {
+            run_id: row
+                .opt_text(&name("holder_run_id"))
+                .map_err(|e| read_err("holder_run_id", e))?,
+            trigger: row
+                .opt_text(&name("holder_trigger"))
+                .map_err(|e| read_err("holder_trigger", e))?,
+            attempt: attempt.map(|a| small(a, "holder_attempt")).transpose()?,
+            host: text("holder_host")?,
+            pid: small(int("holder_pid")?, "holder_pid")?,
+        },
+        key,
+    }))
+}

@@ -1,0 +1,583 @@
+//! Every [`Store`] operation, written once over the backend port
+//! ([`RecordBackend`]): validate, pick the decision (`machine.rs`), run it
+//! in the backend's record transaction or on its fast path, and check a
+//! fast path's write against the machine's answer (debug builds).
+//!
+//! The claim sequence (validate → epoch → load → decide → fence → save) is
+//! here and nowhere else; backends only lock, load and save.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use crate::backend::{BatchClaim, Call, Decide, RecordBackend, Step, Written};
+use crate::clock::StoreClock;
+use crate::error::StoreError;
+use crate::machine::{self, ClaimStep};
+use crate::record::{
+    Claim, ClaimOutcome, ClaimRequest, Finish, Holder, JobLeaseAcquire, ListFilter, Membership,
+    Outcome, OwnershipToken, Record, RecordKey, RecordState, RecordView,
+};
+use crate::store::Store;
+
+#[async_trait]
+impl<B: RecordBackend> Store for B {
+    fn describe(&self) -> String {
+        self.name().to_string()
+    }
+
+    fn clock(&self) -> &StoreClock {
+        &self.options().clock
+    }
+
+    async fn claim(&self, request: ClaimRequest) -> Result<ClaimOutcome, StoreError> {
+        machine::validate(&request)?;
+        if let Some(written) = self.fast_claim(&request).await? {
+            return Ok(ClaimOutcome::Claimed(fresh_claim(&request, &written)));
+        }
+        self.transact(claim_call(&request), claim_decision(request))
+            .await
+    }
+
+    async fn claim_many(
+        &self,
+        requests: Vec<ClaimRequest>,
+    ) -> Result<Vec<Result<ClaimOutcome, StoreError>>, StoreError> {
+        claim_many(self, requests).await
+    }
+
+    async fn take_over_with(
+        &self,
+        key: &RecordKey,
+        observed_fence: u64,
+        lease: Duration,
+        holder: Holder,
+        ownership: Option<&OwnershipToken>,
+    ) -> Result<Claim, StoreError> {
+        let call = Call {
+            context: "taking over",
+            key: key.clone(),
+            draws_fence: true,
+            ownership: ownership.cloned(),
+        };
+        let key = key.clone();
+        self.transact(
+            call,
+            Box::new(move |current, now, fences| {
+                let record = machine::take_over_check(current, &key, observed_fence, now)?;
+                let fence = fences.next_fence()?;
+                let record = machine::taken_over(record, fence, lease, holder.clone(), now);
+                let claim = machine::claim_of(&record);
+                Ok(Step::Put(Box::new(record), claim))
+            }),
+        )
+        .await
+    }
+
+    async fn mark_unknown(&self, key: &RecordKey, observed_fence: u64) -> Result<(), StoreError> {
+        let call = plain_call("marking outcome-unknown", key);
+        let key = key.clone();
+        self.transact(
+            call,
+            Box::new(move |current, now, _| {
+                Ok(
+                    match machine::mark_unknown(current, &key, observed_fence, now)? {
+                        Some(record) => Step::Put(Box::new(record), ()),
+                        None => Step::Done(()),
+                    },
+                )
+            }),
+        )
+        .await
+    }
+
+    async fn complete(
+        &self,
+        key: &RecordKey,
+        fence: u64,
+        outcome: Outcome,
+    ) -> Result<(), StoreError> {
+        finish(self, key, fence, RecordState::Completed, outcome).await
+    }
+
+    async fn fail(
+        &self,
+        key: &RecordKey,
+        fence: u64,
+        retryable: bool,
+        outcome: Outcome,
+    ) -> Result<(), StoreError> {
+        finish(self, key, fence, machine::failed_state(retryable), outcome).await
+    }
+
+    async fn finish_many(
+        &self,
+        finishes: Vec<Finish>,
+    ) -> Result<Vec<Result<(), StoreError>>, StoreError> {
+        finish_many(self, finishes).await
+    }
+
+    async fn heartbeat(
+        &self,
+        key: &RecordKey,
+        fence: u64,
+        lease: Duration,
+    ) -> Result<u64, StoreError> {
+        let call = plain_call("heartbeating", key);
+        let key = key.clone();
+        self.transact(
+            call,
+            Box::new(move |current, now, _| {
+                let record = machine::heartbeat(current, &key, fence, lease, now)?;
+                let until = record.lease_until_ms;
+                Ok(Step::Put(Box::new(record), until))
+            }),
+        )
+        .await
+    }
+
+    async fn get(&self, key: &RecordKey) -> Result<Option<RecordView>, StoreError> {
+        let (record, now) = self.read(key).await?;
+        Ok(machine::live(record, now).map(|r| RecordView::at(r, now)))
+    }
+
+    async fn list(&self, filter: ListFilter) -> Result<Vec<RecordView>, StoreError> {
+        let (records, now) = self.read_many(&filter).await?;
+        Ok(records
+            .into_iter()
+            .map(|r| RecordView::at(r, now))
+            .collect())
+    }
+
+    async fn gc(&self) -> Result<u64, StoreError> {
+        self.collect_garbage().await
+    }
+
+    async fn join_membership(
+        &self,
+        group: &str,
+        members: &[String],
+    ) -> Result<Membership, StoreError> {
+        let members = machine::normalize_members(group, members)?;
+        self.join(group, members).await
+    }
+
+    async fn membership(&self, group: &str) -> Result<Option<Membership>, StoreError> {
+        self.read_membership(group).await
+    }
+
+    async fn acquire_job_lease(
+        &self,
+        job: &str,
+        holder: &str,
+        lease: Duration,
+    ) -> Result<JobLeaseAcquire, StoreError> {
+        machine::check_name("job", job)?;
+        machine::check_name("job-lease holder", holder)?;
+        self.acquire_job(job, holder, lease).await
+    }
+
+    async fn heartbeat_job_lease(
+        &self,
+        job: &str,
+        fence: u64,
+        lease: Duration,
+    ) -> Result<u64, StoreError> {
+        self.heartbeat_job(job, fence, lease).await
+    }
+
+    async fn release_job_lease(&self, job: &str, fence: u64) -> Result<(), StoreError> {
+        self.release_job(job, fence).await
+    }
+}
+
+/// A call that draws no fence and carries no ownership token.
+fn plain_call(context: &'static str, key: &RecordKey) -> Call {
+    Call {
+        context,
+        key: key.clone(),
+        draws_fence: false,
+        ownership: None,
+    }
+}
+
+fn claim_call(request: &ClaimRequest) -> Call {
+    Call {
+        context: "claiming",
+        key: request.key.clone(),
+        draws_fence: true,
+        ownership: request.ownership.clone(),
+    }
+}
+
+/// A claim, decided by the machine: the existing record, or a new one
+/// under a new fence.
+fn claim_decision(request: ClaimRequest) -> Decide<ClaimOutcome> {
+    Box::new(move |current, now, fences| {
+        Ok(match machine::claim(current, &request, now) {
+            ClaimStep::Existing(existing) => Step::Done(ClaimOutcome::Existing(existing)),
+            ClaimStep::Insert => {
+                let record = machine::new_record(&request, fences.next_fence()?, now);
+                let claim = machine::claim_of(&record);
+                Step::Put(Box::new(record), ClaimOutcome::Claimed(claim))
+            }
+        })
+    })
+}
+
+/// The claim a fast path made, as the machine makes it; in debug builds
+/// the row the backend wrote must be exactly the machine's record.
+fn fresh_claim(request: &ClaimRequest, written: &Written) -> Claim {
+    let record = machine::new_record(request, written.fence, written.now_ms);
+    check_written("a fast claim", &record, written);
+    machine::claim_of(&record)
+}
+
+/// In debug builds: a fast path's row must equal the machine's record.
+fn check_written(path: &str, expected: &Record, written: &Written) {
+    if let Some(row) = &written.row {
+        debug_assert_eq!(row, expected, "{path} disagrees with the state machine");
+    }
+}
+
+/// A finish's fast write, checked against the machine: the row as it was
+/// before (in progress under this fence, no outcome) finished by
+/// `machine::finish` at the statement's clock must be the row written.
+fn check_finished(
+    key: &RecordKey,
+    fence: u64,
+    state: RecordState,
+    outcome: &Outcome,
+    limit: usize,
+    written: &Written,
+) {
+    let Some(row) = &written.row else { return };
+    let mut before = row.clone();
+    before.state = RecordState::InProgress;
+    before.outcome = None;
+    // Overwritten by the finish; only keeps `before` live at `now`.
+    before.retain_until_ms = u64::MAX;
+    let expected = machine::finish(
+        Some(before),
+        key,
+        fence,
+        state,
+        outcome.clone(),
+        limit,
+        written.now_ms,
+    );
+    match expected {
+        Ok(expected) => check_written("a fast finish", &expected, written),
+        Err(e) => debug_assert!(false, "a fast finish wrote what the machine refuses: {e}"),
+    }
+}
+
+/// The finish decision: `machine::finish` of the record as read.
+fn finish_decision(
+    key: RecordKey,
+    fence: u64,
+    state: RecordState,
+    outcome: Outcome,
+    limit: usize,
+) -> Decide<()> {
+    Box::new(move |current, now, _| {
+        let record = machine::finish(current, &key, fence, state, outcome.clone(), limit, now)?;
+        Ok(Step::Put(Box::new(record), ()))
+    })
+}
+
+/// A holder's completion or failure: the fast path when the backend has
+/// one, else (and whenever the fast path wrote nothing or failed) the
+/// record transaction, which says exactly why it refuses.
+async fn finish<B: RecordBackend>(
+    backend: &B,
+    key: &RecordKey,
+    fence: u64,
+    state: RecordState,
+    outcome: Outcome,
+) -> Result<(), StoreError> {
+    let limit = backend.options().max_outcome_bytes;
+    let checked = machine::checked_outcome(key, outcome, limit)?;
+    if let Ok(Some(written)) = backend.fast_finish(key, fence, state, &checked).await {
+        check_finished(key, fence, state, &checked, limit, &written);
+        return Ok(());
+    }
+    let call = plain_call("finishing an attempt", key);
+    backend
+        .transact(
+            call,
+            finish_decision(key.clone(), fence, state, checked, limit),
+        )
+        .await
+}
+
+/// Where one request of a batch stands.
+enum Slot<T> {
+    /// Answered.
+    Done(Result<T, StoreError>),
+    /// The same key as the request at this position, which came first.
+    SameAs(usize),
+    /// For the single path, after the batch.
+    Single,
+}
+
+/// `Store::claim_many`: the backend's batch statement when it has one,
+/// else one shared transaction when that is its cheap way, else one claim
+/// at a time.
+async fn claim_many<B: RecordBackend>(
+    backend: &B,
+    requests: Vec<ClaimRequest>,
+) -> Result<Vec<Result<ClaimOutcome, StoreError>>, StoreError> {
+    let token = requests.first().and_then(|r| r.ownership.clone());
+    let one_token = requests.iter().all(|r| r.ownership == token);
+    if requests.len() >= 2
+        && one_token
+        && let Some(outcomes) = claim_batched(backend, &requests).await?
+    {
+        return Ok(outcomes);
+    }
+    if backend.batches_share_a_transaction() {
+        return claim_in_one_transaction(backend, requests).await;
+    }
+    let mut outcomes = Vec::with_capacity(requests.len());
+    for request in requests {
+        outcomes.push(backend.claim(request).await);
+    }
+    Ok(outcomes)
+}
+
+/// Every valid request in one [`RecordBackend::transact_many`]; an invalid
+/// one is refused alone.
+async fn claim_in_one_transaction<B: RecordBackend>(
+    backend: &B,
+    requests: Vec<ClaimRequest>,
+) -> Result<Vec<Result<ClaimOutcome, StoreError>>, StoreError> {
+    let mut slots = Vec::with_capacity(requests.len());
+    let mut calls = Vec::new();
+    for request in requests {
+        match machine::validate(&request) {
+            Err(refused) => slots.push(Some(Err(refused))),
+            Ok(()) => {
+                slots.push(None);
+                calls.push((claim_call(&request), claim_decision(request)));
+            }
+        }
+    }
+    let mut answers = backend.transact_many(calls).await?.into_iter();
+    slots
+        .into_iter()
+        .map(|slot| {
+            slot.or_else(|| answers.next()).ok_or_else(|| {
+                StoreError::Task("a batch transaction answered fewer calls than it ran".into())
+            })
+        })
+        .collect()
+}
+
+/// The backend's batch statement (`None` when it has none): each valid key
+/// is sent once, at its first position; the machine decides every record
+/// the statement found; a repeated key finds what its first occurrence
+/// made or found; what the statement could not settle takes the single
+/// path afterwards, in order.
+async fn claim_batched<B: RecordBackend>(
+    backend: &B,
+    requests: &[ClaimRequest],
+) -> Result<Option<Vec<Result<ClaimOutcome, StoreError>>>, StoreError> {
+    let mut slots = Vec::with_capacity(requests.len());
+    let mut first_of: HashMap<&RecordKey, usize> = HashMap::new();
+    let mut sent = Vec::new();
+    for (i, request) in requests.iter().enumerate() {
+        slots.push(match machine::validate(request) {
+            Err(refused) => Slot::Done(Err(refused)),
+            Ok(()) => match first_of.get(&request.key) {
+                Some(&first) => Slot::SameAs(first),
+                None => {
+                    first_of.insert(&request.key, i);
+                    sent.push(i);
+                    Slot::Single
+                }
+            },
+        });
+    }
+    let answers = if sent.is_empty() {
+        Vec::new()
+    } else {
+        let batch: Vec<&ClaimRequest> = sent.iter().map(|&i| &requests[i]).collect();
+        match backend.batch_claim(&batch).await? {
+            Some(answers) => answers,
+            None => return Ok(None),
+        }
+    };
+    if answers.len() != sent.len() {
+        return Err(StoreError::Corrupt {
+            store: backend.name().to_string(),
+            what: format!(
+                "a batch of {} claims got {} answers",
+                sent.len(),
+                answers.len()
+            ),
+        });
+    }
+    // The record each sent request made or found, for its repeats.
+    let mut seen: HashMap<usize, (Record, u64)> = HashMap::new();
+    for (&i, answer) in sent.iter().zip(answers) {
+        let request = &requests[i];
+        slots[i] = match answer {
+            BatchClaim::Refused(refused) => Slot::Done(Err(refused)),
+            BatchClaim::Single => Slot::Single,
+            BatchClaim::Inserted(written) => {
+                let record = machine::new_record(request, written.fence, written.now_ms);
+                check_written("a batch claim", &record, &written);
+                let claim = machine::claim_of(&record);
+                seen.insert(i, (record, written.now_ms));
+                Slot::Done(Ok(ClaimOutcome::Claimed(claim)))
+            }
+            BatchClaim::Found(record, now) => match machine::claim(Some(record), request, now) {
+                ClaimStep::Existing(existing) => {
+                    seen.insert(i, (existing.view.record.clone(), now));
+                    Slot::Done(Ok(ClaimOutcome::Existing(existing)))
+                }
+                // Past its retention: replaced under a lock on the single
+                // path.
+                ClaimStep::Insert => Slot::Single,
+            },
+        };
+    }
+    let mut outcomes = Vec::with_capacity(requests.len());
+    for (slot, request) in slots.into_iter().zip(requests) {
+        let outcome = match slot {
+            Slot::Done(outcome) => outcome,
+            Slot::SameAs(first) => match seen.get(&first) {
+                // A record this batch just made or found live is live at
+                // the same instant, so the machine answers Existing; the
+                // single path is the safe answer otherwise.
+                Some((record, now)) => match machine::claim(Some(record.clone()), request, *now) {
+                    ClaimStep::Existing(existing) => Ok(ClaimOutcome::Existing(existing)),
+                    ClaimStep::Insert => backend.claim(request.clone()).await,
+                },
+                // The first occurrence was refused or took the single
+                // path: so does this one, after it.
+                None => backend.claim(request.clone()).await,
+            },
+            Slot::Single => backend.claim(request.clone()).await,
+        };
+        outcomes.push(outcome);
+    }
+    Ok(Some(outcomes))
+}
+
+/// `Store::finish_many`: outcomes checked first (too large: refused
+/// alone), then the backend's batch statement, or one shared transaction,
+/// or one finish at a time.
+async fn finish_many<B: RecordBackend>(
+    backend: &B,
+    finishes: Vec<Finish>,
+) -> Result<Vec<Result<(), StoreError>>, StoreError> {
+    let limit = backend.options().max_outcome_bytes;
+    let mut slots: Vec<Slot<()>> = Vec::with_capacity(finishes.len());
+    let mut checked = Vec::with_capacity(finishes.len());
+    let mut first_of: HashMap<&RecordKey, usize> = HashMap::new();
+    let mut sent = Vec::new();
+    for (i, f) in finishes.iter().enumerate() {
+        match machine::checked_outcome(&f.key, f.outcome.clone(), limit) {
+            Err(refused) => slots.push(Slot::Done(Err(refused))),
+            Ok(outcome) => {
+                slots.push(match first_of.get(&f.key) {
+                    Some(&first) => Slot::SameAs(first),
+                    None => {
+                        first_of.insert(&f.key, i);
+                        sent.push(i);
+                        Slot::Single
+                    }
+                });
+                checked.push(Finish {
+                    outcome,
+                    ..f.clone()
+                });
+                continue;
+            }
+        }
+        checked.push(f.clone());
+    }
+    let batch: Vec<Finish> = sent.iter().map(|&i| checked[i].clone()).collect();
+    let answers = if batch.len() >= 2 {
+        backend.batch_finish(&batch).await?
+    } else {
+        None
+    };
+    let Some(answers) = answers else {
+        return finish_without_batch(backend, slots, checked).await;
+    };
+    for (&i, answer) in sent.iter().zip(answers) {
+        if let Some(written) = answer {
+            let f = &checked[i];
+            check_finished(
+                &f.key,
+                f.fence,
+                f.ending.state(),
+                &f.outcome,
+                limit,
+                &written,
+            );
+            slots[i] = Slot::Done(Ok(()));
+        }
+    }
+    // Everything the statement did not write, and repeated keys after
+    // their first occurrence: the single path decides, in order.
+    let mut results = Vec::with_capacity(slots.len());
+    for (slot, f) in slots.into_iter().zip(checked) {
+        results.push(match slot {
+            Slot::Done(result) => result,
+            Slot::SameAs(_) | Slot::Single => {
+                finish(backend, &f.key, f.fence, f.ending.state(), f.outcome).await
+            }
+        });
+    }
+    Ok(results)
+}
+
+/// `finish_many` without a batch statement: one shared transaction where
+/// the backend prefers it, else one finish at a time.
+async fn finish_without_batch<B: RecordBackend>(
+    backend: &B,
+    slots: Vec<Slot<()>>,
+    checked: Vec<Finish>,
+) -> Result<Vec<Result<(), StoreError>>, StoreError> {
+    let limit = backend.options().max_outcome_bytes;
+    if !backend.batches_share_a_transaction() {
+        let mut results = Vec::with_capacity(slots.len());
+        for (slot, f) in slots.into_iter().zip(checked) {
+            results.push(match slot {
+                Slot::Done(result) => result,
+                _ => finish(backend, &f.key, f.fence, f.ending.state(), f.outcome).await,
+            });
+        }
+        return Ok(results);
+    }
+    let mut answered = Vec::with_capacity(slots.len());
+    let mut calls = Vec::new();
+    for (slot, f) in slots.into_iter().zip(checked) {
+        match slot {
+            Slot::Done(result) => answered.push(Some(result)),
+            _ => {
+                answered.push(None);
+                let call = plain_call("finishing a batch", &f.key);
+                let state = f.ending.state();
+                calls.push((
+                    call,
+                    finish_decision(f.key, f.fence, state, f.outcome, limit),
+                ));
+            }
+        }
+    }
+    let mut answers = backend.transact_many(calls).await?.into_iter();
+    answered
+        .into_iter()
+        .map(|slot| {
+            slot.or_else(|| answers.next()).ok_or_else(|| {
+                StoreError::Task("a batch transaction answered fewer calls than it ran".into())
+            })
+        })
+        .collect()
+}

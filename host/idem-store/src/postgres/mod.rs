@@ -1,0 +1,177 @@
+//! The PostgreSQL store: one database shared by many processes and hosts.
+//!
+//! - **Client**: `tokio-postgres` behind a `deadpool-postgres` pool (size
+//!   `idem_pool_size`, default 16); statements are prepared once per
+//!   connection and cached. TLS with rustls (see the `tls` module).
+//! - **Schema**: every object lives in one schema (`idem_schema`, default
+//!   `idem`), so several services can share a database. Its name is the one
+//!   identifier interpolated into SQL: it is checked against
+//!   `[a-z_][a-z0-9_]{0,62}` and quoted. Every value is a bound parameter.
+//! - **Migrations**: versioned in `idem_schema_migrations`, applied on
+//!   open (and by [`crate::migrate`]) in one transaction holding a
+//!   `pg_advisory_xact_lock` per schema, so racing processes migrate once.
+//!   A schema newer than this build is refused
+//!   ([`StoreError::DatabaseSchemaTooNew`]).
+//! - **Clock**: leases and retention are measured by the *database
+//!   server's* clock (`clock_timestamp()`, read after the record's row lock
+//!   is held), never the caller's, so that every client of the database
+//!   agrees on when a lease expired. Tests drive time through
+//!   [`crate::StoreOptions::clock`]: a [`crate::ManualClock`] pins "now" to
+//!   its reading (passed as a parameter of the same statement), and
+//!   [`crate::StoreClock::system_with_offset`] shifts the server's clock.
+//! - **Fences**: `nextval` of a sequence in the schema: store-wide,
+//!   monotonic, never reset by gc or reconnecting.
+//! - **Transactions** (`transact.rs`, the backend port): a write runs in
+//!   two round trips. The first pipelines `BEGIN`, `SELECT … FOR UPDATE` of
+//!   the record and the clock (and a fence); `machine.rs` decides, as for
+//!   every store; the second pipelines the write (conditional on the key and
+//!   the fence it read) and `COMMIT`. A fresh claim (no row under the key,
+//!   the common case) takes one round trip: a single
+//!   `INSERT … ON CONFLICT DO NOTHING RETURNING` whose arithmetic mirrors
+//!   `machine::new_record`, and a holder's finish a single conditional
+//!   `UPDATE` mirroring `machine::finish` (each checked against the machine
+//!   after every such write in debug builds); when they write nothing, the
+//!   transaction above decides.
+//! - **Isolation**: READ COMMITTED plus the row lock. Each call touches one
+//!   record, and `FOR UPDATE` serialises every writer of that record and
+//!   returns its latest committed version, which is all the state machine
+//!   needs; SERIALIZABLE would add predicate locks and spurious aborts for
+//!   nothing. The one gap of row locks, two claims of a key that has no row
+//!   yet, is closed by the primary key: the loser's `INSERT … ON CONFLICT
+//!   DO NOTHING` writes nothing and the call is retried, and then sees the
+//!   winner's row. Serialization failures and deadlocks (SQLSTATE 40001,
+//!   40P01) cannot arise from these statements at this level, but a server
+//!   configured with `default_transaction_isolation = serializable` would
+//!   raise them: the whole call is retried (a few times), which is safe
+//!   because a failed transaction changed nothing.
+//! - **Cancellation**: a call dropped mid-transaction discards its
+//!   connection (the server rolls back) instead of returning it to the pool
+//!   with a transaction open.
+//!
+//! Files: this one opens the store; `sql.rs` holds every statement;
+//! `schema.rs` migrates; `conn.rs` the pool, errors and the retry rule;
+//! `row.rs` the record rows; `transact.rs` the backend port;
+//! `batch_claim.rs` and `batch_finish.rs` the batch statements; `tls.rs`
+//! and `url.rs` how to connect.
+
+mod batch_claim;
+mod batch_finish;
+mod conn;
+mod row;
+mod schema;
+mod sql;
+mod tls;
+mod transact;
+mod url;
+
+use std::sync::Arc;
+
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+
+use crate::error::{ConnectErrorKind, StoreError};
+use crate::record::StoreOptions;
+use sql::{Sql, quote};
+
+pub use schema::POSTGRES_SCHEMA_VERSION;
+pub use url::{DEFAULT_POOL_SIZE, DEFAULT_SCHEMA, PostgresUrl, TlsMode};
+pub(crate) use url::{is_postgres, redact};
+
+/// A store in a PostgreSQL database. Cheap to clone (clones share the
+/// pool).
+#[derive(Debug, Clone)]
+pub struct PostgresStore {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    pool: Pool,
+    sql: Sql,
+    url: PostgresUrl,
+    /// The redacted URL: for messages.
+    name: String,
+    options: StoreOptions,
+}
+
+impl PostgresStore {
+    /// Opens the store `url` names (a `postgres://` or `postgresql://` URL,
+    /// see [`PostgresUrl`]): connects once to check the server, the
+    /// credentials and TLS, then migrates the schema.
+    pub async fn connect(url: &str, options: StoreOptions) -> Result<Self, StoreError> {
+        Self::open(url.parse()?, options).await
+    }
+
+    /// Opens the store at a parsed URL: connects once, migrates the schema.
+    pub async fn open(url: PostgresUrl, options: StoreOptions) -> Result<Self, StoreError> {
+        let tls = tls::connector(&url)?;
+        let manager = Manager::from_config(
+            url.client_config()?,
+            tls,
+            ManagerConfig {
+                // Checking out a connection costs nothing; a broken one fails
+                // its first statement and is dropped by the pool. Connections
+                // that may hold an open transaction never go back (`Conn`).
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(url.pool_size)
+            .runtime(deadpool_postgres::Runtime::Tokio1)
+            .build()
+            .map_err(|e| StoreError::Connect {
+                url: url.redacted().to_string(),
+                kind: ConnectErrorKind::Other,
+                detail: e.to_string(),
+            })?;
+        let store = PostgresStore {
+            inner: Arc::new(Inner {
+                pool,
+                sql: Sql::new(&url.schema),
+                name: url.redacted().to_string(),
+                url,
+                options,
+            }),
+        };
+        store.migrate().await?;
+        Ok(store)
+    }
+
+    /// The schema's version (for `idem inspect` and tests).
+    pub async fn schema_version(&self) -> Result<i64, StoreError> {
+        let conn = self.inner.conn().await?;
+        Ok(self.inner.schema_version_on(&conn).await?.unwrap_or(0))
+    }
+
+    /// Whether the pool's connections are encrypted (TLS), as the server
+    /// reports it.
+    pub async fn tls_in_use(&self) -> Result<bool, StoreError> {
+        let conn = self.inner.conn().await?;
+        let row = conn
+            .query_one(
+                "SELECT COALESCE((SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()), false)",
+                &[],
+            )
+            .await
+            .map_err(|e| self.inner.err("checking TLS", e))?;
+        Ok(row.get(0))
+    }
+
+    /// Drops the store's schema and everything in it (for the conformance
+    /// suite, which gives every test a schema of its own). Gives up rather
+    /// than wait long on a lock.
+    #[cfg(feature = "conformance")]
+    pub(crate) async fn drop_schema(&self) -> Result<(), StoreError> {
+        let conn = self.inner.conn().await?;
+        conn.batch_execute(&format!(
+            "SET lock_timeout = '10s'; DROP SCHEMA IF EXISTS {} CASCADE",
+            quote(&self.inner.url.schema)
+        ))
+        .await
+        .map_err(|e| self.inner.err("dropping the schema", e))
+    }
+
+    /// The schema this store's tables live in.
+    pub fn schema(&self) -> &str {
+        &self.inner.url.schema
+    }
+}

@@ -1,0 +1,536 @@
+//! The PostgreSQL backend of the store port: the two-round-trip record
+//! transaction, the one-statement fast paths, the reads, memberships and
+//! job leases.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio_postgres::types::ToSql;
+
+use super::conn::Attempt;
+use super::row::values;
+use super::{Inner, PostgresStore};
+use crate::backend::{BatchClaim, Call, Decide, Fences, RecordBackend, Step, Written};
+use crate::codec::RecordRow;
+use crate::error::StoreError;
+use crate::machine;
+use crate::record::{
+    ClaimRequest, Finish, JobLease, JobLeaseAcquire, ListFilter, Membership, Outcome, Record,
+    RecordKey, RecordState, StoreOptions,
+};
+
+/// The fence drawn in the transaction's first round trip (when the call
+/// asked for one), handed to the decision at most once.
+struct Drawn<'a> {
+    inner: &'a Inner,
+    fence: Option<u64>,
+}
+
+impl Fences for Drawn<'_> {
+    fn next_fence(&mut self) -> Result<u64, StoreError> {
+        self.fence.take().ok_or_else(|| StoreError::Backend {
+            store: self.inner.name.clone(),
+            context: "issuing a fence",
+            cause: "the decision asked for a fence its call did not draw".into(),
+        })
+    }
+}
+
+impl Inner {
+    /// One try of a record transaction:
+    ///
+    /// 1. one round trip: `BEGIN`, `SELECT … FOR UPDATE` of the record,
+    ///    then the clock (and, when the call draws one, the next fence),
+    ///    read after the row lock is held so that "now" is ordered with the
+    ///    writes it decides;
+    /// 2. with an ownership token, one more: the group's epoch `FOR SHARE`
+    ///    (held to commit, so a membership change waits for this call); a
+    ///    stale one is refused;
+    /// 3. `decide` turns the record, now and fence into a [`Step`] or a
+    ///    refusal;
+    /// 4. one round trip: the write, conditional on the key and the fence
+    ///    that was read (or, with no row, an insert that yields to a racing
+    ///    one), then `COMMIT`; or just `ROLLBACK`.
+    ///
+    /// [`Attempt::Again`] after a serialization failure, a deadlock or a
+    /// lost insert race: each of those changed nothing.
+    async fn transact_once<T>(
+        &self,
+        call: &Call,
+        decide: &mut Decide<T>,
+    ) -> Result<Attempt<T>, StoreError> {
+        let context = call.context;
+        let fail = |e| self.err(context, e);
+        let (manual, offset) = self.clock();
+        let key_bytes = call.key.key.0.to_vec();
+        let mut conn = self.conn().await?;
+        let lock = conn.prepare_cached(&self.sql.lock).await.map_err(fail)?;
+        let now_sql = if call.draws_fence {
+            &self.sql.now_and_fence
+        } else {
+            &self.sql.now
+        };
+        let now = conn.prepare_cached(now_sql).await.map_err(fail)?;
+        let key_params: [&(dyn ToSql + Sync); 2] = [&call.key.namespace, &key_bytes];
+        let clock_params: [&(dyn ToSql + Sync); 2] = [&manual, &offset];
+        conn.in_transaction = true;
+        // Pipelined: `biased` polls (so sends) them in this order.
+        let (begun, row, clock) = tokio::join!(
+            biased;
+            conn.batch_execute("BEGIN"),
+            conn.query_opt(&lock, &key_params),
+            conn.query_one(&now, &clock_params),
+        );
+        let read = begun.and(row).and_then(|row| Ok((row, clock?)));
+        // Dropping `conn` mid-transaction discards it.
+        let Attempt::Done((row, clock)) = self.settle(context, read)? else {
+            return Ok(Attempt::Again);
+        };
+        if let Some(token) = &call.ownership {
+            let epoch = conn
+                .prepare_cached(&self.sql.epoch_for_share)
+                .await
+                .map_err(fail)?;
+            let read = conn.query_opt(&epoch, &[&token.group]).await;
+            let Attempt::Done(row) = self.settle(context, read)? else {
+                return Ok(Attempt::Again);
+            };
+            let current = row
+                .map(|row| self.unsigned(row.get(0), "an epoch"))
+                .transpose()?;
+            if let Err(stale) = machine::check_epoch(Some(token), current) {
+                conn.batch_execute("ROLLBACK").await.map_err(fail)?;
+                conn.in_transaction = false;
+                return Err(stale);
+            }
+        }
+        let current = row
+            .map(|row| self.decode_prefixed(&row, ""))
+            .transpose()?
+            .flatten();
+        let now_ms = self.unsigned(clock.get::<_, i64>(0), "the clock")?;
+        let fence = clock
+            .get::<_, Option<i64>>(1)
+            .map(|f| self.unsigned(f, "the fence sequence"))
+            .transpose()?;
+        let read_fence = current.as_ref().map(|r| r.fence);
+        let mut fences = Drawn { inner: self, fence };
+        let (record, out) = match decide(current, now_ms, &mut fences) {
+            Ok(Step::Put(record, out)) => (*record, out),
+            Ok(Step::Done(out)) => {
+                conn.batch_execute("ROLLBACK").await.map_err(fail)?;
+                conn.in_transaction = false;
+                return Ok(Attempt::Done(out));
+            }
+            Err(refused) => {
+                conn.batch_execute("ROLLBACK").await.map_err(fail)?;
+                conn.in_transaction = false;
+                return Err(refused);
+            }
+        };
+        let row = RecordRow::of(&record)?;
+        let mut params: Vec<&(dyn ToSql + Sync)> = values(&row).to_vec();
+        let expected = read_fence.map(|f| i64::try_from(f).unwrap_or(i64::MAX));
+        let write_sql = match &expected {
+            Some(expected) => {
+                params.push(expected);
+                &self.sql.update
+            }
+            None => &self.sql.insert,
+        };
+        let write = conn.prepare_cached(write_sql).await.map_err(fail)?;
+        // If the write fails, COMMIT of the aborted transaction rolls back:
+        // nothing is half-written.
+        let (written, committed) = tokio::join!(
+            biased;
+            conn.execute(&write, &params),
+            conn.batch_execute("COMMIT"),
+        );
+        if committed.is_ok() {
+            // COMMIT answered: the transaction is over either way.
+            conn.in_transaction = false;
+        }
+        match self.settle(context, written.and_then(|n| Ok((n, committed?))))? {
+            Attempt::Done((1, ())) => Ok(Attempt::Done(out)),
+            // Lost the race to insert a fresh key (or the row changed under
+            // a lock it could not have: defensive): try again.
+            Attempt::Done(_) | Attempt::Again => Ok(Attempt::Again),
+        }
+    }
+
+    /// One try of the one-statement fresh claim.
+    async fn fast_claim_once(
+        &self,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Attempt<Option<Written>>, StoreError> {
+        let conn = self.conn().await?;
+        let statement = conn
+            .prepare_cached(sql)
+            .await
+            .map_err(|e| self.err("claiming", e))?;
+        let Attempt::Done(row) =
+            self.settle("claiming", conn.query_opt(&statement, params).await)?
+        else {
+            return Ok(Attempt::Again);
+        };
+        let Some(row) = row else {
+            return Ok(Attempt::Done(None));
+        };
+        let written = Written {
+            fence: self.unsigned(self.column(&row, "fence")?, "fence")?,
+            now_ms: self.unsigned(self.column(&row, "created")?, "created")?,
+            row: if cfg!(debug_assertions) {
+                self.decode_prefixed(&row, "")?
+            } else {
+                None
+            },
+        };
+        Ok(Attempt::Done(Some(written)))
+    }
+}
+
+#[async_trait]
+impl RecordBackend for PostgresStore {
+    fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    fn options(&self) -> &StoreOptions {
+        &self.inner.options
+    }
+
+    fn batches_share_a_transaction(&self) -> bool {
+        false
+    }
+
+    async fn transact<T: Send + 'static>(
+        &self,
+        call: Call,
+        mut decide: Decide<T>,
+    ) -> Result<T, StoreError> {
+        let inner = &self.inner;
+        let mut retries = inner.retries(
+            call.context,
+            "attempts that conflicted with concurrent writers",
+        );
+        loop {
+            match inner.transact_once(&call, &mut decide).await? {
+                Attempt::Done(out) => return Ok(out),
+                Attempt::Again => retries.again()?,
+            }
+        }
+    }
+
+    async fn fast_claim(&self, request: &ClaimRequest) -> Result<Option<Written>, StoreError> {
+        let inner = &self.inner;
+        let (manual, offset) = inner.clock();
+        let lease = i64::try_from(machine::millis(request.lease)).unwrap_or(i64::MAX);
+        let retention = i64::try_from(machine::millis(request.retention)).unwrap_or(i64::MAX);
+        let key = request.key.key.0.to_vec();
+        let fingerprint = request.fingerprint.0.to_vec();
+        let h = &request.holder;
+        let attempt = h.attempt.map(i64::from);
+        let pid = i64::from(h.pid);
+        let group = request.ownership.as_ref().map(|t| t.group.clone());
+        let epoch = request
+            .ownership
+            .as_ref()
+            .map(|t| i64::try_from(t.epoch).unwrap_or(i64::MAX));
+        let all: [&(dyn ToSql + Sync); 16] = [
+            &request.key.namespace,
+            &key,
+            &request.policy_digest,
+            &fingerprint,
+            &request.partition,
+            &lease,
+            &retention,
+            &h.run_id,
+            &h.trigger,
+            &attempt,
+            &h.host,
+            &pid,
+            &manual,
+            &offset,
+            &group,
+            &epoch,
+        ];
+        // Without a token, the statement takes neither group nor epoch.
+        let (sql, params) = match &request.ownership {
+            Some(_) => (&inner.sql.fast_claim_owned, &all[..]),
+            None => (&inner.sql.fast_claim, &all[..14]),
+        };
+        let mut retries = inner.retries("claiming", "serialization failures");
+        loop {
+            match inner.fast_claim_once(sql, params).await? {
+                Attempt::Done(written) => return Ok(written),
+                Attempt::Again => retries.again()?,
+            }
+        }
+    }
+
+    async fn fast_finish(
+        &self,
+        key: &RecordKey,
+        fence: u64,
+        state: RecordState,
+        outcome: &Outcome,
+    ) -> Result<Option<Written>, StoreError> {
+        let inner = &self.inner;
+        let (manual, offset) = inner.clock();
+        let key_bytes = key.key.0.to_vec();
+        let fence = i64::try_from(fence).unwrap_or(i64::MAX);
+        let rows = inner
+            .query(
+                "finishing an attempt",
+                &inner.sql.finish_fast,
+                &[
+                    &manual,
+                    &offset,
+                    &key.namespace,
+                    &key_bytes,
+                    &state.as_str(),
+                    &outcome.status,
+                    &outcome.body,
+                    &outcome.error,
+                    &fence,
+                ],
+            )
+            .await?;
+        let [row] = rows.as_slice() else {
+            return Ok(None);
+        };
+        Ok(Some(Written {
+            fence: inner.unsigned(inner.column(row, "fence")?, "fence")?,
+            now_ms: inner.unsigned(inner.column(row, "updated")?, "updated")?,
+            row: if cfg!(debug_assertions) {
+                inner.decode_prefixed(row, "")?
+            } else {
+                None
+            },
+        }))
+    }
+
+    async fn batch_claim(
+        &self,
+        requests: &[&ClaimRequest],
+    ) -> Result<Option<Vec<BatchClaim>>, StoreError> {
+        self.claim_statement(requests).await.map(Some)
+    }
+
+    async fn batch_finish(
+        &self,
+        finishes: &[Finish],
+    ) -> Result<Option<Vec<Option<Written>>>, StoreError> {
+        self.finish_statement(finishes).await.map(Some)
+    }
+
+    async fn read(&self, key: &RecordKey) -> Result<(Option<Record>, u64), StoreError> {
+        let inner = &self.inner;
+        let (manual, offset) = inner.clock();
+        let key_bytes = key.key.0.to_vec();
+        // One statement is one snapshot: the clock and the row agree.
+        let rows = inner
+            .query(
+                "reading a record",
+                &inner.sql.get,
+                &[&key.namespace, &key_bytes, &manual, &offset],
+            )
+            .await?;
+        let row = rows
+            .first()
+            .ok_or_else(|| inner.corrupt("the clock query returned no row".into()))?;
+        let now = inner.unsigned(inner.column(row, "ms")?, "the clock")?;
+        Ok((inner.decode_prefixed(row, "")?, now))
+    }
+
+    async fn read_many(&self, filter: &ListFilter) -> Result<(Vec<Record>, u64), StoreError> {
+        let inner = &self.inner;
+        let (manual, offset) = inner.clock();
+        let limit = filter.limit.map(i64::from);
+        let state = filter.state.map(RecordState::as_str);
+        let rows = inner
+            .query(
+                "listing records",
+                &inner.sql.list,
+                &[
+                    &manual,
+                    &offset,
+                    &filter.namespace,
+                    &filter.partition,
+                    &state,
+                    &limit,
+                ],
+            )
+            .await?;
+        let mut now = None;
+        let mut out = Vec::with_capacity(rows.len());
+        for row in &rows {
+            now = Some(inner.unsigned(inner.column(row, "ms")?, "the clock")?);
+            if let Some(record) = inner.decode_prefixed(row, "")? {
+                out.push(record);
+            }
+        }
+        let now = now.ok_or_else(|| inner.corrupt("the clock query returned no row".into()))?;
+        Ok((out, now))
+    }
+
+    async fn collect_garbage(&self) -> Result<u64, StoreError> {
+        let inner = &self.inner;
+        let (manual, offset) = inner.clock();
+        let context = "collecting garbage";
+        let mut retries = inner.retries(context, "serialization failures");
+        loop {
+            let conn = inner.conn().await?;
+            let statement = conn
+                .prepare_cached(&inner.sql.gc)
+                .await
+                .map_err(|e| inner.err(context, e))?;
+            let deleted = conn.execute(&statement, &[&manual, &offset]).await;
+            match inner.settle(context, deleted)? {
+                Attempt::Done(n) => return Ok(n),
+                Attempt::Again => retries.again()?,
+            }
+        }
+    }
+
+    async fn join(&self, group: &str, members: Vec<String>) -> Result<Membership, StoreError> {
+        let inner = &self.inner;
+        let (manual, offset) = inner.clock();
+        let rows = inner
+            .query(
+                "joining a membership",
+                &inner.sql.join,
+                &[&group, &members, &manual, &offset],
+            )
+            .await?;
+        let row = rows
+            .first()
+            .ok_or_else(|| inner.corrupt("the membership upsert returned no row".into()))?;
+        Ok(Membership {
+            group: group.to_string(),
+            epoch: inner.unsigned(row.get(0), "an epoch")?,
+            members: row.get(1),
+        })
+    }
+
+    async fn read_membership(&self, group: &str) -> Result<Option<Membership>, StoreError> {
+        let inner = &self.inner;
+        let rows = inner
+            .query("reading a membership", &inner.sql.membership, &[&group])
+            .await?;
+        rows.first()
+            .map(|row| {
+                Ok(Membership {
+                    group: group.to_string(),
+                    epoch: inner.unsigned(row.get(0), "an epoch")?,
+                    members: row.get(1),
+                })
+            })
+            .transpose()
+    }
+
+    async fn acquire_job(
+        &self,
+        job: &str,
+        holder: &str,
+        lease: Duration,
+    ) -> Result<JobLeaseAcquire, StoreError> {
+        let inner = &self.inner;
+        let (manual, offset) = inner.clock();
+        let lease_ms = i64::try_from(machine::millis(lease)).unwrap_or(i64::MAX);
+        // Take it, else read who holds it; between the two statements the
+        // holder may release it or its lease may end: then try again.
+        let mut retries = inner.retries("acquiring a job lease", "attempts racing other holders");
+        loop {
+            let rows = inner
+                .query(
+                    "acquiring a job lease",
+                    &inner.sql.job_acquire,
+                    &[&job, &holder, &manual, &offset, &lease_ms],
+                )
+                .await?;
+            if let Some(row) = rows.first() {
+                return Ok(JobLeaseAcquire::Acquired(JobLease {
+                    job: job.to_string(),
+                    holder: holder.to_string(),
+                    fence: inner.unsigned(row.get(0), "a job-lease fence")?,
+                    lease_until_ms: inner.unsigned(row.get(1), "a job lease's end")?,
+                }));
+            }
+            let rows = inner
+                .query(
+                    "reading a job lease",
+                    &inner.sql.job_get,
+                    &[&job, &manual, &offset],
+                )
+                .await?;
+            let row = rows
+                .first()
+                .ok_or_else(|| inner.corrupt("the clock query returned no row".into()))?;
+            let now = inner.unsigned(row.get(0), "the clock")?;
+            if let Some(holder) = row.get::<_, Option<String>>(1) {
+                let current = JobLease {
+                    job: job.to_string(),
+                    holder,
+                    fence: inner.unsigned(row.get(2), "a job-lease fence")?,
+                    lease_until_ms: inner.unsigned(row.get(3), "a job lease's end")?,
+                };
+                if let machine::JobStep::Held(current, remaining_ms) =
+                    machine::acquire_job(Some(current), now)
+                {
+                    return Ok(JobLeaseAcquire::Held {
+                        current,
+                        remaining_ms,
+                    });
+                }
+            }
+            retries.again()?;
+        }
+    }
+
+    async fn heartbeat_job(
+        &self,
+        job: &str,
+        fence: u64,
+        lease: Duration,
+    ) -> Result<u64, StoreError> {
+        let inner = &self.inner;
+        let (manual, offset) = inner.clock();
+        let lease_ms = i64::try_from(machine::millis(lease)).unwrap_or(i64::MAX);
+        let fence_param = i64::try_from(fence).unwrap_or(i64::MAX);
+        let rows = inner
+            .query(
+                "heartbeating a job lease",
+                &inner.sql.job_heartbeat,
+                &[&job, &fence_param, &manual, &offset, &lease_ms],
+            )
+            .await?;
+        match rows.first() {
+            Some(row) => inner.unsigned(row.get(0), "a job lease's end"),
+            None => Err(StoreError::JobLeaseLost {
+                job: job.to_string(),
+                fence,
+            }),
+        }
+    }
+
+    async fn release_job(&self, job: &str, fence: u64) -> Result<(), StoreError> {
+        let inner = &self.inner;
+        let fence_param = i64::try_from(fence).unwrap_or(i64::MAX);
+        let fail = |e| inner.err("releasing a job lease", e);
+        let conn = inner.conn().await?;
+        let statement = conn
+            .prepare_cached(&inner.sql.job_release)
+            .await
+            .map_err(fail)?;
+        match conn.execute(&statement, &[&job, &fence_param]).await {
+            Ok(0) => Err(StoreError::JobLeaseLost {
+                job: job.to_string(),
+                fence,
+            }),
+            Ok(_) => Ok(()),
+            Err(e) => Err(fail(e)),
+        }
+    }
+}

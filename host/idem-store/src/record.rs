@@ -1,0 +1,411 @@
+//! The public vocabulary of stores: keys, records, outcomes, claims and
+//! what a call returns. Plain data; no I/O.
+
+use std::fmt;
+use std::time::Duration;
+
+pub use idem_core::{Digest, RecordState};
+use idem_core::{DuplicateContext, Operation, OutcomeSummary};
+
+use crate::clock::StoreClock;
+use crate::machine;
+
+/// Default cap on an outcome's body: 64 KiB.
+pub const DEFAULT_MAX_OUTCOME_BYTES: usize = 64 * 1024;
+
+/// Longest stored error text; longer text is cut (on a character boundary)
+/// and marked with [`TRUNCATION_MARK`]. Error text is diagnostic, so cutting
+/// it is safer than refusing the write that reports a failure.
+pub const MAX_ERROR_BYTES: usize = 4096;
+
+/// Appended to error text that was cut to [`MAX_ERROR_BYTES`].
+pub const TRUNCATION_MARK: &str = " …[truncated]";
+
+/// What identifies a record: keys of different namespaces never collide.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RecordKey {
+    /// The policy's namespace.
+    pub namespace: String,
+    /// The SHA-256 key the engine derived.
+    pub key: Digest,
+}
+
+impl RecordKey {
+    /// A key in a namespace.
+    pub fn new(namespace: impl Into<String>, key: Digest) -> Self {
+        RecordKey {
+            namespace: namespace.into(),
+            key,
+        }
+    }
+}
+
+impl fmt::Display for RecordKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.key)
+    }
+}
+
+/// Who holds (or last held) a record: provenance for `idem inspect`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Holder {
+    /// The run carrying the operation, when there is one.
+    pub run_id: Option<String>,
+    /// Why the run happened (`scheduled`, `retry`, `manual`, `client`).
+    pub trigger: Option<String>,
+    /// The run's own attempt number (not the record's attempts).
+    pub attempt: Option<u32>,
+    /// Host name of the holding process.
+    pub host: String,
+    /// Process id of the holding process.
+    pub pid: u32,
+}
+
+impl Holder {
+    /// This process: its host name and pid, no run context.
+    pub fn this_process() -> Self {
+        Holder {
+            run_id: None,
+            trigger: None,
+            attempt: None,
+            host: host_name(),
+            pid: std::process::id(),
+        }
+    }
+}
+
+/// Best-effort host name without a dependency: `HOSTNAME`, then the kernel's.
+/// Read once: every claim records it, and it does not change under us.
+fn host_name() -> String {
+    static NAME: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    NAME.get_or_init(|| {
+        if let Ok(name) = std::env::var("HOSTNAME")
+            && !name.is_empty()
+        {
+            return name;
+        }
+        std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|s| s.trim().to_string())
+            .ok()
+            .filter(|s| !s.is_empty())
+            .unwrap_or_else(|| "unknown".to_string())
+    })
+    .clone()
+}
+
+/// The stored result of an attempt.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Outcome {
+    /// The caller's status: an exit code or an HTTP status.
+    pub status: i32,
+    /// The outcome's bytes, at most the store's `max_outcome_bytes`
+    /// (a larger body is refused with [`StoreError::OutcomeTooLarge`]).
+    pub body: Vec<u8>,
+    /// The error message of a failed attempt; cut to [`MAX_ERROR_BYTES`].
+    pub error: Option<String>,
+}
+
+impl Outcome {
+    /// A successful outcome.
+    pub fn new(status: i32, body: impl Into<Vec<u8>>) -> Self {
+        Outcome {
+            status,
+            body: body.into(),
+            error: None,
+        }
+    }
+
+    /// A failure with a message and no body.
+    pub fn error(status: i32, message: impl Into<String>) -> Self {
+        Outcome {
+            status,
+            body: Vec::new(),
+            error: Some(message.into()),
+        }
+    }
+
+    /// What a policy sees of the outcome (never its bytes).
+    pub fn summary(&self) -> OutcomeSummary {
+        OutcomeSummary {
+            status: self.status,
+            size: self.body.len() as u64,
+            error: self.error.clone(),
+        }
+    }
+}
+
+/// A stored record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Record {
+    /// Namespace and key.
+    pub key: RecordKey,
+    /// The digest of the policy that derived the key: `sha256:<64 hex>`.
+    pub policy_digest: String,
+    /// What must match for a duplicate to be a true replay.
+    pub fingerprint: Digest,
+    /// Who owns the effect (partitioned ownership).
+    pub partition: String,
+    /// Where the record is in its life.
+    pub state: RecordState,
+    /// The current fencing token: only its holder may write.
+    pub fence: u64,
+    /// When the current lease ends, in ms since the epoch, by the store clock.
+    pub lease_until_ms: u64,
+    /// Attempts made under this key (1 after the first claim).
+    pub attempts: u32,
+    /// When the record was created, store clock.
+    pub created_ms: u64,
+    /// When the record last changed, store clock.
+    pub updated_ms: u64,
+    /// How long the record is kept after it was last written, in ms.
+    pub retention_ms: u64,
+    /// When the record may be collected, store clock.
+    pub retain_until_ms: u64,
+    /// The outcome of a completed or failed attempt.
+    pub outcome: Option<Outcome>,
+    /// Who holds (or last held) the record.
+    pub holder: Holder,
+}
+
+impl Record {
+    /// Lease left at `now_ms`: 0 when expired or when not in progress.
+    pub fn lease_remaining_ms(&self, now_ms: u64) -> u64 {
+        if self.state == RecordState::InProgress {
+            self.lease_until_ms.saturating_sub(now_ms)
+        } else {
+            0
+        }
+    }
+}
+
+/// How a holder ends its attempt: [`Store::complete`] or [`Store::fail`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ending {
+    /// Completed: the record becomes final.
+    Completed,
+    /// Failed: retryable (a take-over may follow) or permanent (final).
+    Failed {
+        /// Whether a take-over may follow.
+        retryable: bool,
+    },
+}
+
+impl Ending {
+    /// The state the record takes.
+    pub fn state(self) -> RecordState {
+        match self {
+            Ending::Completed => RecordState::Completed,
+            Ending::Failed { retryable } => machine::failed_state(retryable),
+        }
+    }
+}
+
+/// One holder's end of its attempt, for [`Store::finish_many`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Finish {
+    /// The record.
+    pub key: RecordKey,
+    /// The fence the holder claimed under.
+    pub fence: u64,
+    /// Completed or failed.
+    pub ending: Ending,
+    /// What is stored.
+    pub outcome: Outcome,
+}
+
+/// What the engine asks a store to claim.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimRequest {
+    /// Namespace and key.
+    pub key: RecordKey,
+    /// `sha256:<64 lowercase hex>`: the policy that derived the key.
+    pub policy_digest: String,
+    /// The operation's fingerprint.
+    pub fingerprint: Digest,
+    /// Who owns the effect.
+    pub partition: String,
+    /// How long the claim holds before its lease expires (store clock).
+    pub lease: Duration,
+    /// How long the record is kept after its last write (store clock).
+    pub retention: Duration,
+    /// Who is claiming.
+    pub holder: Holder,
+    /// The claimer's ownership epoch, when it works under partitioned
+    /// ownership: the store refuses the claim
+    /// ([`StoreError::StaleEpoch`]) unless it is the group's current epoch.
+    /// `None` (the default) checks nothing.
+    pub ownership: Option<OwnershipToken>,
+}
+
+/// Proof of ownership under a membership: the group and the epoch that
+/// [`Store::join_membership`] returned.
+///
+/// A worker computes what it owns from a membership, then carries the
+/// membership's epoch on every claim and take-over. Once the membership
+/// changes, the epoch moves on and the store refuses the old one: a worker
+/// that was deposed while paused cannot start an effect when it wakes.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct OwnershipToken {
+    /// The group (e.g. the job name).
+    pub group: String,
+    /// The epoch the worker's view of the membership has.
+    pub epoch: u64,
+}
+
+/// A group's registered membership.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Membership {
+    /// The group.
+    pub group: String,
+    /// The group's current epoch: a value of a store-wide sequence, so it
+    /// only ever increases, and it changes exactly when the members do.
+    pub epoch: u64,
+    /// The members, sorted and without repeats.
+    pub members: Vec<String>,
+}
+
+impl Membership {
+    /// The token that proves a claim is made under this membership.
+    pub fn token(&self) -> OwnershipToken {
+        OwnershipToken {
+            group: self.group.clone(),
+            epoch: self.epoch,
+        }
+    }
+}
+
+/// A job-level lease: who runs a whole job right now.
+///
+/// An efficiency measure only (two whole runs need not both do the work);
+/// correctness never depends on it: every operation is still claimed and
+/// fenced on its own.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobLease {
+    /// The job's name.
+    pub job: String,
+    /// Who holds it (free text, e.g. host, pid and run id).
+    pub holder: String,
+    /// The lease's fence, from the store-wide fence sequence; hand it back
+    /// to heartbeat or release.
+    pub fence: u64,
+    /// When the lease ends, store clock (ms since the epoch).
+    pub lease_until_ms: u64,
+}
+
+/// What [`Store::acquire_job_lease`] got.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum JobLeaseAcquire {
+    /// The caller holds the job lease.
+    Acquired(JobLease),
+    /// Another holder's lease is live.
+    Held {
+        /// The live lease.
+        current: JobLease,
+        /// How long it has left, store clock.
+        remaining_ms: u64,
+    },
+}
+
+/// A claim: the right to execute the effect, as long as `fence` is current.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Claim {
+    /// Namespace and key.
+    pub key: RecordKey,
+    /// The fencing token; hand it back on every write.
+    pub fence: u64,
+    /// When the lease ends, store clock.
+    pub lease_until_ms: u64,
+    /// Which attempt this is under the key (1 for the first).
+    pub attempt: u32,
+}
+
+/// A record as the store saw it, with store-clock times.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordView {
+    /// The record.
+    pub record: Record,
+    /// The store clock when the record was read.
+    pub now_ms: u64,
+    /// Age of the record (since creation), store clock.
+    pub age_ms: u64,
+    /// Lease left on an in-progress record; 0 when expired or not in
+    /// progress.
+    pub lease_remaining_ms: u64,
+}
+
+impl RecordView {
+    pub(crate) fn at(record: Record, now_ms: u64) -> Self {
+        RecordView {
+            age_ms: now_ms.saturating_sub(record.created_ms),
+            lease_remaining_ms: record.lease_remaining_ms(now_ms),
+            now_ms,
+            record,
+        }
+    }
+}
+
+/// The record a claim collided with: what the engine needs to ask the
+/// policy what the duplicate gets.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Existing {
+    /// The record and its store-clock times.
+    pub view: RecordView,
+    /// Whether the claim's fingerprint equals the stored one.
+    pub fingerprint_matches: bool,
+}
+
+impl Existing {
+    /// The duplicate context a policy's `on-duplicate` receives.
+    pub fn duplicate_context(&self, operation: Operation) -> DuplicateContext {
+        let record = &self.view.record;
+        DuplicateContext {
+            operation,
+            state: record.state,
+            fingerprint_matches: self.fingerprint_matches,
+            attempts: record.attempts,
+            age_ms: self.view.age_ms,
+            lease_remaining_ms: self.view.lease_remaining_ms,
+            outcome: record.outcome.as_ref().map(Outcome::summary),
+        }
+    }
+}
+
+/// What a claim got.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClaimOutcome {
+    /// No live record existed: the caller holds the key and executes.
+    Claimed(Claim),
+    /// A live record exists: ask the policy what the duplicate gets.
+    Existing(Box<Existing>),
+}
+
+/// Which records [`Store::list`] returns, most recently updated first.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ListFilter {
+    /// Only this namespace.
+    pub namespace: Option<String>,
+    /// Only this partition.
+    pub partition: Option<String>,
+    /// Only records in this state.
+    pub state: Option<RecordState>,
+    /// At most this many records (all when `None`).
+    pub limit: Option<u32>,
+}
+
+/// Options every store takes.
+#[derive(Debug, Clone)]
+pub struct StoreOptions {
+    /// The store clock: the system clock unless a test injects one.
+    pub clock: StoreClock,
+    /// Largest outcome body accepted (default 64 KiB).
+    pub max_outcome_bytes: usize,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        StoreOptions {
+            clock: StoreClock::system(),
+            max_outcome_bytes: DEFAULT_MAX_OUTCOME_BYTES,
+        }
+    }
+}

@@ -1,0 +1,197 @@
+//! Rows of a SQLite store: records through the shared codec
+//! (`crate::codec`), the fence and epoch sequences, memberships and job
+//! leases. Every function runs inside the caller's transaction or read.
+
+use std::sync::LazyLock;
+
+use rusqlite::{Connection, OptionalExtension};
+
+use super::Inner;
+use crate::codec::{self, ColumnReader, RecordRow, record_values};
+use crate::error::StoreError;
+use crate::machine;
+use crate::record::{JobLease, Record, RecordKey};
+
+impl ColumnReader for rusqlite::Row<'_> {
+    fn opt_text(&self, column: &str) -> Result<Option<String>, String> {
+        self.get(column).map_err(|e| e.to_string())
+    }
+
+    fn opt_bytes(&self, column: &str) -> Result<Option<Vec<u8>>, String> {
+        self.get(column).map_err(|e| e.to_string())
+    }
+
+    fn opt_i64(&self, column: &str) -> Result<Option<i64>, String> {
+        self.get(column).map_err(|e| e.to_string())
+    }
+
+    fn opt_i32(&self, column: &str) -> Result<Option<i32>, String> {
+        self.get(column).map_err(|e| e.to_string())
+    }
+}
+
+/// SQL for "counts as absent" (see `machine::is_expired`), `?1` = now.
+pub(super) const EXPIRED: &str =
+    "(retain_until < ?1 AND NOT (state = 'in-progress' AND lease_until > ?1))";
+
+/// A store-clock reading or a stored time as a SQL integer.
+pub(super) fn int(v: u64) -> i64 {
+    // Times are clamped far below i64::MAX (machine::after); saturate anyway.
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+impl Inner {
+    /// Decodes a record row (a `SELECT` of every column).
+    pub(super) fn decode(&self, row: &rusqlite::Row<'_>) -> Result<Record, StoreError> {
+        codec::decode(row, "", &self.name)?
+            .ok_or_else(|| self.corrupt("a record row has no namespace".into()))
+    }
+
+    /// The record under `key`, as stored.
+    pub(super) fn load(
+        &self,
+        tx: &Connection,
+        key: &RecordKey,
+    ) -> Result<Option<Record>, StoreError> {
+        // Cached statements: parsing the SQL cost more than running it.
+        static SELECT: LazyLock<String> = LazyLock::new(|| {
+            format!(
+                "SELECT {} FROM records WHERE namespace = ?1 AND key = ?2",
+                codec::column_list("")
+            )
+        });
+        let mut stmt = tx
+            .prepare_cached(&SELECT)
+            .map_err(|e| self.err("reading a record", e))?;
+        let mut rows = stmt
+            .query(rusqlite::params![key.namespace, key.key.0.as_slice()])
+            .map_err(|e| self.err("reading a record", e))?;
+        match rows.next().map_err(|e| self.err("reading a record", e))? {
+            Some(row) => self.decode(row).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// Writes `record` in place of any row under its key.
+    pub(super) fn save(&self, tx: &Connection, record: &Record) -> Result<(), StoreError> {
+        static UPSERT: LazyLock<String> = LazyLock::new(|| {
+            let placeholders: Vec<String> = (1..=codec::COLUMNS.len())
+                .map(|i| format!("?{i}"))
+                .collect();
+            format!(
+                "INSERT OR REPLACE INTO records ({}) VALUES ({})",
+                codec::column_list(""),
+                placeholders.join(", ")
+            )
+        });
+        let row = RecordRow::of(record)?;
+        tx.prepare_cached(&UPSERT)
+            .and_then(|mut stmt| stmt.execute(record_values!(&row, dyn rusqlite::ToSql)))
+            .map_err(|e| self.err("writing a record", e))?;
+        Ok(())
+    }
+
+    /// The next fence, in the caller's transaction: a store-wide sequence
+    /// that survives gc (records are deleted, the sequence row is not).
+    pub(super) fn next_fence(&self, tx: &Connection) -> Result<u64, StoreError> {
+        let fence: i64 = tx
+            .prepare_cached("UPDATE fence_seq SET last = last + 1 WHERE id = 1 RETURNING last")
+            .and_then(|mut stmt| stmt.query_row([], |row| row.get(0)))
+            .map_err(|e| self.err("issuing a fence", e))?;
+        u64::try_from(fence).map_err(|_| self.corrupt(format!("the fence sequence is at {fence}")))
+    }
+
+    /// The next ownership epoch, in the caller's transaction.
+    pub(super) fn next_epoch(&self, tx: &Connection) -> Result<u64, StoreError> {
+        let epoch: i64 = tx
+            .query_row(
+                "UPDATE epoch_seq SET last = last + 1 WHERE id = 1 RETURNING last",
+                [],
+                |row| row.get(0),
+            )
+            .map_err(|e| self.err("issuing an epoch", e))?;
+        u64::try_from(epoch).map_err(|_| self.corrupt(format!("the epoch sequence is at {epoch}")))
+    }
+
+    /// A group's epoch and members.
+    pub(super) fn load_membership(
+        &self,
+        tx: &Connection,
+        group: &str,
+    ) -> Result<Option<(u64, Vec<String>)>, StoreError> {
+        let row: Option<(i64, String)> = tx
+            .query_row(
+                "SELECT epoch, members FROM memberships WHERE grp = ?1",
+                [group],
+                |row| Ok((row.get(0)?, row.get(1)?)),
+            )
+            .optional()
+            .map_err(|e| self.err("reading a membership", e))?;
+        row.map(|(epoch, members)| {
+            let epoch = u64::try_from(epoch)
+                .map_err(|_| self.corrupt(format!("group {group} has epoch {epoch}")))?;
+            Ok((epoch, machine::split_members(&members)))
+        })
+        .transpose()
+    }
+
+    /// Writes a group's membership (members joined by newlines, which names
+    /// never contain).
+    pub(super) fn save_membership(
+        &self,
+        tx: &Connection,
+        group: &str,
+        epoch: u64,
+        members: &[String],
+        now: u64,
+    ) -> Result<(), StoreError> {
+        tx.execute(
+            "INSERT OR REPLACE INTO memberships (grp, epoch, members, updated) VALUES (?1, ?2, ?3, ?4)",
+            rusqlite::params![group, int(epoch), members.join("\n"), int(now)],
+        )
+        .map_err(|e| self.err("writing a membership", e))?;
+        Ok(())
+    }
+
+    pub(super) fn load_job(
+        &self,
+        tx: &Connection,
+        job: &str,
+    ) -> Result<Option<JobLease>, StoreError> {
+        let row: Option<(String, i64, i64)> = tx
+            .query_row(
+                "SELECT holder, fence, lease_until FROM job_leases WHERE job = ?1",
+                [job],
+                |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
+            )
+            .optional()
+            .map_err(|e| self.err("reading a job lease", e))?;
+        row.map(|(holder, fence, until)| {
+            let unsigned = |v: i64, what: &str| {
+                u64::try_from(v)
+                    .map_err(|_| self.corrupt(format!("job lease {job}: {what} is {v}")))
+            };
+            Ok(JobLease {
+                job: job.to_string(),
+                holder,
+                fence: unsigned(fence, "fence")?,
+                lease_until_ms: unsigned(until, "lease_until")?,
+            })
+        })
+        .transpose()
+    }
+
+    pub(super) fn save_job(&self, tx: &Connection, lease: &JobLease) -> Result<(), StoreError> {
+        tx.execute(
+            "INSERT OR REPLACE INTO job_leases (job, holder, fence, lease_until) VALUES (?1, ?2, ?3, ?4)",
+            rusqlite::params![
+                lease.job,
+                lease.holder,
+                int(lease.fence),
+                int(lease.lease_until_ms)
+            ],
+        )
+        .map_err(|e| self.err("writing a job lease", e))?;
+        Ok(())
+    }
+}

@@ -1,0 +1,276 @@
+//! The SQLite backend of the store port: a record transaction is one
+//! `BEGIN IMMEDIATE` write transaction (the clock read after the write lock
+//! is held), and a batch shares one (one commit, one fsync).
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use rusqlite::{Connection, Transaction};
+
+use super::row::{EXPIRED, int};
+use super::{Inner, SqliteStore};
+use crate::backend::{Call, Decide, Fences, RecordBackend, Step};
+use crate::codec;
+use crate::error::StoreError;
+use crate::machine::{self, JobStep};
+use crate::record::{
+    JobLease, JobLeaseAcquire, ListFilter, Membership, OwnershipToken, Record, RecordKey,
+    RecordState, StoreOptions,
+};
+
+/// Fences drawn from the sequence row, in the caller's transaction.
+struct SequenceFences<'a> {
+    inner: &'a Inner,
+    tx: &'a Connection,
+}
+
+impl Fences for SequenceFences<'_> {
+    fn next_fence(&mut self) -> Result<u64, StoreError> {
+        self.inner.next_fence(self.tx)
+    }
+}
+
+impl Inner {
+    /// Refuses a stale ownership token, inside the caller's transaction (so
+    /// that a membership change is ordered before or after the claim, never
+    /// in between).
+    fn check_epoch(
+        &self,
+        tx: &Connection,
+        token: Option<&OwnershipToken>,
+    ) -> Result<(), StoreError> {
+        let Some(t) = token else { return Ok(()) };
+        let current = self.load_membership(tx, &t.group)?.map(|(epoch, _)| epoch);
+        machine::check_epoch(token, current)
+    }
+
+    /// One record transaction inside `tx`. The outer error is a failure to
+    /// read or write (it fails the whole transaction); the inner one a
+    /// refusal (nothing of this call was written).
+    fn transact_in<T>(
+        &self,
+        tx: &Transaction<'_>,
+        now: u64,
+        call: &Call,
+        decide: &mut Decide<T>,
+    ) -> Result<Result<T, StoreError>, StoreError> {
+        if let Err(refused) = self.check_epoch(tx, call.ownership.as_ref()) {
+            return match refused {
+                StoreError::StaleEpoch { .. } => Ok(Err(refused)),
+                failed => Err(failed),
+            };
+        }
+        let current = self.load(tx, &call.key)?;
+        let mut fences = SequenceFences { inner: self, tx };
+        match decide(current, now, &mut fences) {
+            Err(refused) if refused.is_refusal() => Ok(Err(refused)),
+            Err(failed) => Err(failed),
+            Ok(Step::Done(out)) => Ok(Ok(out)),
+            Ok(Step::Put(record, out)) => {
+                self.save(tx, &record)?;
+                Ok(Ok(out))
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl RecordBackend for SqliteStore {
+    fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    fn options(&self) -> &StoreOptions {
+        &self.inner.options
+    }
+
+    async fn transact<T: Send + 'static>(
+        &self,
+        call: Call,
+        mut decide: Decide<T>,
+    ) -> Result<T, StoreError> {
+        self.blocking(move |inner| {
+            inner.write(call.context, |tx, now| {
+                inner.transact_in(tx, now, &call, &mut decide)?
+            })
+        })
+        .await
+    }
+
+    /// One write transaction for the whole batch: one commit (one fsync
+    /// under `synchronous=full`) instead of one per call. A refused call is
+    /// refused alone; a failure of the transaction itself fails the batch,
+    /// and then nothing of it was written.
+    async fn transact_many<T: Send + 'static>(
+        &self,
+        calls: Vec<(Call, Decide<T>)>,
+    ) -> Result<Vec<Result<T, StoreError>>, StoreError> {
+        let context = calls.first().map_or("a batch", |(call, _)| call.context);
+        self.blocking(move |inner| {
+            inner.write(context, |tx, now| {
+                let mut answers = Vec::with_capacity(calls.len());
+                for (call, mut decide) in calls {
+                    answers.push(inner.transact_in(tx, now, &call, &mut decide)?);
+                }
+                Ok(answers)
+            })
+        })
+        .await
+    }
+
+    async fn read(&self, key: &RecordKey) -> Result<(Option<Record>, u64), StoreError> {
+        let key = key.clone();
+        self.blocking(move |inner| inner.read(|conn, now| Ok((inner.load(conn, &key)?, now))))
+            .await
+    }
+
+    async fn read_many(&self, filter: &ListFilter) -> Result<(Vec<Record>, u64), StoreError> {
+        let filter = filter.clone();
+        self.blocking(move |inner| {
+            inner.read(|conn, now| {
+                let sql = format!(
+                    "SELECT {} FROM records WHERE NOT {EXPIRED} \
+                     AND (?2 IS NULL OR namespace = ?2) AND (?3 IS NULL OR partition = ?3) AND (?4 IS NULL OR state = ?4) \
+                     ORDER BY updated DESC, namespace, key LIMIT ?5",
+                    codec::column_list("")
+                );
+                let fail = |e| inner.err("listing records", e);
+                let mut stmt = conn.prepare(&sql).map_err(fail)?;
+                let limit = filter.limit.map_or(-1, i64::from);
+                let mut rows = stmt
+                    .query(rusqlite::params![
+                        int(now),
+                        filter.namespace,
+                        filter.partition,
+                        filter.state.map(RecordState::as_str),
+                        limit
+                    ])
+                    .map_err(fail)?;
+                let mut out = Vec::new();
+                while let Some(row) = rows.next().map_err(fail)? {
+                    out.push(inner.decode(row)?);
+                }
+                Ok((out, now))
+            })
+        })
+        .await
+    }
+
+    async fn collect_garbage(&self) -> Result<u64, StoreError> {
+        self.blocking(|inner| {
+            inner.write("collecting garbage", |tx, now| {
+                let removed = tx
+                    .execute(&format!("DELETE FROM records WHERE {EXPIRED}"), [int(now)])
+                    .map_err(|e| inner.err("collecting garbage", e))?;
+                Ok(removed as u64)
+            })
+        })
+        .await
+    }
+
+    async fn join(&self, group: &str, members: Vec<String>) -> Result<Membership, StoreError> {
+        let group = group.to_string();
+        self.blocking(move |inner| {
+            inner.write("joining a membership", |tx, now| {
+                let stored = inner.load_membership(tx, &group)?;
+                let epoch = match &stored {
+                    Some((epoch, stored))
+                        if !machine::membership_changes(Some(stored), &members) =>
+                    {
+                        *epoch
+                    }
+                    // The new epoch and the new members commit together.
+                    _ => {
+                        let epoch = inner.next_epoch(tx)?;
+                        inner.save_membership(tx, &group, epoch, &members, now)?;
+                        epoch
+                    }
+                };
+                Ok(Membership {
+                    group,
+                    epoch,
+                    members,
+                })
+            })
+        })
+        .await
+    }
+
+    async fn read_membership(&self, group: &str) -> Result<Option<Membership>, StoreError> {
+        let group = group.to_string();
+        self.blocking(move |inner| {
+            inner.read(|conn, _now| {
+                Ok(inner
+                    .load_membership(conn, &group)?
+                    .map(|(epoch, members)| Membership {
+                        group,
+                        epoch,
+                        members,
+                    }))
+            })
+        })
+        .await
+    }
+
+    async fn acquire_job(
+        &self,
+        job: &str,
+        holder: &str,
+        lease: Duration,
+    ) -> Result<JobLeaseAcquire, StoreError> {
+        let (job, holder) = (job.to_string(), holder.to_string());
+        self.blocking(move |inner| {
+            inner.write(
+                "acquiring a job lease",
+                |tx, now| match machine::acquire_job(inner.load_job(tx, &job)?, now) {
+                    JobStep::Held(current, remaining_ms) => Ok(JobLeaseAcquire::Held {
+                        current,
+                        remaining_ms,
+                    }),
+                    JobStep::Take => {
+                        let taken = JobLease {
+                            fence: inner.next_fence(tx)?,
+                            lease_until_ms: machine::after(now, lease),
+                            job,
+                            holder,
+                        };
+                        inner.save_job(tx, &taken)?;
+                        Ok(JobLeaseAcquire::Acquired(taken))
+                    }
+                },
+            )
+        })
+        .await
+    }
+
+    async fn heartbeat_job(
+        &self,
+        job: &str,
+        fence: u64,
+        lease: Duration,
+    ) -> Result<u64, StoreError> {
+        let job = job.to_string();
+        self.blocking(move |inner| {
+            inner.write("heartbeating a job lease", |tx, now| {
+                let mut held = machine::job_held(inner.load_job(tx, &job)?, &job, fence)?;
+                held.lease_until_ms = machine::after(now, lease);
+                inner.save_job(tx, &held)?;
+                Ok(held.lease_until_ms)
+            })
+        })
+        .await
+    }
+
+    async fn release_job(&self, job: &str, fence: u64) -> Result<(), StoreError> {
+        let job = job.to_string();
+        self.blocking(move |inner| {
+            inner.write("releasing a job lease", |tx, _now| {
+                machine::job_held(inner.load_job(tx, &job)?, &job, fence)?;
+                tx.execute("DELETE FROM job_leases WHERE job = ?1", [&job])
+                    .map_err(|e| inner.err("releasing a job lease", e))?;
+                Ok(())
+            })
+        })
+        .await
+    }
+}

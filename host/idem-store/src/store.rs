@@ -1,0 +1,195 @@
+//! The store trait: what the engine asks of every store.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use crate::clock::StoreClock;
+use crate::error::StoreError;
+use crate::record::{
+    Claim, ClaimOutcome, ClaimRequest, Ending, Finish, Holder, JobLeaseAcquire, ListFilter,
+    Membership, Outcome, OwnershipToken, RecordKey, RecordView,
+};
+
+/// A record store.
+///
+/// Every method is one atomic transaction that reads the store's own clock.
+/// Conflicts are typed errors: [`StoreError::Fenced`],
+/// [`StoreError::NotInProgress`], [`StoreError::NotEligible`],
+/// [`StoreError::Gone`] (see [`StoreError::is_conflict`]); a conflicting call
+/// changes nothing.
+#[async_trait]
+pub trait Store: Send + Sync + 'static {
+    /// Where the store is, for messages (e.g. `sqlite:/var/lib/idem.db`).
+    fn describe(&self) -> String;
+
+    /// The clock this store decides leases by, as this process reads it (a
+    /// database server's own clock stays the authority for leases; see
+    /// [`StoreClock`]). The engine hands its reading to policies as their
+    /// logical time, so that a simulation on a [`ManualClock`] is
+    /// deterministic down to what the policy sees.
+    fn clock(&self) -> &StoreClock;
+
+    /// Claims `request.key`: inserts an in-progress record under a new fence
+    /// when no live record exists (a record past its retention counts as
+    /// absent and is replaced), else reports the existing record.
+    async fn claim(&self, request: ClaimRequest) -> Result<ClaimOutcome, StoreError>;
+
+    /// [`Store::claim`] for many requests in one call: what each would have
+    /// got, in order, as if claimed one after the other (a key repeated in
+    /// the batch finds the record its first occurrence made). The fences of
+    /// the claims a batch makes are new and higher than any before it, in
+    /// an order of the store's choosing (PostgreSQL inserts in key order,
+    /// so that racing batches never deadlock). Each claim is
+    /// atomic on its own; the batch is not a transaction, only fewer round
+    /// trips (PostgreSQL: one statement for the fresh keys, one for the
+    /// rest) and fewer commits (SQLite: one transaction, one fsync). The
+    /// outer error is a failure of the whole call (nothing, or only some
+    /// claims, may have been made: each made claim is live and fenced like
+    /// any other); the inner ones are per request, as `claim` returns them.
+    /// The default claims one at a time.
+    async fn claim_many(
+        &self,
+        requests: Vec<ClaimRequest>,
+    ) -> Result<Vec<Result<ClaimOutcome, StoreError>>, StoreError> {
+        let mut outcomes = Vec::with_capacity(requests.len());
+        for request in requests {
+            outcomes.push(self.claim(request).await);
+        }
+        Ok(outcomes)
+    }
+
+    /// Re-executes under a new, higher fence (attempts + 1), after the policy
+    /// decided `re-execute`. Succeeds only while the record still carries
+    /// `observed_fence` and is failed-retryable, outcome-unknown, or
+    /// in-progress with its lease expired by the store clock.
+    async fn take_over(
+        &self,
+        key: &RecordKey,
+        observed_fence: u64,
+        lease: Duration,
+        holder: Holder,
+    ) -> Result<Claim, StoreError> {
+        self.take_over_with(key, observed_fence, lease, holder, None)
+            .await
+    }
+
+    /// [`Store::take_over`] under partitioned ownership: refused with
+    /// [`StoreError::StaleEpoch`] (changing nothing) unless `ownership` is
+    /// the group's current epoch. `None` checks nothing.
+    async fn take_over_with(
+        &self,
+        key: &RecordKey,
+        observed_fence: u64,
+        lease: Duration,
+        holder: Holder,
+        ownership: Option<&OwnershipToken>,
+    ) -> Result<Claim, StoreError>;
+
+    /// Marks an in-progress record whose lease expired as outcome-unknown,
+    /// if it still carries `observed_fence`. Idempotent: a record already
+    /// outcome-unknown under `observed_fence` is left as it is.
+    async fn mark_unknown(&self, key: &RecordKey, observed_fence: u64) -> Result<(), StoreError>;
+
+    /// Completes the attempt holding `fence`; the record is then final.
+    async fn complete(
+        &self,
+        key: &RecordKey,
+        fence: u64,
+        outcome: Outcome,
+    ) -> Result<(), StoreError>;
+
+    /// Records the failure of the attempt holding `fence`: failed-retryable
+    /// (a take-over may follow) or failed-permanent (final).
+    async fn fail(
+        &self,
+        key: &RecordKey,
+        fence: u64,
+        retryable: bool,
+        outcome: Outcome,
+    ) -> Result<(), StoreError>;
+
+    /// [`Store::complete`] and [`Store::fail`] for many holders in one call:
+    /// what each would have got, in order. Each write is conditional on its
+    /// own key and fence, exactly as alone; the batch is not a transaction,
+    /// only fewer round trips (PostgreSQL: one statement) and fewer commits
+    /// (SQLite: one transaction, one fsync). The outer error is a failure of
+    /// the whole call (some writes may have been made); the inner ones are
+    /// per holder, as `complete` and `fail` return them. The default
+    /// finishes one at a time.
+    async fn finish_many(
+        &self,
+        finishes: Vec<Finish>,
+    ) -> Result<Vec<Result<(), StoreError>>, StoreError> {
+        let mut results = Vec::with_capacity(finishes.len());
+        for f in finishes {
+            results.push(match f.ending {
+                Ending::Completed => self.complete(&f.key, f.fence, f.outcome).await,
+                Ending::Failed { retryable } => {
+                    self.fail(&f.key, f.fence, retryable, f.outcome).await
+                }
+            });
+        }
+        Ok(results)
+    }
+
+    /// Extends the lease of the attempt holding `fence` to store-now +
+    /// `lease`; returns the new `lease_until_ms`.
+    async fn heartbeat(
+        &self,
+        key: &RecordKey,
+        fence: u64,
+        lease: Duration,
+    ) -> Result<u64, StoreError>;
+
+    /// The live record under `key`, if any.
+    async fn get(&self, key: &RecordKey) -> Result<Option<RecordView>, StoreError>;
+
+    /// Live records matching `filter`, most recently updated first.
+    async fn list(&self, filter: ListFilter) -> Result<Vec<RecordView>, StoreError>;
+
+    /// Removes the records past their retention (never an in-progress record
+    /// whose lease is live); returns how many were removed.
+    async fn gc(&self) -> Result<u64, StoreError>;
+
+    /// Registers `members` as the membership of `group` and returns the
+    /// group's membership. When the members (as a set) differ from the
+    /// stored ones, or the group has none yet, the group gets a new epoch
+    /// from a store-wide monotonic sequence, in the same transaction;
+    /// otherwise the stored epoch is returned unchanged, so that workers
+    /// joining with the same view agree on it. Members must be non-empty
+    /// names without control characters ([`StoreError::InvalidRequest`]).
+    async fn join_membership(
+        &self,
+        group: &str,
+        members: &[String],
+    ) -> Result<Membership, StoreError>;
+
+    /// The membership of `group`, if one was registered.
+    async fn membership(&self, group: &str) -> Result<Option<Membership>, StoreError>;
+
+    /// Takes the job lease `job` for `lease` (store clock) under a new fence,
+    /// unless another holder's lease is live ([`JobLeaseAcquire::Held`]).
+    /// A lease that expired, or was released, is taken.
+    async fn acquire_job_lease(
+        &self,
+        job: &str,
+        holder: &str,
+        lease: Duration,
+    ) -> Result<JobLeaseAcquire, StoreError>;
+
+    /// Extends the job lease held under `fence` to store-now + `lease`;
+    /// returns the new `lease_until_ms`. [`StoreError::JobLeaseLost`] when
+    /// someone else took it (or it was released).
+    async fn heartbeat_job_lease(
+        &self,
+        job: &str,
+        fence: u64,
+        lease: Duration,
+    ) -> Result<u64, StoreError>;
+
+    /// Releases the job lease held under `fence`, so the next run need not
+    /// wait for it to expire. [`StoreError::JobLeaseLost`] when it is no
+    /// longer held under `fence`.
+    async fn release_job_lease(&self, job: &str, fence: u64) -> Result<(), StoreError>;
+}
