@@ -46,26 +46,51 @@ macro_rules! conformance {
     };
 }
 
-conformance!(
-    claim_and_duplicate,
-    complete_then_replay,
-    fenced_stale_writes,
-    lease_expiry_and_take_over,
-    expired_holder_may_still_write,
-    take_over_refused_for_final,
-    heartbeat_extends_and_is_fenced,
-    fail_retryable_then_take_over,
-    mark_unknown,
-    retention_and_gc,
-    claim_many_is_claims_in_order,
-    finish_many_is_finishes_in_order,
-    fence_monotonic_across_gc_and_reopen,
-    outcome_size_cap,
-    list_filters,
-    membership_epochs,
-    stale_epoch_is_refused,
-    job_lease,
-);
+// One test per check and store, from the one list of checks.
+idem_store::for_each_conformance_check!(conformance);
+
+/// The names in [`idem_store::for_each_conformance_check!`], as strings.
+macro_rules! check_names {
+    ($($check:ident),* $(,)?) => {
+        [$(stringify!($check)),*]
+    };
+}
+
+/// Every public check in `src/conformance/` (a `pub async fn` taking only a
+/// factory) is in the list of checks, once, and the list names nothing else:
+/// a check left out of the list would run nowhere.
+#[test]
+fn every_check_is_listed_once() {
+    let listed = idem_store::for_each_conformance_check!(check_names);
+    let mut unique: Vec<&str> = listed.to_vec();
+    unique.sort_unstable();
+    unique.dedup();
+    assert_eq!(
+        unique.len(),
+        listed.len(),
+        "a check listed twice: {listed:?}"
+    );
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/conformance");
+    let mut defined = Vec::new();
+    for entry in std::fs::read_dir(&dir).expect("read src/conformance") {
+        let path = entry.expect("entry").path();
+        if path.extension().is_none_or(|e| e != "rs") {
+            continue;
+        }
+        let source = std::fs::read_to_string(&path).expect("read a source file");
+        defined.extend(source.lines().filter_map(|line| {
+            line.strip_prefix("pub async fn ")?
+                .strip_suffix("<F, Fut>(factory: &F)")
+                .map(str::to_string)
+        }));
+    }
+    defined.sort_unstable();
+    assert!(!defined.is_empty(), "no checks found in {}", dir.display());
+    assert_eq!(
+        defined, unique,
+        "the checks defined in src/conformance/ and those in for_each_conformance_check! differ"
+    );
+}
 
 #[tokio::test]
 async fn run_all_covers_both_stores() {

@@ -1,0 +1,110 @@
+//! The conformance suite every store must pass (feature `conformance`).
+//!
+//! Each check is a public async function taking a *factory*: a closure that
+//! makes a fresh, empty store from [`StoreOptions`]. The suite passes in a
+//! [`ManualClock`]'s store clock and advances it, so no check sleeps or
+//! depends on timing. [`run_all`] runs every check; [`model::check`] runs
+//! the model-based property test.
+//!
+//! A check panics (with the store's description) when the store misbehaves.
+//!
+//! ```no_run
+//! use idem_store::conformance;
+//! # async fn demo() {
+//! conformance::run_all(&conformance::memory_factory()).await;
+//! conformance::run_all(&conformance::sqlite_factory(Default::default())).await;
+//! # }
+//! // The model check runs its own runtime: call it outside one.
+//! conformance::model::check(conformance::memory_factory(), 64);
+//! ```
+//!
+//! The checks are listed once, in
+//! [`for_each_conformance_check!`](crate::for_each_conformance_check):
+//! [`run_all`] and the crate's per-store test modules are generated from
+//! that list, so a new check is added there.
+//!
+//! [`ManualClock`]: crate::ManualClock
+
+mod assert;
+mod batches;
+mod factories;
+mod job_lease;
+pub mod model;
+mod ownership;
+mod records;
+mod store_wide;
+
+use std::future::Future;
+
+pub use assert::{POLICY, START_MS, fingerprint, holder, key, request};
+pub use batches::{claim_many_is_claims_in_order, finish_many_is_finishes_in_order};
+pub use factories::{
+    BoxFuture, Fixture, POSTGRES_URL_ENV, Reopen, drop_postgres_schema, fresh_schema,
+    memory_factory, postgres_factory, postgres_test_url, sqlite_factory, sqlite_fast_factory,
+};
+pub use job_lease::job_lease;
+pub use ownership::{membership_epochs, stale_epoch_is_refused};
+pub use records::{
+    claim_and_duplicate, complete_then_replay, expired_holder_may_still_write,
+    fail_retryable_then_take_over, fenced_stale_writes, heartbeat_extends_and_is_fenced,
+    lease_expiry_and_take_over, mark_unknown, take_over_refused_for_final,
+};
+pub use store_wide::{
+    fence_monotonic_across_gc_and_reopen, list_filters, outcome_size_cap, retention_and_gc,
+};
+
+use crate::StoreOptions;
+
+/// The list of conformance checks, kept once: calls `$callback! { check,
+/// check, … }` with the name of every check in [`idem_store::conformance`]
+/// (in the order [`run_all`] runs them).
+///
+/// [`run_all`] is generated from it, and so are the per-store test modules
+/// of the crate's tests (`tests/conformance.rs`), which a crate testing a
+/// store of its own can copy.
+///
+/// [`idem_store::conformance`]: crate::conformance
+/// [`run_all`]: crate::conformance::run_all
+#[macro_export]
+macro_rules! for_each_conformance_check {
+    ($callback:ident) => {
+        $callback! {
+            claim_and_duplicate,
+            complete_then_replay,
+            fenced_stale_writes,
+            lease_expiry_and_take_over,
+            expired_holder_may_still_write,
+            take_over_refused_for_final,
+            heartbeat_extends_and_is_fenced,
+            fail_retryable_then_take_over,
+            mark_unknown,
+            retention_and_gc,
+            claim_many_is_claims_in_order,
+            finish_many_is_finishes_in_order,
+            fence_monotonic_across_gc_and_reopen,
+            outcome_size_cap,
+            list_filters,
+            membership_epochs,
+            stale_epoch_is_refused,
+            job_lease,
+        }
+    };
+}
+
+/// Generates [`run_all`] from the list of checks.
+macro_rules! define_run_all {
+    ($($check:ident),* $(,)?) => {
+        /// Runs every check (the list in
+        /// [`for_each_conformance_check!`](crate::for_each_conformance_check))
+        /// against stores from `factory`.
+        pub async fn run_all<F, Fut>(factory: &F)
+        where
+            F: Fn(StoreOptions) -> Fut,
+            Fut: Future<Output = Fixture>,
+        {
+            $($check(factory).await;)*
+        }
+    };
+}
+
+for_each_conformance_check!(define_run_all);

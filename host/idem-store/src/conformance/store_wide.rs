@@ -1,0 +1,260 @@
+//! Checks on what the store keeps across records and time: retention and
+//! gc, the fence sequence across gc and reopening, the outcome size cap and
+//! list filters.
+
+use std::future::Future;
+
+use super::Fixture;
+use super::assert::{
+    START_MS, assert_gone, claimed, fingerprint, fixture, holder, key, ms, request, view,
+};
+use crate::{
+    ListFilter, Outcome, RecordKey, RecordState, RecordView, StoreError, StoreOptions,
+    TRUNCATION_MARK,
+};
+
+/// Records live until their retention passes (store clock), then count as
+/// absent and are collected; a live lease is never collected.
+pub async fn retention_and_gc<F, Fut>(factory: &F)
+where
+    F: Fn(StoreOptions) -> Fut,
+    Fut: Future<Output = Fixture>,
+{
+    let (fx, clock) = fixture(factory, crate::DEFAULT_MAX_OUTCOME_BYTES).await;
+    let store = fx.store.as_ref();
+    let (k1, k2) = (key(1), key(2));
+    let a = claimed(store, request(&k1, 1, 1_000, 10_000, 1)).await;
+    clock.advance(ms(500));
+    store
+        .complete(&k1, a.fence, Outcome::new(200, Vec::new()))
+        .await
+        .expect("complete");
+    assert_eq!(
+        view(store, &k1).await.record.retain_until_ms,
+        START_MS + 500 + 10_000
+    );
+
+    // An in-progress record with retention 0 lives as long as its lease.
+    let b = claimed(store, request(&k2, 1, 20_000, 0, 2)).await;
+    clock.advance(ms(10_000)); // now = retain_until of k1: kept until strictly past.
+    assert_eq!(store.gc().await.expect("gc"), 0);
+    assert!(store.get(&k1).await.expect("get").is_some());
+    clock.advance(ms(1));
+    assert_eq!(
+        store.get(&k1).await.expect("get"),
+        None,
+        "past retention counts as absent"
+    );
+    assert_eq!(
+        store.list(ListFilter::default()).await.expect("list").len(),
+        1
+    );
+    assert_gone(store.take_over(&k1, a.fence, ms(1_000), holder(3)).await);
+    assert_eq!(store.gc().await.expect("gc"), 1);
+    assert_eq!(store.gc().await.expect("gc"), 0);
+    assert_eq!(
+        view(store, &k2).await.record.fence,
+        b.fence,
+        "a live lease is never collected"
+    );
+
+    // k2's lease ends at START + 20_500, now is START + 10_501.
+    clock.advance(ms(9_999));
+    assert_eq!(store.gc().await.expect("gc"), 0);
+    clock.advance(ms(1));
+    assert_eq!(
+        store.gc().await.expect("gc"),
+        1,
+        "an expired lease past retention is collected"
+    );
+    assert_gone(
+        store
+            .complete(&k2, b.fence, Outcome::new(200, Vec::new()))
+            .await,
+    );
+
+    // An expired record is replaced by a claim without waiting for gc.
+    let c = claimed(store, request(&k1, 2, 1_000, 0, 4)).await;
+    store
+        .fail(&k1, c.fence, true, Outcome::error(1, "x"))
+        .await
+        .expect("fail");
+    clock.advance(ms(1));
+    let d = claimed(store, request(&k1, 3, 1_000, 0, 5)).await;
+    assert!(d.fence > c.fence);
+    assert_eq!(d.attempt, 1, "a replaced record starts over");
+    assert_eq!(view(store, &k1).await.record.fingerprint, fingerprint(3));
+}
+
+/// Fences strictly increase across keys, gc and (for persistent stores)
+/// reopening.
+pub async fn fence_monotonic_across_gc_and_reopen<F, Fut>(factory: &F)
+where
+    F: Fn(StoreOptions) -> Fut,
+    Fut: Future<Output = Fixture>,
+{
+    let (fx, clock) = fixture(factory, crate::DEFAULT_MAX_OUTCOME_BYTES).await;
+    let store = fx.store.clone();
+    let mut last = 0;
+    for n in 0..3 {
+        let c = claimed(store.as_ref(), request(&key(n), 1, 1_000, 0, 1)).await;
+        assert!(c.fence > last, "fence {} after {last}", c.fence);
+        last = c.fence;
+        store
+            .complete(&key(n), c.fence, Outcome::new(0, Vec::new()))
+            .await
+            .expect("complete");
+    }
+    clock.advance(ms(1));
+    assert_eq!(store.gc().await.expect("gc"), 3);
+    let c = claimed(store.as_ref(), request(&key(0), 1, 1_000, 60_000, 1)).await;
+    assert!(
+        c.fence > last,
+        "fence {} after gc, last was {last}",
+        c.fence
+    );
+    last = c.fence;
+    if let Some(reopen) = &fx.reopen {
+        drop(store);
+        let again = reopen().await;
+        assert_eq!(
+            view(again.as_ref(), &key(0)).await.record.fence,
+            last,
+            "records survive reopening"
+        );
+        let d = claimed(again.as_ref(), request(&key(7), 1, 1_000, 60_000, 1)).await;
+        assert!(
+            d.fence > last,
+            "fence {} after reopen, last was {last}",
+            d.fence
+        );
+    }
+}
+
+/// Outcome bodies over the limit are refused (nothing written, the claim
+/// still held); long error text is cut and marked.
+pub async fn outcome_size_cap<F, Fut>(factory: &F)
+where
+    F: Fn(StoreOptions) -> Fut,
+    Fut: Future<Output = Fixture>,
+{
+    let (fx, _clock) = fixture(factory, 16).await;
+    let store = fx.store.as_ref();
+    let k = key(1);
+    let a = claimed(store, request(&k, 1, 60_000, 60_000, 1)).await;
+    match store
+        .complete(&k, a.fence, Outcome::new(200, vec![7; 17]))
+        .await
+    {
+        Err(StoreError::OutcomeTooLarge {
+            size: 17,
+            limit: 16,
+            ..
+        }) => {}
+        other => panic!("expected OutcomeTooLarge, got {other:?}"),
+    }
+    assert!(matches!(
+        store
+            .fail(
+                &k,
+                a.fence,
+                true,
+                Outcome {
+                    status: 1,
+                    body: vec![0; 17],
+                    error: None
+                }
+            )
+            .await,
+        Err(StoreError::OutcomeTooLarge { .. })
+    ));
+    assert_eq!(view(store, &k).await.record.state, RecordState::InProgress);
+    store
+        .complete(&k, a.fence, Outcome::new(200, vec![7; 16]))
+        .await
+        .expect("16 bytes fit");
+    assert_eq!(
+        view(store, &k).await.record.outcome.map(|o| o.body.len()),
+        Some(16)
+    );
+
+    let k2 = key(2);
+    let b = claimed(store, request(&k2, 1, 60_000, 60_000, 1)).await;
+    store
+        .fail(&k2, b.fence, true, Outcome::error(1, "x".repeat(100_000)))
+        .await
+        .expect("fail");
+    let error = view(store, &k2)
+        .await
+        .record
+        .outcome
+        .and_then(|o| o.error)
+        .expect("error text");
+    assert!(
+        error.len() <= crate::MAX_ERROR_BYTES && error.ends_with(TRUNCATION_MARK),
+        "{} bytes",
+        error.len()
+    );
+}
+
+/// `list` filters by namespace, partition and state, newest first, with a
+/// limit.
+pub async fn list_filters<F, Fut>(factory: &F)
+where
+    F: Fn(StoreOptions) -> Fut,
+    Fut: Future<Output = Fixture>,
+{
+    let (fx, clock) = fixture(factory, crate::DEFAULT_MAX_OUTCOME_BYTES).await;
+    let store = fx.store.as_ref();
+    let mut fences = Vec::new();
+    for n in 0..4 {
+        let mut req = request(&key(n), 1, 60_000, 60_000, 1);
+        if n == 3 {
+            req.key.namespace = "elsewhere".into();
+            req.partition = "customer-2".into();
+        }
+        let key = req.key.clone();
+        fences.push((key, claimed(store, req).await.fence));
+        clock.advance(ms(10));
+    }
+    store
+        .complete(&fences[0].0, fences[0].1, Outcome::new(0, Vec::new()))
+        .await
+        .expect("complete");
+    let keys = |views: Vec<RecordView>| views.into_iter().map(|v| v.record.key).collect::<Vec<_>>();
+    let all = keys(store.list(ListFilter::default()).await.expect("list"));
+    let expected: Vec<RecordKey> = [0usize, 3, 2, 1]
+        .iter()
+        .map(|&i| fences[i].0.clone())
+        .collect();
+    assert_eq!(all, expected, "most recently updated first");
+    let ns = ListFilter {
+        namespace: Some("conformance".into()),
+        ..ListFilter::default()
+    };
+    assert_eq!(store.list(ns.clone()).await.expect("list").len(), 3);
+    let limited = ListFilter {
+        limit: Some(2),
+        ..ns
+    };
+    assert_eq!(
+        keys(store.list(limited).await.expect("list")),
+        vec![fences[0].0.clone(), fences[2].0.clone()]
+    );
+    let done = ListFilter {
+        state: Some(RecordState::Completed),
+        ..ListFilter::default()
+    };
+    assert_eq!(
+        keys(store.list(done).await.expect("list")),
+        vec![fences[0].0.clone()]
+    );
+    let part = ListFilter {
+        partition: Some("customer-2".into()),
+        ..ListFilter::default()
+    };
+    assert_eq!(
+        keys(store.list(part).await.expect("list")),
+        vec![fences[3].0.clone()]
+    );
+}
