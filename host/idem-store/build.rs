@@ -25,6 +25,7 @@ fn main() {
             "/// The {dialect} migrations: element `i` takes the schema from version `i` to `i + 1`."
         )
         .unwrap();
+        writeln!(out, "#[cfg(feature = {dialect:?})]").unwrap();
         writeln!(out, "pub const {constant}: &[Migration] = &[").unwrap();
         for (i, path) in files.iter().enumerate() {
             let name = path.file_name().unwrap().to_string_lossy().into_owned();

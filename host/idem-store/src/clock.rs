@@ -42,6 +42,7 @@ impl StoreClock {
     /// (0 for [`StoreClock::system`]). The system clock of *this* process is
     /// then never read: leases are measured by the server, which every
     /// client of a shared database agrees on.
+    #[cfg(feature = "postgres")]
     pub(crate) fn for_database(&self) -> (Option<u64>, i64) {
         match &self.0 {
             Source::System => (None, 0),

@@ -257,6 +257,7 @@ impl StoreError {
     /// Whether the store refused the call (nothing changed) as opposed to
     /// failing: a conflict, a request it will not take (invalid, too large,
     /// a stale epoch), or a job lease no longer held.
+    #[cfg(feature = "sqlite")]
     pub(crate) fn is_refusal(&self) -> bool {
         self.is_conflict()
             || matches!(

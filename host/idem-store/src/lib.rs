@@ -57,10 +57,12 @@
 
 mod backend;
 mod clock;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod codec;
 mod error;
 mod machine;
 mod memory;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod migrations;
 mod open;
 mod operations;
@@ -77,14 +79,16 @@ pub use clock::{ManualClock, StoreClock};
 pub use error::{ConnectErrorKind, OpenErrorKind, StoreError};
 pub use memory::MemoryStore;
 pub use open::{migrate, open};
-pub use postgres::{
-    DEFAULT_POOL_SIZE, DEFAULT_SCHEMA, POSTGRES_SCHEMA_VERSION, PostgresStore, PostgresUrl, TlsMode,
-};
+pub use postgres::{DEFAULT_POOL_SIZE, DEFAULT_SCHEMA, PostgresUrl, TlsMode};
+#[cfg(feature = "postgres")]
+pub use postgres::{POSTGRES_SCHEMA_VERSION, PostgresStore};
 pub use record::{
     Claim, ClaimOutcome, ClaimRequest, DEFAULT_MAX_OUTCOME_BYTES, Digest, Ending, Existing, Finish,
     Holder, JobLease, JobLeaseAcquire, ListFilter, MAX_ERROR_BYTES, Membership, Outcome,
     OwnershipToken, Record, RecordKey, RecordState, RecordView, StoreOptions, TRUNCATION_MARK,
 };
-pub use sqlite::{SCHEMA_VERSION, SqliteOptions, SqliteStore, Synchronous};
+#[cfg(feature = "sqlite")]
+pub use sqlite::{SCHEMA_VERSION, SqliteStore};
+pub use sqlite::{SqliteOptions, Synchronous};
 pub use store::Store;
 pub use url::{StoreUrl, redacted_url};

@@ -360,11 +360,6 @@ pub(crate) fn membership_changes(stored: Option<&[String]>, members: &[String]) 
     stored != Some(members)
 }
 
-/// Splits members stored joined by newlines (SQLite).
-pub(crate) fn split_members(joined: &str) -> Vec<String> {
-    joined.split('\n').map(str::to_string).collect()
-}
-
 /// Checks a claim's or take-over's ownership token against the group's
 /// current epoch (`None` when the group has no membership). Any epoch but
 /// the current one is refused: an older one was superseded, and a newer one

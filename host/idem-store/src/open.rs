@@ -2,31 +2,34 @@
 
 use std::sync::Arc;
 
+use crate::MemoryStore;
+#[cfg(feature = "postgres")]
+use crate::PostgresStore;
 use crate::error::StoreError;
 use crate::record::StoreOptions;
 use crate::store::Store;
 use crate::url::StoreUrl;
-use crate::{MemoryStore, PostgresStore, SqliteStore};
+#[cfg(feature = "sqlite")]
+use crate::{SqliteOptions, SqliteStore};
 
 /// Opens the store a URL names: `sqlite:PATH`, `sqlite://PATH` (query
 /// `?synchronous=full|normal&busy_timeout_ms=N`), `postgres://…` or
-/// `postgresql://…` (see [`PostgresUrl`]) or `memory:`. Opening migrates a
-/// persistent store's schema.
+/// `postgresql://…` (see [`crate::PostgresUrl`]) or `memory:`. Opening
+/// migrates a persistent store's schema. A URL of a backend this build left
+/// out (cargo features `sqlite`, `postgres`) is
+/// [`StoreError::UnsupportedUrl`].
 pub async fn open(url: &str, options: StoreOptions) -> Result<Arc<dyn Store>, StoreError> {
     match url.parse::<StoreUrl>()? {
         StoreUrl::Memory => Ok(Arc::new(MemoryStore::new(options))),
+        #[cfg(feature = "sqlite")]
         StoreUrl::Sqlite {
             path,
             options: sqlite,
-        } => {
-            // Opening runs migrations and may wait on other processes' locks.
-            let store =
-                tokio::task::spawn_blocking(move || SqliteStore::open(&path, sqlite, options))
-                    .await
-                    .map_err(|e| StoreError::Task(e.to_string()))??;
-            Ok(Arc::new(store))
-        }
+        } => Ok(Arc::new(open_sqlite(path, sqlite, options).await?)),
+        #[cfg(feature = "postgres")]
         StoreUrl::Postgres(url) => Ok(Arc::new(PostgresStore::open(url, options).await?)),
+        #[allow(unreachable_patterns)] // Reached only with a backend left out.
+        _ => Err(not_built(url)),
     }
 }
 
@@ -39,22 +42,71 @@ pub async fn open(url: &str, options: StoreOptions) -> Result<Arc<dyn Store>, St
 pub async fn migrate(url: &str) -> Result<i64, StoreError> {
     match url.parse::<StoreUrl>()? {
         StoreUrl::Memory => Ok(0),
+        #[cfg(feature = "sqlite")]
         StoreUrl::Sqlite {
             path,
             options: sqlite,
         } => {
-            let store = tokio::task::spawn_blocking(move || {
-                SqliteStore::open(&path, sqlite, StoreOptions::default())
-            })
-            .await
-            .map_err(|e| StoreError::Task(e.to_string()))??;
-            store.schema_version().await
+            open_sqlite(path, sqlite, StoreOptions::default())
+                .await?
+                .schema_version()
+                .await
         }
+        #[cfg(feature = "postgres")]
         StoreUrl::Postgres(url) => {
             PostgresStore::open(url, StoreOptions::default())
                 .await?
                 .schema_version()
                 .await
+        }
+        #[allow(unreachable_patterns)] // Reached only with a backend left out.
+        _ => Err(not_built(url)),
+    }
+}
+
+/// Opens a SQLite file off the async worker: opening runs migrations and
+/// may wait on other processes' locks.
+#[cfg(feature = "sqlite")]
+async fn open_sqlite(
+    path: std::path::PathBuf,
+    sqlite: SqliteOptions,
+    options: StoreOptions,
+) -> Result<SqliteStore, StoreError> {
+    tokio::task::spawn_blocking(move || SqliteStore::open(&path, sqlite, options))
+        .await
+        .map_err(|e| StoreError::Task(e.to_string()))?
+}
+
+/// The error for a URL whose backend this build left out.
+#[cfg_attr(all(feature = "sqlite", feature = "postgres"), allow(dead_code))]
+fn not_built(url: &str) -> StoreError {
+    let feature = if crate::postgres::is_postgres(url) {
+        "postgres"
+    } else {
+        "sqlite"
+    };
+    StoreError::UnsupportedUrl {
+        url: crate::redacted_url(url),
+        why: format!(
+            "this build of idem-store leaves that backend out (cargo feature `{feature}`)"
+        ),
+    }
+}
+
+#[cfg(all(test, not(feature = "postgres")))]
+mod tests {
+    /// A build without PostgreSQL refuses its URLs, naming the feature and
+    /// never the password.
+    #[tokio::test]
+    async fn a_url_of_a_backend_left_out_is_refused() {
+        let url = "postgres://idem:secret@db.example/idem";
+        for result in [
+            super::open(url, Default::default()).await.map(|_| 0),
+            super::migrate(url).await,
+        ] {
+            let message = result.expect_err("no PostgreSQL in this build").to_string();
+            assert!(message.contains("cargo feature `postgres`"), "{message}");
+            assert!(!message.contains("secret"), "{message}");
         }
     }
 }

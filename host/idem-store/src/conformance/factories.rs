@@ -7,10 +7,11 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use crate::{
-    MemoryStore, PostgresStore, PostgresUrl, SqliteOptions, SqliteStore, Store, StoreOptions,
-    Synchronous,
-};
+use crate::{MemoryStore, Store, StoreOptions};
+#[cfg(feature = "postgres")]
+use crate::{PostgresStore, PostgresUrl};
+#[cfg(feature = "sqlite")]
+use crate::{SqliteOptions, SqliteStore, Synchronous};
 
 /// A boxed, sendable future.
 pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
@@ -43,6 +44,7 @@ pub fn memory_factory() -> impl Fn(StoreOptions) -> BoxFuture<Fixture> + Send + 
     }
 }
 
+#[cfg(feature = "sqlite")]
 /// A factory of SQLite stores, each in a file of its own temporary
 /// directory; `reopen` opens the same file through a new connection.
 pub fn sqlite_factory(
@@ -78,6 +80,7 @@ pub fn sqlite_factory(
     }
 }
 
+#[cfg(feature = "sqlite")]
 /// A SQLite factory with `synchronous=NORMAL`: the same code paths, fewer
 /// fsyncs, for the many short-lived stores of the property test.
 pub fn sqlite_fast_factory() -> impl Fn(StoreOptions) -> BoxFuture<Fixture> + Send + Sync + 'static
@@ -133,12 +136,14 @@ pub fn fresh_schema() -> String {
     format!("idem_test_{}_{n}_{nanos:x}", std::process::id())
 }
 
+#[cfg(feature = "postgres")]
 /// Drops a test's schema when the fixture goes: from a thread and runtime
 /// of its own, through a connection of its own, since the test's runtime
 /// may be the one dropping the fixture. A failure only warns: the schema is
 /// then left behind (named `idem_test_*`).
 struct DropSchema(PostgresUrl);
 
+#[cfg(feature = "postgres")]
 impl Drop for DropSchema {
     fn drop(&mut self) {
         let url = self.0.clone();
@@ -166,6 +171,7 @@ impl Drop for DropSchema {
     }
 }
 
+#[cfg(feature = "postgres")]
 /// Drops the schema a PostgreSQL store URL names (its `idem_schema`), as a
 /// fixture does when it goes: for tests whose stores another process (the
 /// CLI) created. A URL that does not parse drops nothing.
@@ -175,6 +181,7 @@ pub fn drop_postgres_schema(store_url: &str) {
     }
 }
 
+#[cfg(feature = "postgres")]
 /// A factory of PostgreSQL stores in the database `url` names, each in a
 /// fresh schema ([`fresh_schema`]) dropped with the fixture; `reopen` opens
 /// the same schema through a new pool. Panics when the database cannot be

@@ -39,9 +39,12 @@ use std::future::Future;
 pub use assert::{POLICY, START_MS, fingerprint, holder, key, request};
 pub use batches::{claim_many_is_claims_in_order, finish_many_is_finishes_in_order};
 pub use factories::{
-    BoxFuture, Fixture, POSTGRES_URL_ENV, Reopen, drop_postgres_schema, fresh_schema,
-    memory_factory, postgres_factory, postgres_test_url, sqlite_factory, sqlite_fast_factory,
+    BoxFuture, Fixture, POSTGRES_URL_ENV, Reopen, fresh_schema, memory_factory, postgres_test_url,
 };
+#[cfg(feature = "postgres")]
+pub use factories::{drop_postgres_schema, postgres_factory};
+#[cfg(feature = "sqlite")]
+pub use factories::{sqlite_factory, sqlite_fast_factory};
 pub use job_lease::job_lease;
 pub use ownership::{membership_epochs, stale_epoch_is_refused};
 pub use records::{

@@ -92,7 +92,14 @@ impl PostgresStore {
         {
             conn.batch_execute(&migration.sql.replace("{s}", &s))
                 .await
-                .map_err(fail)?;
+                .map_err(|e| match fail(e) {
+                    StoreError::Connect { url, kind, detail } => StoreError::Connect {
+                        url,
+                        kind,
+                        detail: format!("{}: {detail}", migration.name),
+                    },
+                    other => other,
+                })?;
             let to = i32::try_from(from + 1).unwrap_or(i32::MAX);
             conn.execute(
                 &format!("INSERT INTO {s}.idem_schema_migrations (version) VALUES ($1)"),

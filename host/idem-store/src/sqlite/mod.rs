@@ -27,20 +27,21 @@
 //! `schema.rs` identifies and migrates a file; `row.rs` reads and writes
 //! rows; `transact.rs` is the backend port (`crate::backend`).
 
+#[cfg(feature = "sqlite")]
 mod row;
+#[cfg(feature = "sqlite")]
 mod schema;
+#[cfg(feature = "sqlite")]
+mod store;
+#[cfg(feature = "sqlite")]
 mod transact;
 
-use std::path::Path;
-use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use rusqlite::{Connection, ErrorCode, OpenFlags, Transaction, TransactionBehavior};
-
-use crate::error::{OpenErrorKind, StoreError};
-use crate::record::StoreOptions;
-
+#[cfg(feature = "sqlite")]
 pub use schema::SCHEMA_VERSION;
+#[cfg(feature = "sqlite")]
+pub use store::SqliteStore;
 
 /// The `synchronous` setting (see the module docs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -54,7 +55,8 @@ pub enum Synchronous {
 }
 
 impl Synchronous {
-    fn pragma(self) -> &'static str {
+    #[cfg(feature = "sqlite")]
+    pub(super) fn pragma(self) -> &'static str {
         match self {
             Synchronous::Full => "FULL",
             Synchronous::Normal => "NORMAL",
@@ -77,222 +79,5 @@ impl Default for SqliteOptions {
             synchronous: Synchronous::Full,
             busy_timeout: Duration::from_secs(5),
         }
-    }
-}
-
-/// A store in a SQLite file. Cheap to clone (clones share the connection).
-#[derive(Debug, Clone)]
-pub struct SqliteStore {
-    inner: Arc<Inner>,
-}
-
-#[derive(Debug)]
-struct Inner {
-    conn: Mutex<Connection>,
-    /// `sqlite:PATH`, for messages.
-    name: String,
-    options: StoreOptions,
-}
-
-impl SqliteStore {
-    /// Opens (creating if absent) the store at `path` and migrates its
-    /// schema. Blocks: call it from a blocking context (or use
-    /// [`crate::open`]).
-    ///
-    /// A path that is a directory, unreadable, read-only, not a SQLite
-    /// database, another application's database or of a newer schema is
-    /// refused with a typed error, and nothing is written to it.
-    pub fn open(
-        path: &Path,
-        sqlite: SqliteOptions,
-        options: StoreOptions,
-    ) -> Result<Self, StoreError> {
-        let refuse = |kind, detail: String| StoreError::Open {
-            path: path.to_path_buf(),
-            kind,
-            detail,
-        };
-        match std::fs::metadata(path) {
-            Ok(meta) if meta.is_dir() => {
-                return Err(refuse(
-                    OpenErrorKind::IsADirectory,
-                    "a store is a file".into(),
-                ));
-            }
-            Ok(meta) if !meta.is_file() => {
-                return Err(refuse(OpenErrorKind::NotAFile, "a store is a file".into()));
-            }
-            Ok(_) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                // SQLite would only say "unable to open database file".
-                let parent = path.parent().filter(|p| !p.as_os_str().is_empty());
-                if let Some(dir) = parent.filter(|d| !d.is_dir()) {
-                    let detail = format!("its directory `{}` does not exist", dir.display());
-                    return Err(refuse(OpenErrorKind::Unreadable, detail));
-                }
-            }
-            Err(e) => return Err(refuse(OpenErrorKind::Unreadable, e.to_string())),
-        }
-        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
-            | OpenFlags::SQLITE_OPEN_CREATE
-            | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-        let conn = Connection::open_with_flags(path, flags)
-            .map_err(|e| schema::open_error(path, "opening", e))?;
-        // SQLite silently falls back to read-only when it may not write.
-        if conn
-            .is_readonly(rusqlite::MAIN_DB)
-            .map_err(|e| schema::open_error(path, "opening", e))?
-        {
-            return Err(refuse(
-                OpenErrorKind::ReadOnly,
-                "the file is not writable".into(),
-            ));
-        }
-        conn.busy_timeout(sqlite.busy_timeout)
-            .map_err(|e| schema::open_error(path, "setting busy_timeout", e))?;
-
-        // Read-only checks first: a foreign, corrupt or newer file is refused
-        // before the switch to WAL (which writes the header). One read
-        // transaction, so that the checks see one snapshot even while
-        // another process is creating the schema.
-        conn.execute_batch("BEGIN DEFERRED")
-            .map_err(|e| schema::open_error(path, "reading the header", e))?;
-        let checked = schema::identify(&conn, path);
-        // Ending a read transaction cannot lose anything.
-        let _ = conn.execute_batch("COMMIT");
-        let found = checked?;
-
-        let mode = schema::switch_to_wal(&conn, sqlite.busy_timeout)
-            .map_err(|e| schema::open_error(path, "switching to WAL", e))?;
-        if !mode.eq_ignore_ascii_case("wal") {
-            return Err(refuse(
-                OpenErrorKind::Unreadable,
-                format!("SQLite refused WAL mode (journal_mode is {mode})"),
-            ));
-        }
-        conn.pragma_update(None, "synchronous", sqlite.synchronous.pragma())
-            .map_err(|e| schema::open_error(path, "setting synchronous", e))?;
-        if found < SCHEMA_VERSION {
-            schema::migrate(&conn, path)?;
-        }
-        let name = format!("sqlite:{}", path.display());
-        Ok(SqliteStore {
-            inner: Arc::new(Inner {
-                conn: Mutex::new(conn),
-                name,
-                options,
-            }),
-        })
-    }
-
-    /// The file's schema version (for `idem inspect` and tests).
-    pub async fn schema_version(&self) -> Result<i64, StoreError> {
-        self.blocking(|inner| {
-            let conn = inner.conn();
-            conn.pragma_query_value(None, "user_version", |row| row.get(0))
-                .map_err(|e| inner.err("reading user_version", e))
-        })
-        .await
-    }
-
-    /// The connection's `synchronous` setting, as SQLite reports it.
-    pub async fn synchronous(&self) -> Result<Synchronous, StoreError> {
-        self.blocking(|inner| {
-            let conn = inner.conn();
-            let level: i64 = conn
-                .pragma_query_value(None, "synchronous", |row| row.get(0))
-                .map_err(|e| inner.err("reading synchronous", e))?;
-            match level {
-                1 => Ok(Synchronous::Normal),
-                2 => Ok(Synchronous::Full),
-                other => Err(inner.corrupt(format!(
-                    "synchronous is {other}, not NORMAL (1) or FULL (2)"
-                ))),
-            }
-        })
-        .await
-    }
-
-    /// Runs `f` on the blocking pool.
-    async fn blocking<T: Send + 'static>(
-        &self,
-        f: impl FnOnce(&Inner) -> Result<T, StoreError> + Send + 'static,
-    ) -> Result<T, StoreError> {
-        let inner = self.inner.clone();
-        // On a multi-threaded runtime the call runs right here, with the
-        // worker marked as blocking: a SQLite call takes tens of µs, and
-        // handing it to the blocking pool and back (two thread switches)
-        // cost several times that. A current-thread runtime cannot block in
-        // place, so there it goes to the blocking pool. Either way, if the
-        // caller drops the future the call still runs to its end: like any
-        // database call, a cancelled write may or may not have happened, and
-        // the fence keeps that safe.
-        let multi_thread = tokio::runtime::Handle::try_current()
-            .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
-        if multi_thread {
-            return tokio::task::block_in_place(move || f(&inner));
-        }
-        tokio::task::spawn_blocking(move || f(&inner))
-            .await
-            .map_err(|e| StoreError::Task(e.to_string()))?
-    }
-}
-
-impl Inner {
-    fn conn(&self) -> MutexGuard<'_, Connection> {
-        // A panic mid-call unwinds through the `Transaction`, which rolls
-        // back: the connection is clean, so a poisoned lock is safe to reuse.
-        self.conn
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-
-    fn err(&self, context: &'static str, e: rusqlite::Error) -> StoreError {
-        match e.sqlite_error_code() {
-            Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => StoreError::Busy {
-                store: self.name.clone(),
-                context,
-            },
-            _ => StoreError::Backend {
-                store: self.name.clone(),
-                context,
-                cause: Box::new(e),
-            },
-        }
-    }
-
-    fn corrupt(&self, what: String) -> StoreError {
-        StoreError::Corrupt {
-            store: self.name.clone(),
-            what,
-        }
-    }
-
-    /// One write transaction: `BEGIN IMMEDIATE`, the store clock read under
-    /// the lock, `f`, commit. An error from `f` rolls back: nothing changes.
-    fn write<T>(
-        &self,
-        context: &'static str,
-        f: impl FnOnce(&Transaction<'_>, u64) -> Result<T, StoreError>,
-    ) -> Result<T, StoreError> {
-        let mut conn = self.conn();
-        let tx = conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .map_err(|e| self.err(context, e))?;
-        let now = self.options.clock.now_ms();
-        let out = f(&tx, now)?;
-        tx.commit().map_err(|e| self.err(context, e))?;
-        Ok(out)
-    }
-
-    /// A read outside a write transaction (one statement is its own
-    /// snapshot): the connection and the store clock.
-    fn read<T>(
-        &self,
-        f: impl FnOnce(&Connection, u64) -> Result<T, StoreError>,
-    ) -> Result<T, StoreError> {
-        let conn = self.conn();
-        let now = self.options.clock.now_ms();
-        f(&conn, now)
     }
 }

@@ -6,10 +6,9 @@ use std::sync::LazyLock;
 
 use rusqlite::{Connection, OptionalExtension};
 
-use super::Inner;
+use super::store::Inner;
 use crate::codec::{self, ColumnReader, RecordRow, record_values};
 use crate::error::StoreError;
-use crate::machine;
 use crate::record::{JobLease, Record, RecordKey};
 
 impl ColumnReader for rusqlite::Row<'_> {
@@ -130,7 +129,8 @@ impl Inner {
         row.map(|(epoch, members)| {
             let epoch = u64::try_from(epoch)
                 .map_err(|_| self.corrupt(format!("group {group} has epoch {epoch}")))?;
-            Ok((epoch, machine::split_members(&members)))
+            // Joined by newlines, which names never contain.
+            Ok((epoch, members.split('\n').map(str::to_string).collect()))
         })
         .transpose()
     }

@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use rusqlite::{Connection, Transaction};
 
 use super::row::{EXPIRED, int};
-use super::{Inner, SqliteStore};
+use super::store::{Inner, SqliteStore};
 use crate::backend::{Call, Decide, Fences, RecordBackend, Step};
 use crate::codec;
 use crate::error::StoreError;

@@ -18,10 +18,20 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 
 use crate::conformance::{Fixture, START_MS, fingerprint, holder, key, request};
-use crate::{
-    ClaimOutcome, Ending, Finish, ManualClock, Outcome, Record, RecordState, Store, StoreError,
-    StoreOptions,
-};
+use crate::{Ending, Finish, ManualClock, Outcome, Record, RecordState, Store, StoreOptions};
+
+/// Returns the formatted divergence from a check unless `cond` holds.
+macro_rules! ensure {
+    ($cond:expr, $($msg:tt)+) => {
+        if !$cond {
+            return Err(format!($($msg)+));
+        }
+    };
+}
+
+mod reference;
+
+use reference::{Expect, Memory, Model, expect_claim, holder_write, kind, snapshot};
 
 /// Keys the workers fight over.
 const KEYS: u8 = 3;
@@ -101,177 +111,6 @@ fn op() -> impl Strategy<Value = Op> {
 /// The strategy of whole histories: a worker count and a list of steps.
 pub fn histories() -> impl Strategy<Value = (usize, Vec<Op>)> {
     (2usize..=8, prop::collection::vec(op(), 1..48))
-}
-
-/// The model's record.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct MRecord {
-    state: RecordState,
-    fence: u64,
-    fp: u8,
-    lease_until: u64,
-    attempts: u32,
-    created: u64,
-    retention: u64,
-    retain_until: u64,
-    outcome: Option<Outcome>,
-}
-
-impl MRecord {
-    fn lease_live(&self, now: u64) -> bool {
-        self.state == RecordState::InProgress && self.lease_until > now
-    }
-
-    fn expired(&self, now: u64) -> bool {
-        self.retain_until < now && !self.lease_live(now)
-    }
-}
-
-/// What a worker remembers about a key.
-#[derive(Debug, Clone, Copy, Default)]
-struct Memory {
-    /// The fence of the worker's own claim (kept after being deposed).
-    held: Option<u64>,
-    /// The fence the worker last saw on the record.
-    observed: Option<u64>,
-}
-
-#[derive(Debug, Default)]
-struct Model {
-    records: BTreeMap<u8, MRecord>,
-    workers: Vec<[Memory; KEYS as usize]>,
-    max_fence: u64,
-}
-
-impl Model {
-    fn live(&self, k: u8, now: u64) -> Option<&MRecord> {
-        self.records.get(&k).filter(|r| !r.expired(now))
-    }
-}
-
-/// What the model expects of a write.
-#[derive(Debug, PartialEq, Eq)]
-enum Expect {
-    Ok,
-    Gone,
-    Fenced(u64),
-    NotInProgress,
-    NotEligible,
-}
-
-fn kind<T>(result: &Result<T, StoreError>) -> Result<Expect, String> {
-    match result {
-        Ok(_) => Ok(Expect::Ok),
-        Err(StoreError::Gone { .. }) => Ok(Expect::Gone),
-        Err(StoreError::Fenced { current, .. }) => Ok(Expect::Fenced(*current)),
-        Err(StoreError::NotInProgress { .. }) => Ok(Expect::NotInProgress),
-        Err(StoreError::NotEligible { .. }) => Ok(Expect::NotEligible),
-        Err(other) => Err(format!("unexpected store error: {other}")),
-    }
-}
-
-/// The model's verdict on a write by a holder of `fence`.
-fn holder_write(model: &Model, k: u8, fence: u64, now: u64) -> Expect {
-    match model.live(k, now) {
-        None => Expect::Gone,
-        Some(r) if r.fence != fence => Expect::Fenced(r.fence),
-        Some(r) if r.state != RecordState::InProgress => Expect::NotInProgress,
-        Some(_) => Expect::Ok,
-    }
-}
-
-macro_rules! ensure {
-    ($cond:expr, $($msg:tt)+) => {
-        if !$cond {
-            return Err(format!($($msg)+));
-        }
-    };
-}
-
-/// Checks one claim's answer against the model and applies it. A new
-/// fence must exceed `fresh_above` (the highest fence before the call: a
-/// batch draws its fences in an order of the store's choosing) and be
-/// unused.
-fn expect_claim(
-    model: &mut Model,
-    step: usize,
-    who: usize,
-    (k, fp, lease_ms, retention_ms): (u8, u8, u64, u64),
-    now: u64,
-    fresh_above: u64,
-    got: ClaimOutcome,
-) -> Result<(), String> {
-    match (model.live(k, now).cloned(), got) {
-        (None, ClaimOutcome::Claimed(c)) => {
-            ensure!(
-                c.fence > fresh_above && !model.records.values().any(|r| r.fence == c.fence),
-                "step {step}: fence {} is not new (fences before: up to {})",
-                c.fence,
-                fresh_above
-            );
-            ensure!(
-                c.attempt == 1 && c.lease_until_ms == now + lease_ms,
-                "step {step}: claim {c:?}"
-            );
-            model.max_fence = model.max_fence.max(c.fence);
-            let lease_until = now + lease_ms;
-            model.records.insert(
-                k,
-                MRecord {
-                    state: RecordState::InProgress,
-                    fence: c.fence,
-                    fp,
-                    lease_until,
-                    attempts: 1,
-                    created: now,
-                    retention: retention_ms,
-                    retain_until: (now + retention_ms).max(lease_until),
-                    outcome: None,
-                },
-            );
-            model.workers[who][usize::from(k)] = Memory {
-                held: Some(c.fence),
-                observed: Some(c.fence),
-            };
-        }
-        (Some(r), ClaimOutcome::Existing(e)) => {
-            let v = &e.view;
-            ensure!(
-                v.record.fence == r.fence
-                    && v.record.state == r.state
-                    && e.fingerprint_matches == (r.fp == fp)
-                    && v.age_ms == now - r.created
-                    && v.lease_remaining_ms
-                        == if r.state == RecordState::InProgress {
-                            r.lease_until.saturating_sub(now)
-                        } else {
-                            0
-                        },
-                "step {step}: existing {e:?} but the model has {r:?}"
-            );
-            model.workers[who][usize::from(k)].observed = Some(r.fence);
-        }
-        (expected, got) => {
-            return Err(format!(
-                "step {step}: model has {expected:?}, store answered {got:?}"
-            ));
-        }
-    }
-    Ok(())
-}
-
-async fn snapshot(store: &dyn crate::Store) -> Result<BTreeMap<u8, Record>, String> {
-    let mut out = BTreeMap::new();
-    for k in 0..KEYS {
-        if let Some(v) = store
-            .get(&key(u32::from(k)))
-            .await
-            .map_err(|e| format!("get: {e}"))?
-        {
-            out.insert(k, v.record);
-        }
-    }
-    Ok(out)
 }
 
 /// Runs one history against a fresh store; `Err` describes the first
