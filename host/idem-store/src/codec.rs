@@ -3,6 +3,8 @@
 //! dialect only says how to read a named column of its rows
 //! ([`ColumnReader`]) and hands [`RecordRow`]'s values to its client.
 
+use std::borrow::Cow;
+
 use crate::error::StoreError;
 use crate::record::{Digest, Holder, Outcome, Record, RecordKey, RecordState};
 
@@ -163,26 +165,33 @@ pub fn decode(
         store: store.to_string(),
         what,
     };
-    let name = |column: &str| -> String { format!("{prefix}{column}") };
-    let read_err = |column: &str, e: String| corrupt(format!("column {column}: {e}"));
-    let required = |column: &str| corrupt(format!("column {column} is NULL"));
-    let text = |column: &str| {
+    // The plain names (every read but a batch's debug check) allocate nothing.
+    let name = |column: &'static str| -> Cow<'static, str> {
+        if prefix.is_empty() {
+            Cow::Borrowed(column)
+        } else {
+            Cow::Owned(format!("{prefix}{column}"))
+        }
+    };
+    let read_err = |column: &'static str, e: String| corrupt(format!("column {column}: {e}"));
+    let required = |column: &'static str| corrupt(format!("column {column} is NULL"));
+    let text = |column: &'static str| {
         row.opt_text(&name(column))
             .map_err(|e| read_err(column, e))?
             .ok_or_else(|| required(column))
     };
-    let int = |column: &str| {
+    let int = |column: &'static str| {
         row.opt_i64(&name(column))
             .map_err(|e| read_err(column, e))?
             .ok_or_else(|| required(column))
     };
-    let unsigned = |column: &str| {
+    let unsigned = |column: &'static str| {
         let v = int(column)?;
         u64::try_from(v).map_err(|_| corrupt(format!("{column} is {v}")))
     };
     let small =
         |v: i64, column: &str| u32::try_from(v).map_err(|_| corrupt(format!("{column} is {v}")));
-    let digest = |column: &str| {
+    let digest = |column: &'static str| {
         let bytes = row
             .opt_bytes(&name(column))
             .map_err(|e| read_err(column, e))?
