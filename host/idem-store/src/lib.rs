@@ -52,6 +52,14 @@
 //! be called inside a tokio runtime: the SQLite store runs its blocking
 //! calls on tokio's blocking pool, the PostgreSQL store (module `postgres`)
 //! is async throughout.
+//!
+//! How it is built: every [`Store`] operation is written once
+//! (`operations.rs`) over a small backend port (`backend.rs`): a backend
+//! locks one record in its own way (a mutex, `BEGIN IMMEDIATE`, `SELECT …
+//! FOR UPDATE`), the shared state machine (`machine.rs`) decides, and the
+//! backend saves what was decided. A backend's one-statement fast paths
+//! are checked against the machine in debug builds. Backends are cargo
+//! features: `sqlite` and `postgres`, both on by default.
 
 #![warn(missing_docs)]
 
