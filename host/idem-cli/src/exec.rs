@@ -3,8 +3,8 @@
 use std::path::PathBuf;
 
 use clap::Args;
-use idem::core::Operation;
 use idem::engine::{Begin, Engine, Execution};
+use idem_core::Operation;
 
 use crate::Failure;
 use crate::command::{

@@ -4,9 +4,9 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use clap::Args;
-use idem::core::cases::{CasesFile, Subject, run_cases};
-use idem::core::{Decision, Derivation, DuplicateContext, Operation, PolicyError, PolicyInfo};
 use idem::policy::{CodeSource, LoadedPolicy};
+use idem_core::cases::{CasesFile, Subject, run_cases};
+use idem_core::{Decision, Derivation, DuplicateContext, Operation, PolicyError, PolicyInfo};
 
 use crate::Failure;
 use crate::policy_args::PolicyArgs;

@@ -1,8 +1,8 @@
 //! `idem inspect` and `idem gc`: what the store holds, and cleaning it.
 
 use clap::Args;
-use idem::core::{Digest, RecordState};
-use idem::store::{ListFilter, RecordView};
+use idem_core::{Digest, RecordState};
+use idem_store::{ListFilter, RecordView};
 use serde_json::json;
 
 use crate::Failure;
@@ -40,7 +40,7 @@ pub struct MigrateArgs {
 /// command also does this on first use; this is for deploy scripts).
 pub fn migrate(args: MigrateArgs) -> Result<u8, Failure> {
     runtime()?.block_on(async {
-        let version = idem::store::migrate(&args.store.store)
+        let version = idem_store::migrate(&args.store.store)
             .await
             .map_err(|e| Failure::input(format!("cannot migrate {}: {e}", args.store.shown())))?;
         println!("{} is at schema version {version}", args.store.shown());

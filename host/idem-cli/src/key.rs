@@ -4,7 +4,7 @@ use std::io::Read;
 use std::path::PathBuf;
 
 use clap::Args;
-use idem::core::{KEY_ENCODING_VERSION, Operation};
+use idem_core::{KEY_ENCODING_VERSION, Operation};
 use serde_json::json;
 
 use crate::Failure;
@@ -43,7 +43,7 @@ pub fn run(args: KeyArgs) -> Result<u8, Failure> {
     let op = Operation::from_slice(&bytes, &policy.limits().operation)
         .map_err(|e| Failure::input(format!("{}: {e}", args.op.display())))?;
     // The time `idem exec` would hand the policy with the default store.
-    let now_ms = idem::store::StoreClock::system().now_ms();
+    let now_ms = idem_store::StoreClock::system().now_ms();
     let evaluated = policy.derive(&op, now_ms).map_err(|e| Failure {
         code: 4,
         message: format!("policy {} failed: {e}", policy.digest()),

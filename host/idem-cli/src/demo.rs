@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use clap::Args;
 use idem::policy::{PolicyRuntime, RuntimeConfig, default_cache_dir};
-use idem::simulation::{Fault, Guard, Report, Scenario, simulate};
-use idem::store::{ManualClock, SqliteOptions, SqliteStore, StoreOptions};
+use idem_sim::{Fault, Guard, Report, Scenario, simulate};
+use idem_store::{ManualClock, SqliteOptions, SqliteStore, StoreOptions};
 use serde_json::json;
 
 use crate::Failure;
@@ -90,7 +90,7 @@ pub fn run(args: DemoArgs) -> Result<u8, Failure> {
     let db = dir.0.join("idem.db");
     // Simulated time: the store's clock starts at the wall clock (so the
     // records look real) and moves only when the simulation says so.
-    let clock = ManualClock::new(idem::store::StoreClock::system().now_ms());
+    let clock = ManualClock::new(idem_store::StoreClock::system().now_ms());
     let store = SqliteStore::open(
         &db,
         SqliteOptions::default(),
@@ -113,7 +113,7 @@ pub fn run(args: DemoArgs) -> Result<u8, Failure> {
                 store: Arc::new(store),
             };
             let idem = simulate(&scenario, &guard, &clock).await?;
-            Ok::<_, idem::simulation::SimError>((lock, idem))
+            Ok::<_, idem_sim::SimError>((lock, idem))
         })
         .map_err(|e| Failure::input(format!("the simulation failed: {e}")))?;
 
@@ -165,7 +165,7 @@ fn print_table(scenario: &Scenario, lock: &Report, idem: &Report) {
         "the nightly run pauses {} before charging {} (lease {}); the scheduler's retry starts at +{}\n",
         minutes(pause),
         job.customer(invoice),
-        minutes(idem::simulation::LEASE_MS),
+        minutes(idem_sim::LEASE_MS),
         minutes(scenario.runs[1].start_ms)
     );
     let (l, i) = (&lock.counters, &idem.counters);

@@ -5,7 +5,7 @@
 //! Partitioned ownership (`--shard I/N`, `--members … --member NAME`): the
 //! run registers the membership under its group, gets the group's epoch,
 //! and processes only the operations whose partition it owns (rendezvous
-//! hashing, `idem::core::ownership`). Every claim carries the epoch; once
+//! hashing, `idem_core::ownership`). Every claim carries the epoch; once
 //! the membership changes the store refuses it (`stale_epoch` in the
 //! summary), so a worker deposed while paused cannot start an effect.
 //!
@@ -18,9 +18,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use clap::Args;
-use idem::core::{KeyedDerivation, Operation};
 use idem::engine::{Begin, Claimed, Engine, EngineError};
-use idem::store::{JobLease, JobLeaseAcquire, RecordState, Store, StoreError};
+use idem_core::{KeyedDerivation, Operation};
+use idem_store::{JobLease, JobLeaseAcquire, RecordState, Store, StoreError};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 use tokio::sync::Semaphore;
@@ -183,7 +183,7 @@ pub fn run(args: RunArgs) -> Result<u8, Failure> {
             // epoch stands for.
             let before = derived.len();
             derived.retain(|(_, keyed)| {
-                idem::core::ownership::owns(&keyed.partition, me, &joined.members)
+                idem_core::ownership::owns(&keyed.partition, me, &joined.members)
             });
             not_owned = (before - derived.len()) as u64;
             options.ownership = Some(joined.token());
@@ -236,7 +236,7 @@ pub fn run(args: RunArgs) -> Result<u8, Failure> {
 
 /// Who holds a job lease, for the message another run prints.
 fn job_holder(args: &RunArgs) -> String {
-    let holder = idem::store::Holder::this_process();
+    let holder = idem_store::Holder::this_process();
     match &args.run.run_id {
         Some(run) => format!("{}:{} run {run}", holder.host, holder.pid),
         None => format!("{}:{}", holder.host, holder.pid),

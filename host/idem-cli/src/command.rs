@@ -4,7 +4,7 @@
 use std::process::Stdio;
 
 use idem::engine::{EngineError, Execution};
-use idem::store::{Ending, Outcome};
+use idem_store::{Ending, Outcome};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::process::Command;
 
