@@ -5,7 +5,7 @@ use std::sync::Arc;
 use clap::Args;
 use idem_store::{Store, StoreOptions};
 
-use crate::Failure;
+use crate::exit::Failure;
 
 /// Which store.
 #[derive(Args, Debug, Clone)]

@@ -11,8 +11,9 @@ use idem_sim::{Fault, Guard, Report, Scenario, simulate};
 use idem_store::{ManualClock, SqliteOptions, SqliteStore, StoreOptions};
 use serde_json::json;
 
-use crate::Failure;
+use crate::exit::{Failure, SUCCESS};
 
+/// `idem demo`'s flags.
 #[derive(Args, Debug)]
 pub struct DemoArgs {
     /// Picks the invoice the pause strikes, its length and when the retry
@@ -64,6 +65,7 @@ impl Drop for TempDir {
     }
 }
 
+/// Runs `idem demo`.
 pub fn run(args: DemoArgs) -> Result<u8, Failure> {
     let policy_path = match &args.policy {
         Some(p) => p.clone(),
@@ -139,7 +141,7 @@ pub fn run(args: DemoArgs) -> Result<u8, Failure> {
     } else {
         print_table(&scenario, &lock, &idem);
     }
-    Ok(0)
+    Ok(SUCCESS)
 }
 
 fn minutes(ms: u64) -> String {
