@@ -49,8 +49,8 @@ pub fn load(name: &str) -> LoadedPolicy {
 }
 
 /// The `idem` binary built beside this test binary. `cargo test --workspace`
-/// builds it, because the `idem` package has an integration test of its own
-/// (cargo builds a package's binaries for its integration tests).
+/// builds it, because its package, `idem-cli`, has an integration test of
+/// its own (cargo builds a package's binaries for its integration tests).
 pub fn idem_bin() -> PathBuf {
     let exe = std::env::current_exe().expect("test binary path");
     // target/<profile>/deps/suite-<hash> → target/<profile>/idem
@@ -61,7 +61,7 @@ pub fn idem_bin() -> PathBuf {
         .expect("target layout");
     assert!(
         bin.is_file(),
-        "{} is missing: run the suites with `cargo test --workspace`, which builds the CLI (or `cargo build -p idem` first)",
+        "{} is missing: run the suites with `cargo test --workspace`, which builds the CLI (or `cargo build -p idem-cli` first)",
         bin.display()
     );
     bin

@@ -1,18 +1,18 @@
 //! The seed's scenarios as a seeded chaos suite: the nightly billing job
 //! under a lease lock alone and under idem, same job, same faults, on a
 //! real SQLite file with the real built policies and simulated time (see
-//! `idem::simulation`).
+//! `idem_sim`, the `idem-sim` crate).
 
 use std::sync::Arc;
 
 use idem::core::{RecordState, Trigger};
 use idem::policy::LoadedPolicy;
-use idem::simulation::{
-    Fault, Guarantee, Guard, Job, LEASE_MS, LedgerMode, LedgerReply, PausePoint, Report, RunSpec,
-    Scenario, key_drift, simulate,
-};
 use idem::store::{
     ManualClock, MemoryStore, SqliteOptions, SqliteStore, Store, StoreOptions, Synchronous,
+};
+use idem_sim::{
+    Fault, Guarantee, Guard, Job, LEASE_MS, LedgerMode, LedgerReply, PausePoint, Report, RunSpec,
+    Scenario, key_drift, simulate,
 };
 use idem_store::conformance::fresh_schema;
 use idem_tests::{load, postgres_url};
@@ -561,7 +561,7 @@ struct Batch {
     failures: Vec<(u64, Vec<String>)>,
     /// Summed over the in-memory runs (the other stores' runs are checked
     /// to be the same).
-    totals: idem::simulation::Counters,
+    totals: idem_sim::Counters,
     lock_dup_seeds: u64,
     limit_dup_seeds: u64,
     /// Schedules run per store: memory, SQLite, PostgreSQL.
@@ -599,7 +599,7 @@ impl Batch {
 /// numbers differ between stores (and between seeds sharing a store); only
 /// their order can matter, and the order must agree.
 fn comparable(r: &Report) -> impl PartialEq + std::fmt::Debug + use<> {
-    use idem::simulation::LedgerReply as L;
+    use idem_sim::LedgerReply as L;
     let mut fences: Vec<u64> = r
         .ledger
         .iter()

@@ -275,7 +275,10 @@ async fn run_once_runs_the_effect_once() {
             .await
             .unwrap();
         assert!(
-            matches!(result, RunResult::Executed { .. } | RunResult::Replayed(_)),
+            matches!(
+                result,
+                RunResult::Executed { .. } | RunResult::NotRun(Begin::Replay(_))
+            ),
             "{result:?}"
         );
     }

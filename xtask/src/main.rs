@@ -64,7 +64,14 @@ fn cargo() -> PathBuf {
 
 fn build_all(root: &Path) -> Result<()> {
     let status = Command::new(cargo())
-        .args(["build", "--release", "--package", "idem", "--bin", "idem"])
+        .args([
+            "build",
+            "--release",
+            "--package",
+            "idem-cli",
+            "--bin",
+            "idem",
+        ])
         .current_dir(root)
         .status()
         .context("cannot run cargo")?;

@@ -4,7 +4,7 @@
 use serde::Serialize;
 use thiserror::Error;
 
-use crate::digest::{Digest, Domain};
+use crate::digest::{Digest, Domain, Part};
 
 /// Who a policy is, as it describes itself.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -59,25 +59,6 @@ fn is_semver(v: &str) -> bool {
                 && n.bytes().all(|b| b.is_ascii_digit())
                 && (n.len() == 1 || !n.starts_with('0'))
         })
-}
-
-/// One named piece of key or fingerprint material.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
-pub struct Part {
-    /// What the part is, e.g. `invoice_id`; unique within its list.
-    pub name: String,
-    /// The material itself, e.g. a field's value.
-    pub value: String,
-}
-
-impl Part {
-    /// A part from a name and a value.
-    pub fn new(name: impl Into<String>, value: impl Into<String>) -> Self {
-        Part {
-            name: name.into(),
-            value: value.into(),
-        }
-    }
 }
 
 /// A policy's derivation, as it returned it.

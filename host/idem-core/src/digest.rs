@@ -17,13 +17,34 @@
 
 use std::fmt;
 
+use serde::Serialize;
 use sha2::{Digest as _, Sha256};
-
-use crate::derivation::Part;
 
 /// The version of the encoding above. Changing the encoding changes every key,
 /// so it is versioned and hashed in.
 pub const KEY_ENCODING_VERSION: u32 = 1;
+
+/// One named piece of key or fingerprint material: the unit the encoding
+/// above hashes. It lives here, below [`crate::derivation`], so that the
+/// encoding depends on nothing but its own input and the derivation (which
+/// builds parts and checks them) depends on the encoding, never the reverse.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+pub struct Part {
+    /// What the part is, e.g. `invoice_id`; unique within its list.
+    pub name: String,
+    /// The material itself, e.g. a field's value.
+    pub value: String,
+}
+
+impl Part {
+    /// A part from a name and a value.
+    pub fn new(name: impl Into<String>, value: impl Into<String>) -> Self {
+        Part {
+            name: name.into(),
+            value: value.into(),
+        }
+    }
+}
 
 /// What a digest is of.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -5,8 +5,10 @@
 //! the same policy natively in unit tests) compute byte-identical keys:
 //!
 //! - [`operation`]: the operation JSON format and its canonical form,
-//! - [`digest`]: how key and fingerprint material become SHA-256 keys,
-//! - [`derivation`]: what a policy derives and the checks it must pass,
+//! - [`digest`]: key and fingerprint material ([`Part`]) and how it becomes
+//!   SHA-256 keys (depends on no other module here),
+//! - [`derivation`]: what a policy derives and the checks it must pass (built
+//!   on [`digest`]),
 //! - [`duplicate`]: what a duplicate may get, and the safety gate that
 //!   refuses an unsafe decision,
 //! - [`cases`]: the cases-file format shared by `idem test` and the SDK.
@@ -25,8 +27,8 @@ pub mod operation;
 pub mod ownership;
 pub mod policy_error;
 
-pub use derivation::{Derivation, DerivationError, KeyedDerivation, Part, PolicyInfo};
-pub use digest::{Digest, KEY_ENCODING_VERSION};
+pub use derivation::{Derivation, DerivationError, KeyedDerivation, PolicyInfo};
+pub use digest::{Digest, KEY_ENCODING_VERSION, Part};
 pub use duplicate::{
     Decision, DuplicateContext, OutcomeSummary, RecordState, Rejection, UnsafeDecision,
     check_decision,

@@ -9,12 +9,15 @@
 //! - [`engine`]: composes the two: fenced claims, leases, duplicates.
 //! - [`idem_core`] (re-exported as [`core`]): the contract in plain Rust:
 //!   canonical operations, key encoding, the decision safety gate.
+//!
+//! The `idem` command line is the `idem-cli` package; the seeded simulation
+//! behind `idem demo` and the chaos suite is `idem-sim`. Neither is linked
+//! into a service that embeds this library.
 
 #![warn(missing_docs)]
 
 pub mod engine;
 pub mod policy;
-pub mod simulation;
 
 pub use idem_store as store;
 

@@ -5,7 +5,7 @@ use std::future::Future;
 use idem_core::Operation;
 use idem_store::{Outcome, RecordKey};
 
-use super::{Begin, Engine, EngineError, Replay};
+use super::{Begin, Engine, EngineError};
 
 /// What the closure is handed: the key and fence to pass downstream.
 #[derive(Debug, Clone)]
@@ -43,38 +43,10 @@ pub enum RunResult {
         /// What the closure returned: completed, or failed.
         result: Result<Outcome, Failed>,
     },
-    /// The effect had already happened: the stored outcome.
-    Replayed(Replay),
-    /// Another holder is running it.
-    InProgress {
-        /// Namespace and key.
-        key: RecordKey,
-        /// When trying again may help, in milliseconds.
-        retry_after_ms: Option<u64>,
-        /// Why, for the caller.
-        reason: String,
-    },
-    /// The key was used for a different request.
-    Conflict {
-        /// Namespace and key.
-        key: RecordKey,
-        /// The policy's HTTP-style status (typically 422).
-        status: u16,
-        /// Why, for the caller.
-        reason: String,
-    },
-    /// The policy rejected the duplicate.
-    Rejected {
-        /// Namespace and key.
-        key: RecordKey,
-        /// The policy's HTTP-style status.
-        status: u16,
-        /// Why, for the caller.
-        reason: String,
-        /// Whether the engine marked an expired claim outcome-unknown for
-        /// review, on the policy's word.
-        marked_unknown: bool,
-    },
+    /// The closure did not run: what [`Engine::begin`] answered instead (a
+    /// replay, in progress, a conflict or a rejection; never
+    /// [`Begin::Execute`], which runs the closure).
+    NotRun(Begin),
 }
 
 impl Engine {
@@ -93,43 +65,7 @@ impl Engine {
     {
         let execution = match self.begin(op).await? {
             Begin::Execute(e) => e,
-            Begin::Replay(r) => return Ok(RunResult::Replayed(r)),
-            Begin::InProgress {
-                key,
-                retry_after_ms,
-                reason,
-            } => {
-                return Ok(RunResult::InProgress {
-                    key,
-                    retry_after_ms,
-                    reason,
-                });
-            }
-            Begin::Conflict {
-                key,
-                status,
-                reason,
-            } => {
-                return Ok(RunResult::Conflict {
-                    key,
-                    status,
-                    reason,
-                });
-            }
-            Begin::Rejected {
-                key,
-                status,
-                reason,
-                marked_unknown,
-                ..
-            } => {
-                return Ok(RunResult::Rejected {
-                    key,
-                    status,
-                    reason,
-                    marked_unknown,
-                });
-            }
+            other => return Ok(RunResult::NotRun(other)),
         };
         let ctx = ExecContext {
             key: execution.key_hex(),

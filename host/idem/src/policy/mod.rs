@@ -10,12 +10,12 @@
 mod cache;
 mod config;
 mod convert;
-mod engine;
 mod error;
 mod inspect;
 mod limiter;
 mod memo;
 mod slots;
+mod wasm;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -65,7 +65,9 @@ pub struct PolicyRuntime {
 }
 
 struct RuntimeInner {
-    engine: Engine,
+    /// wasmtime's engine (compiler and instance pool), built by [`wasm`];
+    /// not to be confused with idem's exactly-once [`crate::engine::Engine`].
+    wasm_engine: Engine,
     limits: Limits,
     cache: Option<ArtifactCache>,
     slots: slots::Slots,
@@ -74,15 +76,15 @@ struct RuntimeInner {
 impl PolicyRuntime {
     /// A runtime with these settings.
     pub fn new(config: RuntimeConfig) -> Result<Self, LoadError> {
-        let engine = engine::build_engine(&config)?;
-        engine::start_epoch_ticker(&engine);
+        let wasm_engine = wasm::build_engine(&config)?;
+        wasm::start_epoch_ticker(&wasm_engine);
         let cache = config
             .cache_dir
             .as_deref()
-            .map(|dir| ArtifactCache::new(dir, &engine));
+            .map(|dir| ArtifactCache::new(dir, &wasm_engine));
         Ok(PolicyRuntime {
             inner: Arc::new(RuntimeInner {
-                engine,
+                wasm_engine,
                 limits: config.limits,
                 cache,
                 slots: slots::Slots::new(config.max_concurrent_evaluations),
@@ -120,22 +122,22 @@ impl PolicyRuntime {
         let cached = inner
             .cache
             .as_ref()
-            .and_then(|c| c.load(&inner.engine, &digest.to_hex()));
+            .and_then(|c| c.load(&inner.wasm_engine, &digest.to_hex()));
         let (component, source) = match cached {
             Some(c) => (c, CodeSource::Cache),
             None => {
-                let c = Component::new(&inner.engine, bytes)
+                let c = Component::new(&inner.wasm_engine, bytes)
                     .map_err(|e| LoadError::Invalid(format!("{e:#}")))?;
                 (c, CodeSource::Compiled)
             }
         };
-        inspect::check_world(&inner.engine, &component)?;
+        inspect::check_world(&inner.wasm_engine, &component)?;
         if source == CodeSource::Compiled
             && let Some(cache) = &inner.cache
         {
             cache.store(&digest.to_hex(), &component);
         }
-        let linker: Linker<EvalState> = Linker::new(&inner.engine);
+        let linker: Linker<EvalState> = Linker::new(&inner.wasm_engine);
         let pre = linker
             .instantiate_pre(&component)
             .map_err(|e| LoadError::Instantiate(format!("{e:#}")))?;
@@ -340,7 +342,7 @@ impl LoadedPolicy {
         // store (and its instance) has returned it to the pool.
         let _slot = self.runtime.inner.slots.take();
         let mut store = Store::new(
-            &self.runtime.inner.engine,
+            &self.runtime.inner.wasm_engine,
             EvalState {
                 max_memory: limits.memory_bytes,
                 max_table_elements: limits.table_elements,
@@ -351,7 +353,7 @@ impl LoadedPolicy {
         store
             .set_fuel(fuel)
             .map_err(|e| EvalError::Instantiate(format!("{e:#}")))?;
-        store.set_epoch_deadline(engine::deadline_ticks(limits.deadline));
+        store.set_epoch_deadline(wasm::deadline_ticks(limits.deadline));
         let started = Instant::now();
         let bindings = self.pre.instantiate(&mut store).map_err(|e| {
             // A trap or a memory limit is the policy's; anything else (the

@@ -7,12 +7,13 @@ use std::sync::Arc;
 
 use clap::Args;
 use idem::policy::{PolicyRuntime, RuntimeConfig, default_cache_dir};
-use idem::simulation::{Fault, Guard, Report, Scenario, simulate};
-use idem::store::{ManualClock, SqliteOptions, SqliteStore, StoreOptions};
+use idem_sim::{Fault, Guard, Report, Scenario, simulate};
+use idem_store::{ManualClock, SqliteOptions, SqliteStore, StoreOptions};
 use serde_json::json;
 
-use crate::Failure;
+use crate::exit::{Failure, SUCCESS};
 
+/// `idem demo`'s flags.
 #[derive(Args, Debug)]
 pub struct DemoArgs {
     /// Picks the invoice the pause strikes, its length and when the retry
@@ -64,6 +65,7 @@ impl Drop for TempDir {
     }
 }
 
+/// Runs `idem demo`.
 pub fn run(args: DemoArgs) -> Result<u8, Failure> {
     let policy_path = match &args.policy {
         Some(p) => p.clone(),
@@ -90,7 +92,7 @@ pub fn run(args: DemoArgs) -> Result<u8, Failure> {
     let db = dir.0.join("idem.db");
     // Simulated time: the store's clock starts at the wall clock (so the
     // records look real) and moves only when the simulation says so.
-    let clock = ManualClock::new(idem::store::StoreClock::system().now_ms());
+    let clock = ManualClock::new(idem_store::StoreClock::system().now_ms());
     let store = SqliteStore::open(
         &db,
         SqliteOptions::default(),
@@ -113,7 +115,7 @@ pub fn run(args: DemoArgs) -> Result<u8, Failure> {
                 store: Arc::new(store),
             };
             let idem = simulate(&scenario, &guard, &clock).await?;
-            Ok::<_, idem::simulation::SimError>((lock, idem))
+            Ok::<_, idem_sim::SimError>((lock, idem))
         })
         .map_err(|e| Failure::input(format!("the simulation failed: {e}")))?;
 
@@ -139,7 +141,7 @@ pub fn run(args: DemoArgs) -> Result<u8, Failure> {
     } else {
         print_table(&scenario, &lock, &idem);
     }
-    Ok(0)
+    Ok(SUCCESS)
 }
 
 fn minutes(ms: u64) -> String {
@@ -165,7 +167,7 @@ fn print_table(scenario: &Scenario, lock: &Report, idem: &Report) {
         "the nightly run pauses {} before charging {} (lease {}); the scheduler's retry starts at +{}\n",
         minutes(pause),
         job.customer(invoice),
-        minutes(idem::simulation::LEASE_MS),
+        minutes(idem_sim::LEASE_MS),
         minutes(scenario.runs[1].start_ms)
     );
     let (l, i) = (&lock.counters, &idem.counters);

@@ -5,8 +5,8 @@ use std::collections::HashMap;
 
 use idem_core::RecordState;
 
-use super::Report;
-use super::ledger::{LedgerMode, LedgerReply};
+use crate::Report;
+use crate::ledger::{LedgerMode, LedgerReply};
 
 /// What idem promises about charges, which depends on the policy and on
 /// what the payment provider enforces.

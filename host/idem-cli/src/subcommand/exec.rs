@@ -3,19 +3,17 @@
 use std::path::PathBuf;
 
 use clap::Args;
-use idem::core::Operation;
 use idem::engine::{Begin, Engine, Execution};
+use idem_core::Operation;
 
-use crate::Failure;
-use crate::command::{
-    CommandSpec, EX_CONFLICT, EX_FENCED, EX_REJECTED, EX_TEMPFAIL, EX_UNKNOWN, Recorded, exit_code,
-    run_and_record,
-};
-use crate::key::read_op_bytes;
+use crate::exit::{self, Failure, engine_failure};
+use crate::input::read_op_bytes;
 use crate::policy_args::PolicyArgs;
 use crate::run_flags::RunFlags;
 use crate::store_args::{StoreArgs, runtime};
+use crate::user_command::{CommandSpec, Recorded, run_and_record};
 
+/// `idem exec`'s flags.
 #[derive(Args, Debug)]
 pub struct ExecArgs {
     #[command(flatten)]
@@ -32,6 +30,7 @@ pub struct ExecArgs {
     pub command: Vec<String>,
 }
 
+/// Runs `idem exec`.
 pub fn run(args: ExecArgs) -> Result<u8, Failure> {
     let policy = args.policy.load()?;
     let bytes = read_op_bytes(&args.op)?;
@@ -46,7 +45,7 @@ pub fn run(args: ExecArgs) -> Result<u8, Failure> {
 }
 
 async fn exec(engine: &Engine, op: &Operation, args: &ExecArgs) -> Result<u8, Failure> {
-    let begun = engine.begin(op).await.map_err(crate::engine_failure)?;
+    let begun = engine.begin(op).await.map_err(engine_failure)?;
     let execution = match begun {
         Begin::Execute(e) => e,
         Begin::Replay(r) => {
@@ -60,7 +59,7 @@ async fn exec(engine: &Engine, op: &Operation, args: &ExecArgs) -> Result<u8, Fa
             let mut out = std::io::stdout();
             let _ = out.write_all(&r.outcome.body);
             let _ = out.flush();
-            return Ok(exit_code(r.outcome.status));
+            return Ok(exit::from_status(r.outcome.status));
         }
         Begin::InProgress {
             key,
@@ -74,7 +73,7 @@ async fn exec(engine: &Engine, op: &Operation, args: &ExecArgs) -> Result<u8, Fa
                 "idem: key {} is in progress elsewhere: {reason}{after}",
                 key.key
             );
-            return Ok(EX_TEMPFAIL);
+            return Ok(exit::TRY_LATER);
         }
         Begin::Conflict {
             key,
@@ -82,7 +81,7 @@ async fn exec(engine: &Engine, op: &Operation, args: &ExecArgs) -> Result<u8, Fa
             reason,
         } => {
             eprintln!("idem: conflict ({status}) on key {}: {reason}", key.key);
-            return Ok(EX_CONFLICT);
+            return Ok(exit::CONFLICT);
         }
         Begin::Rejected {
             key,
@@ -100,7 +99,7 @@ async fn exec(engine: &Engine, op: &Operation, args: &ExecArgs) -> Result<u8, Fa
                 "idem: rejected ({status}) on key {}{review}: {reason}",
                 key.key
             );
-            return Ok(EX_REJECTED);
+            return Ok(exit::REJECTED);
         }
     };
     let spec = CommandSpec {
@@ -124,16 +123,16 @@ async fn exec(engine: &Engine, op: &Operation, args: &ExecArgs) -> Result<u8, Fa
             eprintln!(
                 "idem: the command was killed by signal {signal}; key {key} stays claimed until its lease expires, then goes to the policy (its outcome is unknown)"
             );
-            Ok(EX_UNKNOWN)
+            Ok(exit::OUTCOME_UNKNOWN)
         }
-        Ok(Recorded::Completed) => Ok(0),
-        Ok(Recorded::Failed { status }) => Ok(exit_code(status)),
+        Ok(Recorded::Completed) => Ok(exit::SUCCESS),
+        Ok(Recorded::Failed { status }) => Ok(exit::from_status(status)),
         Err(idem::engine::EngineError::Fenced(e)) => {
             eprintln!(
                 "idem: this run was deposed while the command ran; its result was not recorded: {e}"
             );
-            Ok(EX_FENCED)
+            Ok(exit::DEPOSED)
         }
-        Err(e) => Err(crate::engine_failure(e)),
+        Err(e) => Err(engine_failure(e)),
     }
 }

@@ -28,7 +28,7 @@
 //!   does. It is the careful version: before every charge the run checks
 //!   that it still holds the lock and renews it (a watchdog), and stops when
 //!   it lost it. Charges carry neither key nor fence.
-//! - *idem*: every charge goes through [`Engine::begin`] with a real policy
+//! - *idem*: every charge goes through [`Engine::begin`](idem::engine::Engine::begin) with a real policy
 //!   over a real store; the charge carries the key and the fence to the
 //!   ledger; then `complete` (or `fail` when the ledger refused a stale
 //!   fence). No lock at all.
@@ -43,6 +43,12 @@
 //! records…), the per-invoice picture, the ledger's entries, key drift, and
 //! (with [`Scenario::trace`]) a line per step. [`Report::check_idem`] states
 //! the invariants idem guarantees, and for which configurations.
+//!
+//! It is a crate of its own, apart from the `idem` library, so that the
+//! library a payment service links holds no simulation: its users are the
+//! chaos suite (`tests/suite/chaos.rs`) and `idem demo` (`idem-cli`).
+
+#![warn(missing_docs)]
 
 mod check;
 mod ledger;
@@ -52,13 +58,12 @@ mod worker;
 
 use std::sync::Arc;
 
+use idem::engine::EngineError;
+use idem::policy::LoadedPolicy;
 use idem_core::{Operation, OperationLimits, RecordState, Trigger};
 use idem_store::{ManualClock, Store};
 use serde::Serialize;
 use thiserror::Error;
-
-use crate::engine::EngineError;
-use crate::policy::LoadedPolicy;
 
 pub use check::Guarantee;
 pub use ledger::{KeyDrift, Ledger, LedgerEntry, LedgerMode, LedgerReply};

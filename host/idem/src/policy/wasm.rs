@@ -1,4 +1,8 @@
 //! The wasmtime engine, configured for deterministic, bounded evaluation.
+//!
+//! Named `wasm`, not `engine`: in idem "the engine" is the exactly-once
+//! [`crate::engine::Engine`]; this module only sets up wasmtime's compiler,
+//! instance pool and epoch ticker for the policy runtime.
 
 use std::time::Duration;
 

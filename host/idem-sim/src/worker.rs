@@ -2,13 +2,13 @@
 
 use std::collections::HashSet;
 
+use idem::engine::{Begin, Engine, EngineError, EngineOptions, Execution};
 use idem_core::RecordState;
 use idem_store::{ManualClock, Outcome, RecordKey};
 
-use super::ledger::{Ledger, LedgerReply};
-use super::rng::SplitMix64;
-use super::{Counters, Guard, InvoiceReport, PausePoint, Report, RunSpec, Scenario, SimError};
-use crate::engine::{Begin, Engine, EngineError, EngineOptions, Execution};
+use crate::ledger::{Ledger, LedgerReply};
+use crate::rng::SplitMix64;
+use crate::{Counters, Guard, InvoiceReport, PausePoint, Report, RunSpec, Scenario, SimError};
 
 /// Where a run is. Lock only: `Start` takes the job lock, `Next(i)` checks
 /// (and renews) the lock and reads the bookkeeping, `Charge(i)` charges,
@@ -462,7 +462,7 @@ impl<'a> Sim<'a> {
                     None => {
                         let engine =
                             Engine::new(policy.clone(), store.clone(), EngineOptions::default());
-                        let probe = super::RunSpec::new("final", idem_core::Trigger::Manual, 0);
+                        let probe = crate::RunSpec::new("final", idem_core::Trigger::Manual, 0);
                         let keyed = engine.derive(&job.operation(i, &probe)).map_err(|source| {
                             SimError::Engine {
                                 run: "final".into(),

@@ -9,7 +9,7 @@
 use std::sync::Arc;
 
 use idem::engine::{Engine, EngineError, Execution};
-use idem::store::{Ending, Outcome, StoreError};
+use idem_store::{Ending, Outcome, StoreError};
 use tokio::sync::{mpsc, oneshot};
 
 type Reply = oneshot::Sender<Result<(), EngineError>>;

@@ -1,26 +1,16 @@
-//! Running the user's command for one operation: environment, stdin,
-//! captured stdout, and what its exit means for the record.
+//! Running the user's command (`idem exec -- CMD`, `idem run -- CMD`) for
+//! one operation: environment, stdin, captured stdout, and what its exit
+//! means for the record.
 
 use std::process::Stdio;
 
 use idem::engine::{EngineError, Execution};
-use idem::store::{Ending, Outcome};
+use idem_store::{Ending, Outcome};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::process::Command;
 
 /// How much of the command's stdout is stored (and replayed).
 pub const MAX_STORED_STDOUT: usize = 64 * 1024;
-
-/// Exit status meaning "temporary failure, try again later" (sysexits).
-pub const EX_TEMPFAIL: u8 = 75;
-/// Exit status of `idem exec`/`idem run` for a fingerprint conflict.
-pub const EX_CONFLICT: u8 = 65;
-/// Exit status for a duplicate the policy rejected.
-pub const EX_REJECTED: u8 = 77;
-/// Exit status when this holder was deposed and its result not recorded.
-pub const EX_FENCED: u8 = 76;
-/// Exit status when the command died by a signal (its outcome is unknown).
-pub const EX_UNKNOWN: u8 = 70;
 
 /// What the command did.
 pub enum CommandEnd {
@@ -162,9 +152,4 @@ fn failure_outcome(status: i32, stdout: Vec<u8>) -> Outcome {
         body: stdout,
         error: Some(format!("command exited with status {status}")),
     }
-}
-
-/// An exit code for a stored status (exit codes are 0..=255).
-pub fn exit_code(status: i32) -> u8 {
-    u8::try_from(status).unwrap_or(1)
 }

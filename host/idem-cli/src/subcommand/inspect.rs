@@ -1,13 +1,14 @@
-//! `idem inspect` and `idem gc`: what the store holds, and cleaning it.
+//! `idem inspect`: what the store holds.
 
 use clap::Args;
-use idem::core::{Digest, RecordState};
-use idem::store::{ListFilter, RecordView};
+use idem_core::{Digest, RecordState};
+use idem_store::{ListFilter, RecordView};
 use serde_json::json;
 
-use crate::Failure;
+use crate::exit::{Failure, INCOMPLETE, SUCCESS};
 use crate::store_args::{StoreArgs, runtime};
 
+/// `idem inspect`'s flags.
 #[derive(Args, Debug)]
 pub struct InspectArgs {
     #[command(flatten)]
@@ -28,30 +29,6 @@ pub struct InspectArgs {
     /// JSON instead of a table.
     #[arg(long)]
     pub json: bool,
-}
-
-#[derive(Args, Debug)]
-pub struct MigrateArgs {
-    #[command(flatten)]
-    pub store: StoreArgs,
-}
-
-/// `idem migrate`: create the store or bring its schema up to date (every
-/// command also does this on first use; this is for deploy scripts).
-pub fn migrate(args: MigrateArgs) -> Result<u8, Failure> {
-    runtime()?.block_on(async {
-        let version = idem::store::migrate(&args.store.store)
-            .await
-            .map_err(|e| Failure::input(format!("cannot migrate {}: {e}", args.store.shown())))?;
-        println!("{} is at schema version {version}", args.store.shown());
-        Ok(0)
-    })
-}
-
-#[derive(Args, Debug)]
-pub struct GcArgs {
-    #[command(flatten)]
-    pub store: StoreArgs,
 }
 
 fn record_json(v: &RecordView) -> serde_json::Value {
@@ -84,7 +61,8 @@ fn record_json(v: &RecordView) -> serde_json::Value {
     })
 }
 
-pub fn inspect(args: InspectArgs) -> Result<u8, Failure> {
+/// Runs `idem inspect`.
+pub fn run(args: InspectArgs) -> Result<u8, Failure> {
     let wanted = match &args.key {
         Some(k) => Some(
             Digest::from_hex(k)
@@ -112,7 +90,7 @@ pub fn inspect(args: InspectArgs) -> Result<u8, Failure> {
             views.retain(|v| v.record.key.key == key);
             if views.is_empty() {
                 return Err(Failure {
-                    code: 1,
+                    code: INCOMPLETE,
                     message: format!("no record with key {key} in {}", args.store.shown()),
                 });
             }
@@ -125,7 +103,7 @@ pub fn inspect(args: InspectArgs) -> Result<u8, Failure> {
                 json!(records)
             };
             println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
-            return Ok(0);
+            return Ok(SUCCESS);
         }
         println!(
             "{:<16}  {:<10} {:<16} {:>6} {:>4} {:>9} {:>8} {:<22} {:>6}",
@@ -159,7 +137,7 @@ pub fn inspect(args: InspectArgs) -> Result<u8, Failure> {
             );
         }
         println!("{} records", views.len());
-        Ok(0)
+        Ok(SUCCESS)
     })
 }
 
@@ -171,16 +149,4 @@ fn human_ms(ms: u64) -> String {
         3_600_000..86_400_000 => format!("{}h", ms / 3_600_000),
         _ => format!("{}d", ms / 86_400_000),
     }
-}
-
-pub fn gc(args: GcArgs) -> Result<u8, Failure> {
-    runtime()?.block_on(async {
-        let store = args.store.open().await?;
-        let removed = store
-            .gc()
-            .await
-            .map_err(|e| Failure::input(format!("gc failed on {}: {e}", args.store.shown())))?;
-        println!("removed {removed} records past their retention");
-        Ok(0)
-    })
 }

@@ -3,9 +3,9 @@
 use std::sync::Arc;
 
 use clap::Args;
-use idem::store::{Store, StoreOptions};
+use idem_store::{Store, StoreOptions};
 
-use crate::Failure;
+use crate::exit::Failure;
 
 /// Which store.
 #[derive(Args, Debug, Clone)]
@@ -20,14 +20,14 @@ pub struct StoreArgs {
 impl StoreArgs {
     /// Opens the store (creating and migrating a SQLite file when needed).
     pub async fn open(&self) -> Result<Arc<dyn Store>, Failure> {
-        idem::store::open(&self.store, StoreOptions::default())
+        idem_store::open(&self.store, StoreOptions::default())
             .await
             .map_err(|e| Failure::input(format!("cannot open store {}: {e}", self.shown())))
     }
 
     /// The store URL fit to print: never its password.
     pub fn shown(&self) -> String {
-        idem::store::redacted_url(&self.store)
+        idem_store::redacted_url(&self.store)
     }
 }
 

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use clap::Args;
 use idem::policy::{LoadedPolicy, PolicyRuntime, RuntimeConfig, default_cache_dir};
 
-use crate::Failure;
+use crate::exit::Failure;
 
 /// Which policy, and how to run it.
 #[derive(Args, Debug)]
@@ -49,27 +49,4 @@ impl PolicyArgs {
             Failure::input(format!("cannot load policy {}: {e}", self.policy.display()))
         })
     }
-}
-
-/// `idem describe`.
-#[derive(Args, Debug)]
-pub struct DescribeArgs {
-    #[command(flatten)]
-    pub policy: PolicyArgs,
-}
-
-pub fn describe(args: DescribeArgs) -> Result<u8, Failure> {
-    let policy = args.policy.load()?;
-    let info = policy.info();
-    let out = serde_json::json!({
-        "name": info.name,
-        "version": info.version,
-        "namespace": info.namespace,
-        "description": info.description,
-        "policy": policy.digest(),
-        "size": policy.size(),
-        "interface": idem::policy::POLICY_INTERFACE,
-    });
-    println!("{out}");
-    Ok(0)
 }

@@ -5,12 +5,12 @@
 //! Partitioned ownership (`--shard I/N`, `--members … --member NAME`): the
 //! run registers the membership under its group, gets the group's epoch,
 //! and processes only the operations whose partition it owns (rendezvous
-//! hashing, `idem::core::ownership`). Every claim carries the epoch; once
+//! hashing, `idem_core::ownership`). Every claim carries the epoch; once
 //! the membership changes the store refuses it (`stale_epoch` in the
 //! summary), so a worker deposed while paused cannot start an effect.
 //!
 //! `--job-lease NAME`: a job-level lease taken first; when another live run
-//! holds it, the run exits at once with [`EX_JOB_LEASE_HELD`]. Efficiency
+//! holds it, the run exits at once with [`exit::JOB_LEASE_HELD`]. Efficiency
 //! only: nothing above depends on it.
 
 use std::io::IsTerminal;
@@ -18,20 +18,22 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use clap::Args;
-use idem::core::{KeyedDerivation, Operation};
 use idem::engine::{Begin, Claimed, Engine, EngineError};
-use idem::store::{JobLease, JobLeaseAcquire, RecordState, Store, StoreError};
+use idem_core::{KeyedDerivation, Operation};
+use idem_store::{JobLease, JobLeaseAcquire, RecordState, Store, StoreError};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 use tokio::sync::Semaphore;
 
-use crate::Failure;
-use crate::command::{CommandSpec, Recorded, run_and_record};
+use crate::exit::{self, Failure, engine_failure};
 use crate::finisher::Finisher;
+use crate::input::read_op_bytes;
 use crate::policy_args::PolicyArgs;
 use crate::run_flags::{OwnershipFlags, RunFlags};
 use crate::store_args::{StoreArgs, runtime};
+use crate::user_command::{CommandSpec, Recorded, run_and_record};
 
+/// `idem run`'s flags.
 #[derive(Args, Debug)]
 pub struct RunArgs {
     #[command(flatten)]
@@ -93,11 +95,6 @@ pub struct Summary {
     pub not_owned: u64,
 }
 
-/// `idem run --job-lease NAME` found the lease held by another live run and
-/// did nothing (sysexits' EX_TEMPFAIL: try later, as `idem exec` uses for an
-/// operation in progress elsewhere).
-pub const EX_JOB_LEASE_HELD: u8 = 75;
-
 #[derive(Clone, Copy)]
 enum Ended {
     Executed,
@@ -112,9 +109,10 @@ enum Ended {
     StaleEpoch,
 }
 
+/// Runs `idem run`.
 pub fn run(args: RunArgs) -> Result<u8, Failure> {
     let policy = args.policy.load()?;
-    let bytes = crate::key::read_op_bytes(&args.ops)?;
+    let bytes = read_op_bytes(&args.ops)?;
     let text = String::from_utf8(bytes)
         .map_err(|_| Failure::input(format!("{} is not UTF-8", args.ops.display())))?;
     // Read and derive every operation before running any: bad input stops
@@ -159,10 +157,10 @@ pub fn run(args: RunArgs) -> Result<u8, Failure> {
             for (line, op) in ops {
                 let keyed = engine.derive(&op).map_err(|e| match e {
                     EngineError::Refused(r) => Failure {
-                        code: 3,
+                        code: exit::POLICY_REFUSED,
                         message: format!("{} line {line}: the policy refused it: {r}", args.ops.display()),
                     },
-                    other => crate::engine_failure(other),
+                    other => engine_failure(other),
                 })?;
                 derived.push((op, keyed));
             }
@@ -183,7 +181,7 @@ pub fn run(args: RunArgs) -> Result<u8, Failure> {
             // epoch stands for.
             let before = derived.len();
             derived.retain(|(_, keyed)| {
-                idem::core::ownership::owns(&keyed.partition, me, &joined.members)
+                idem_core::ownership::owns(&keyed.partition, me, &joined.members)
             });
             not_owned = (before - derived.len()) as u64;
             options.ownership = Some(joined.token());
@@ -230,20 +228,24 @@ pub fn run(args: RunArgs) -> Result<u8, Failure> {
             + summary.unknown
             + summary.stale_epoch
             == 0;
-        Ok(if all_done { 0 } else { 1 })
+        Ok(if all_done {
+            exit::SUCCESS
+        } else {
+            exit::INCOMPLETE
+        })
     })
 }
 
 /// Who holds a job lease, for the message another run prints.
 fn job_holder(args: &RunArgs) -> String {
-    let holder = idem::store::Holder::this_process();
+    let holder = idem_store::Holder::this_process();
     match &args.run.run_id {
         Some(run) => format!("{}:{} run {run}", holder.host, holder.pid),
         None => format!("{}:{}", holder.host, holder.pid),
     }
 }
 
-/// Takes the job lease, or ends the run with [`EX_JOB_LEASE_HELD`] when
+/// Takes the job lease, or ends the run with [`exit::JOB_LEASE_HELD`] when
 /// another live run holds it.
 async fn take_job_lease(
     store: &Arc<dyn Store>,
@@ -257,7 +259,7 @@ async fn take_job_lease(
             current,
             remaining_ms,
         }) => Err(Failure {
-            code: EX_JOB_LEASE_HELD,
+            code: exit::JOB_LEASE_HELD,
             message: format!(
                 "job {name} is already running ({}, lease fence {}, {} ms left); this run did nothing",
                 current.holder, current.fence, remaining_ms

@@ -1,15 +1,16 @@
 //! `idem key`: one operation in, its key out.
 
-use std::io::Read;
 use std::path::PathBuf;
 
 use clap::Args;
-use idem::core::{KEY_ENCODING_VERSION, Operation};
+use idem_core::{KEY_ENCODING_VERSION, Operation};
 use serde_json::json;
 
-use crate::Failure;
+use crate::exit::{Failure, POLICY_FAILED, POLICY_REFUSED, SUCCESS};
+use crate::input::read_op_bytes;
 use crate::policy_args::PolicyArgs;
 
+/// `idem key`'s flags.
 #[derive(Args, Debug)]
 pub struct KeyArgs {
     #[command(flatten)]
@@ -23,29 +24,16 @@ pub struct KeyArgs {
     pub explain: bool,
 }
 
-/// Reads an operation document from a path or `-`.
-pub fn read_op_bytes(path: &PathBuf) -> Result<Vec<u8>, Failure> {
-    if path.as_os_str() == "-" {
-        let mut buf = Vec::new();
-        std::io::stdin()
-            .read_to_end(&mut buf)
-            .map_err(|e| Failure::input(format!("cannot read standard input: {e}")))?;
-        Ok(buf)
-    } else {
-        std::fs::read(path)
-            .map_err(|e| Failure::input(format!("cannot read {}: {e}", path.display())))
-    }
-}
-
+/// Runs `idem key`.
 pub fn run(args: KeyArgs) -> Result<u8, Failure> {
     let policy = args.policy.load()?;
     let bytes = read_op_bytes(&args.op)?;
     let op = Operation::from_slice(&bytes, &policy.limits().operation)
         .map_err(|e| Failure::input(format!("{}: {e}", args.op.display())))?;
     // The time `idem exec` would hand the policy with the default store.
-    let now_ms = idem::store::StoreClock::system().now_ms();
+    let now_ms = idem_store::StoreClock::system().now_ms();
     let evaluated = policy.derive(&op, now_ms).map_err(|e| Failure {
-        code: 4,
+        code: POLICY_FAILED,
         message: format!("policy {} failed: {e}", policy.digest()),
     })?;
     let keyed = match evaluated.value {
@@ -62,7 +50,7 @@ pub fn run(args: KeyArgs) -> Result<u8, Failure> {
             });
             println!("{out}");
             return Err(Failure {
-                code: 3,
+                code: POLICY_REFUSED,
                 message: format!("the policy refused the operation: {refusal}"),
             });
         }
@@ -91,5 +79,5 @@ pub fn run(args: KeyArgs) -> Result<u8, Failure> {
     } else {
         println!("{out}");
     }
-    Ok(0)
+    Ok(SUCCESS)
 }

@@ -4,13 +4,14 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use clap::Args;
-use idem::core::cases::{CasesFile, Subject, run_cases};
-use idem::core::{Decision, Derivation, DuplicateContext, Operation, PolicyError, PolicyInfo};
 use idem::policy::{CodeSource, LoadedPolicy};
+use idem_core::cases::{CasesFile, Subject, run_cases};
+use idem_core::{Decision, Derivation, DuplicateContext, Operation, PolicyError, PolicyInfo};
 
-use crate::Failure;
+use crate::exit::{Failure, INCOMPLETE, SUCCESS};
 use crate::policy_args::PolicyArgs;
 
+/// `idem test`'s flags.
 #[derive(Args, Debug)]
 pub struct TestArgs {
     #[command(flatten)]
@@ -50,6 +51,7 @@ impl Subject for Wasm {
     }
 }
 
+/// Runs `idem test`.
 pub fn run(args: TestArgs) -> Result<u8, Failure> {
     let text = std::fs::read_to_string(&args.cases)
         .map_err(|e| Failure::input(format!("cannot read {}: {e}", args.cases.display())))?;
@@ -106,8 +108,8 @@ pub fn run(args: TestArgs) -> Result<u8, Failure> {
     );
     println!("{}", report.summary());
     Ok(if report.failed() == 0 && !report.results.is_empty() {
-        0
+        SUCCESS
     } else {
-        1
+        INCOMPLETE
     })
 }

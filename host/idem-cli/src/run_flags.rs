@@ -3,8 +3,8 @@
 use std::time::Duration;
 
 use clap::Args;
-use idem::core::{Operation, RunContext, Trigger};
 use idem::engine::EngineOptions;
+use idem_core::{Operation, RunContext, Trigger};
 
 /// How a run is labelled and how claims behave.
 #[derive(Args, Debug, Clone)]
@@ -130,7 +130,7 @@ impl OwnershipFlags {
     pub fn membership(&self) -> Result<Option<(Vec<String>, String)>, String> {
         if let Some(shard) = self.shard {
             return Ok(Some((
-                idem::core::ownership::shard_members(shard.count),
+                idem_core::ownership::shard_members(shard.count),
                 shard.index.to_string(),
             )));
         }

@@ -6,8 +6,8 @@
 
 use idem_core::Trigger;
 
-use super::rng::SplitMix64;
-use super::{Fault, Job, LEASE_MS, LedgerMode, PausePoint, RunSpec, STEP_MS, Scenario};
+use crate::rng::SplitMix64;
+use crate::{Fault, Job, LEASE_MS, LedgerMode, PausePoint, RunSpec, STEP_MS, Scenario};
 
 /// The most calls one run makes: lock, then per invoice check, charge and
 /// record, then release.

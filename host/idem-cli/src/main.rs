@@ -1,0 +1,93 @@
+//! `idem`: the command-line face of the idem library.
+//!
+//! One module per subcommand ([`subcommand`]); the flag groups several
+//! share ([`policy_args`], [`store_args`], [`run_flags`]); the user's command
+//! under a claim ([`user_command`]).
+//!
+//! Exit statuses are defined, each with its meaning, in [`exit`]; in short:
+//! [`exit::SUCCESS`] 0; [`exit::INCOMPLETE`] 1 (a test case failed, some
+//! operations did not complete, no such record); [`exit::BAD_INPUT`] 2 (bad
+//! usage or input: unreadable file, malformed operation, a policy or store
+//! that cannot be opened); [`exit::POLICY_REFUSED`] 3 (a typed policy
+//! error); [`exit::POLICY_FAILED`] 4 (trap, fuel, memory, deadline,
+//! malformed output or an unsafe decision). `idem exec` exits with the
+//! command's status (also when replaying it), or: [`exit::CONFLICT`] 65
+//! (the key was used for another request), [`exit::OUTCOME_UNKNOWN`] 70
+//! (the command was killed), [`exit::TRY_LATER`] 75 (in progress
+//! elsewhere), [`exit::DEPOSED`] 76 (this run was deposed and its result
+//! not recorded), [`exit::REJECTED`] 77 (the policy rejected the
+//! duplicate). `idem run --job-lease NAME` exits [`exit::JOB_LEASE_HELD`]
+//! (75, the same "try later") when another live run holds the job lease.
+
+mod exit;
+mod finisher;
+mod input;
+mod policy_args;
+mod run_flags;
+mod store_args;
+mod subcommand;
+mod user_command;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "idem",
+    version,
+    about = "Make side effects happen exactly once",
+    propagate_version = true
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Derive the key, fingerprint and partition of one operation.
+    Key(subcommand::key::KeyArgs),
+    /// Run a cases file against a built policy.
+    Test(subcommand::test::TestArgs),
+    /// Show what a policy says it is, and its digest.
+    Describe(subcommand::describe::DescribeArgs),
+    /// Run a command at most once per key.
+    Exec(subcommand::exec::ExecArgs),
+    /// Run every operation of a JSONL file through a command, at most once per key.
+    Run(subcommand::run::RunArgs),
+    /// Show the records a store holds.
+    Inspect(subcommand::inspect::InspectArgs),
+    /// Remove records past their retention.
+    Gc(subcommand::gc::GcArgs),
+    /// Run the nightly billing job twice, overlapping with a pause: a lease lock alone vs idem.
+    Demo(subcommand::demo::DemoArgs),
+    /// Create a store or bring its schema up to date.
+    Migrate(subcommand::migrate::MigrateArgs),
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_env("IDEM_LOG"))
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Key(args) => subcommand::key::run(args),
+        Command::Test(args) => subcommand::test::run(args),
+        Command::Describe(args) => subcommand::describe::run(args),
+        Command::Exec(args) => subcommand::exec::run(args),
+        Command::Run(args) => subcommand::run::run(args),
+        Command::Inspect(args) => subcommand::inspect::run(args),
+        Command::Gc(args) => subcommand::gc::run(args),
+        Command::Demo(args) => subcommand::demo::run(args),
+        Command::Migrate(args) => subcommand::migrate::run(args),
+    };
+    match result {
+        Ok(code) => ExitCode::from(code),
+        Err(f) => {
+            eprintln!("idem: {}", f.message);
+            ExitCode::from(f.code)
+        }
+    }
+}

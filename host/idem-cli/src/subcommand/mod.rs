@@ -1,0 +1,13 @@
+//! One module per subcommand: its flags (`…Args`) and its `run`, which
+//! returns the exit status (see [`crate::exit`]) or a
+//! [`Failure`](crate::exit::Failure).
+
+pub mod demo;
+pub mod describe;
+pub mod exec;
+pub mod gc;
+pub mod inspect;
+pub mod key;
+pub mod migrate;
+pub mod run;
+pub mod test;
