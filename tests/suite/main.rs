@@ -5,5 +5,6 @@ mod cli;
 mod engine;
 mod exec_cli;
 mod fleet;
+mod job;
 mod ownership;
 mod policy_runtime;

@@ -20,7 +20,6 @@
 //! (75, the same "try later") when another live run holds the job lease.
 
 mod exit;
-mod finisher;
 mod input;
 mod policy_args;
 mod run_flags;

@@ -59,11 +59,6 @@ impl RunFlags {
             ..EngineOptions::default()
         }
     }
-
-    /// Whether a command's exit status is a permanent failure.
-    pub fn is_permanent(&self, status: i32) -> bool {
-        self.permanent_exit_codes.contains(&status)
-    }
 }
 
 /// `idem run`'s partitioned ownership and job lease.

@@ -7,6 +7,9 @@
 //! - [`policy`]: the sandboxed policy runtime (knows nothing of storage).
 //! - [`store`] (`idem-store`): record stores (know nothing of wasm).
 //! - [`engine`]: composes the two: fenced claims, leases, duplicates.
+//! - [`job`]: a batch job's operations through an effect, at most once per
+//!   key (`idem run` as a library): ownership, the job lease, batched
+//!   claims and completions, a summary.
 //! - [`idem_core`] (re-exported as [`core`]): the contract in plain Rust:
 //!   canonical operations, key encoding, the decision safety gate.
 //!
@@ -17,6 +20,7 @@
 #![warn(missing_docs)]
 
 pub mod engine;
+pub mod job;
 pub mod policy;
 
 pub use idem_store as store;

@@ -3,7 +3,8 @@
 use std::path::PathBuf;
 
 use clap::Args;
-use idem::engine::{Begin, Engine, Execution};
+use idem::engine::{Begin, Engine, EngineError};
+use idem::job::{Performed, run_effect};
 use idem_core::Operation;
 
 use crate::exit::{self, Failure, engine_failure};
@@ -11,7 +12,7 @@ use crate::input::read_op_bytes;
 use crate::policy_args::PolicyArgs;
 use crate::run_flags::RunFlags;
 use crate::store_args::{StoreArgs, runtime};
-use crate::user_command::{CommandSpec, Recorded, run_and_record};
+use crate::user_command::UserCommand;
 
 /// `idem exec`'s flags.
 #[derive(Args, Debug)]
@@ -102,32 +103,25 @@ async fn exec(engine: &Engine, op: &Operation, args: &ExecArgs) -> Result<u8, Fa
             return Ok(exit::REJECTED);
         }
     };
-    let spec = CommandSpec {
-        argv: &args.command,
+    let command = UserCommand {
+        argv: args.command.clone(),
         forward_stdout: true,
-        stdin: None,
+        op_on_stdin: false,
+        permanent_exit_codes: args.run.permanent_exit_codes.clone(),
     };
     let key = execution.key_hex();
-    let recorded = run_and_record(
-        &spec,
-        execution,
-        &op.canonical_json(),
-        |status| args.run.is_permanent(status),
-        async |execution: Execution, ending, outcome| execution.finish(ending, outcome).await,
-    )
-    .await;
-    match recorded {
+    match run_effect(&command, op.clone(), execution).await {
         // Nothing happened: the claim was recorded failed-retryable.
-        Ok(Recorded::NotStarted(message)) => Err(Failure::input(message)),
-        Ok(Recorded::Killed { signal }) => {
+        Ok(Performed::NotStarted { reason }) => Err(Failure::input(reason)),
+        Ok(Performed::Unknown { reason }) => {
             eprintln!(
-                "idem: the command was killed by signal {signal}; key {key} stays claimed until its lease expires, then goes to the policy (its outcome is unknown)"
+                "idem: {reason}; key {key} stays claimed until its lease expires, then goes to the policy (its outcome is unknown)"
             );
             Ok(exit::OUTCOME_UNKNOWN)
         }
-        Ok(Recorded::Completed) => Ok(exit::SUCCESS),
-        Ok(Recorded::Failed { status }) => Ok(exit::from_status(status)),
-        Err(idem::engine::EngineError::Fenced(e)) => {
+        Ok(Performed::Completed) => Ok(exit::SUCCESS),
+        Ok(Performed::Failed { status, .. }) => Ok(exit::from_status(status)),
+        Err(EngineError::Fenced(e)) => {
             eprintln!(
                 "idem: this run was deposed while the command ran; its result was not recorded: {e}"
             );

@@ -6,7 +6,7 @@ use std::time::Duration;
 use idem_core::KeyedDerivation;
 use idem_store::{Claim, Ending, Finish, Outcome, RecordKey, Store};
 
-use super::EngineError;
+use super::{EngineError, ExecContext};
 
 /// The right to perform an effect. Every write is conditional on the fence:
 /// a deposed holder gets [`EngineError::Fenced`] and changes nothing.
@@ -91,6 +91,17 @@ impl Execution {
     /// happened before, so downstream must deduplicate by the key.
     pub fn is_take_over(&self) -> bool {
         self.taken_over
+    }
+
+    /// What an effect performed under this claim is handed.
+    pub fn context(&self) -> ExecContext {
+        ExecContext {
+            key: self.key_hex(),
+            fence: self.fence(),
+            attempt: self.attempt(),
+            take_over: self.is_take_over(),
+            partition: self.derivation.partition.clone(),
+        }
     }
 
     /// Extends the lease to the store's now + the lease.

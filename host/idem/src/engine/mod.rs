@@ -222,6 +222,11 @@ impl Engine {
         &self.store
     }
 
+    /// The settings this engine claims with.
+    pub fn options(&self) -> &EngineOptions {
+        &self.options
+    }
+
     /// The logical time handed to the policy (for operations without their
     /// own): the store's clock as this process reads it. It never decides a
     /// lease (the store does, by its own clock); reading the same clock

@@ -7,7 +7,8 @@ use idem_store::{Outcome, RecordKey};
 
 use super::{Begin, Engine, EngineError};
 
-/// What the closure is handed: the key and fence to pass downstream.
+/// What an effect is handed (by [`Engine::run_once`] or a
+/// [`crate::job::JobRunner`]): the key and fence to pass downstream.
 #[derive(Debug, Clone)]
 pub struct ExecContext {
     /// The idempotency key (64 hex).
@@ -18,6 +19,8 @@ pub struct ExecContext {
     pub attempt: u32,
     /// Whether an earlier attempt may have performed the effect.
     pub take_over: bool,
+    /// Who owns the effect, as the policy derived it (e.g. the customer).
+    pub partition: String,
 }
 
 /// A failed effect, as the closure reports it.
@@ -67,12 +70,7 @@ impl Engine {
             Begin::Execute(e) => e,
             other => return Ok(RunResult::NotRun(other)),
         };
-        let ctx = ExecContext {
-            key: execution.key_hex(),
-            fence: execution.fence(),
-            attempt: execution.attempt(),
-            take_over: execution.is_take_over(),
-        };
+        let ctx = execution.context();
         let heartbeat = spawn_heartbeat(&execution);
         let result = effect(ctx).await;
         heartbeat.abort();

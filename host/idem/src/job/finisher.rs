@@ -1,4 +1,4 @@
-//! How `idem run` records the ends of its operations: one at a time, or in
+//! How a job records the ends of its operations: one at a time, or in
 //! batches. A batching finisher is one task that takes every end that has
 //! arrived by the time it is free and records them in one store call
 //! ([`Engine::finish_batch`]: one statement on PostgreSQL, one commit on
@@ -8,25 +8,26 @@
 
 use std::sync::Arc;
 
-use idem::engine::{Engine, EngineError, Execution};
 use idem_store::{Ending, Outcome, StoreError};
 use tokio::sync::{mpsc, oneshot};
 
+use crate::engine::{Engine, EngineError, Execution};
+
 type Reply = oneshot::Sender<Result<(), EngineError>>;
-type Job = (Execution, Ending, Outcome, Reply);
+type Pending = (Execution, Ending, Outcome, Reply);
 
 /// Records how executions ended.
-pub enum Finisher {
+pub(crate) enum Finisher {
     /// Each end in its own store call.
     OneAtATime,
     /// Ends batched by a task of their own.
-    Batched(mpsc::UnboundedSender<Job>),
+    Batched(mpsc::UnboundedSender<Pending>),
 }
 
 impl Finisher {
     /// A finisher recording up to `batch` ends per store call (1: one at a
     /// time, in the caller's task). A batching one runs until dropped.
-    pub fn start(engine: Arc<Engine>, batch: usize) -> Finisher {
+    pub(crate) fn start(engine: Arc<Engine>, batch: usize) -> Finisher {
         if batch <= 1 {
             return Finisher::OneAtATime;
         }
@@ -36,7 +37,7 @@ impl Finisher {
     }
 
     /// Records `execution`'s end; the answer is [`Execution::finish`]'s.
-    pub async fn finish(
+    pub(crate) async fn finish(
         &self,
         execution: Execution,
         ending: Ending,
@@ -54,12 +55,12 @@ impl Finisher {
     }
 }
 
-async fn serve(engine: Arc<Engine>, mut jobs: mpsc::UnboundedReceiver<Job>, batch: usize) {
-    while let Some(first) = jobs.recv().await {
+async fn serve(engine: Arc<Engine>, mut pending: mpsc::UnboundedReceiver<Pending>, batch: usize) {
+    while let Some(first) = pending.recv().await {
         let mut taken = vec![first];
         while taken.len() < batch {
-            match jobs.try_recv() {
-                Ok(job) => taken.push(job),
+            match pending.try_recv() {
+                Ok(next) => taken.push(next),
                 Err(_) => break,
             }
         }

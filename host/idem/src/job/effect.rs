@@ -1,0 +1,131 @@
+//! The effect a job performs for each operation it holds the claim of, and
+//! the one mapping from what the effect reports to what is recorded.
+
+use std::future::Future;
+
+use idem_core::Operation;
+use idem_store::{Ending, Outcome};
+
+use crate::engine::{EngineError, ExecContext, Execution, Failed, spawn_heartbeat};
+
+/// What an effect reports when it is done.
+#[derive(Debug, Clone)]
+pub enum EffectOutcome {
+    /// The effect happened: recorded completed, and replayed to every
+    /// duplicate.
+    Completed(Outcome),
+    /// The effect failed: recorded failed, retryable (the policy may let a
+    /// duplicate re-execute) or permanent (replayed).
+    Failed(Failed),
+    /// The effect could not even start, so nothing happened: recorded
+    /// failed-retryable with `outcome`. `reason` goes with the operation's
+    /// end (see [`super::JobEvent::Ended`]).
+    NotStarted {
+        /// What is stored.
+        outcome: Outcome,
+        /// Why it could not start, for an operator.
+        reason: String,
+    },
+    /// Whether the effect happened is unknown (say, the process performing
+    /// it was killed). Nothing is recorded: the claim stays until its lease
+    /// expires, and then the policy decides what a duplicate gets (the
+    /// effect is never re-run blindly).
+    Unknown {
+        /// Why, for an operator.
+        reason: String,
+    },
+}
+
+/// The side effect a job performs once per key: given the operation and its
+/// claim's [`ExecContext`] (key, fence, attempt, take-over, partition; hand
+/// the key and the fence downstream), it reports an [`EffectOutcome`].
+///
+/// Any `Fn(Operation, ExecContext) -> impl Future<Output = EffectOutcome>`
+/// closure is an effect; `idem run` implements it by spawning a command.
+/// The claim is heartbeated while the effect runs.
+pub trait Effect: Send + Sync + 'static {
+    /// Performs the effect for `op` under the claim `ctx` describes.
+    fn run(&self, op: Operation, ctx: ExecContext) -> impl Future<Output = EffectOutcome> + Send;
+}
+
+impl<F, Fut> Effect for F
+where
+    F: Fn(Operation, ExecContext) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = EffectOutcome> + Send,
+{
+    fn run(&self, op: Operation, ctx: ExecContext) -> impl Future<Output = EffectOutcome> + Send {
+        self(op, ctx)
+    }
+}
+
+/// What [`run_effect`] did, once its outcome was recorded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Performed {
+    /// Recorded completed.
+    Completed,
+    /// Recorded failed with the effect's `status`.
+    Failed {
+        /// The stored outcome's status.
+        status: i32,
+        /// Whether the failure was recorded retryable.
+        retryable: bool,
+    },
+    /// The effect could not start; recorded failed-retryable.
+    NotStarted {
+        /// Why, as the effect said.
+        reason: String,
+    },
+    /// Outcome unknown; nothing recorded (the claim expires by itself).
+    Unknown {
+        /// Why, as the effect said.
+        reason: String,
+    },
+}
+
+/// Runs `effect` for `op` under the held claim `execution`, heartbeating the
+/// claim meanwhile, and records how it ended under the claim's fence
+/// ([`Execution::finish`]). [`EngineError::Fenced`] means this holder was
+/// deposed while the effect ran, and nothing was recorded. `idem exec` runs
+/// its command this way; [`super::JobRunner`] does the same for each
+/// operation, recording through its batching finisher.
+pub async fn run_effect<E: Effect>(
+    effect: &E,
+    op: Operation,
+    execution: Execution,
+) -> Result<Performed, EngineError> {
+    run_effect_recording(effect, op, execution, async |execution, ending, outcome| {
+        execution.finish(ending, outcome).await
+    })
+    .await
+}
+
+/// [`run_effect`], recording the end through `record`.
+pub(crate) async fn run_effect_recording<E: Effect>(
+    effect: &E,
+    op: Operation,
+    execution: Execution,
+    record: impl AsyncFnOnce(Execution, Ending, Outcome) -> Result<(), EngineError>,
+) -> Result<Performed, EngineError> {
+    let heartbeat = spawn_heartbeat(&execution);
+    let reported = effect.run(op, execution.context()).await;
+    heartbeat.abort();
+    match reported {
+        EffectOutcome::Completed(outcome) => {
+            record(execution, Ending::Completed, outcome).await?;
+            Ok(Performed::Completed)
+        }
+        EffectOutcome::Failed(Failed { retryable, outcome }) => {
+            let status = outcome.status;
+            record(execution, Ending::Failed { retryable }, outcome).await?;
+            Ok(Performed::Failed { status, retryable })
+        }
+        EffectOutcome::NotStarted { outcome, reason } => {
+            let failed = Ending::Failed { retryable: true };
+            record(execution, failed, outcome).await?;
+            Ok(Performed::NotStarted { reason })
+        }
+        // The execution is dropped unrecorded: its claim stays in progress
+        // until its lease expires.
+        EffectOutcome::Unknown { reason } => Ok(Performed::Unknown { reason }),
+    }
+}

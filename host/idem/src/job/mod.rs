@@ -1,0 +1,217 @@
+//! The job runner: every operation of a batch job through an effect, at
+//! most once per key. This is `idem run` as a library, for a service that
+//! runs its nightly job in-process instead of through the CLI.
+//!
+//! A run, in order:
+//!
+//! 1. derives every operation's key (a refusal stops the run before it
+//!    changes anything: [`JobError::Derive`]);
+//! 2. takes the job lease when asked ([`JobLeaseOptions`]; another live
+//!    run holding it stops this one: [`JobError::JobLeaseHeld`]) and
+//!    renews it while the run goes on;
+//! 3. with [`Ownership`], registers the membership, keeps the operations
+//!    this worker owns, and makes every claim carry the ownership epoch;
+//! 4. claims the operations that can start now (free concurrency slots, up
+//!    to the claim batch) in one store call, runs each one's [`Effect`] in
+//!    a task of its own while heartbeating its claim, and records the ends
+//!    in batches (every end that arrived while the previous store call was
+//!    in flight, none held back to wait for more);
+//! 5. releases the job lease and returns the [`Summary`].
+//!
+//! A re-run executes only what had not completed; whatever it finds
+//! completed is replayed, never run again. The job lease is an efficiency
+//! measure only: correctness rests on each operation's own claim, fence
+//! and epoch.
+//!
+//! ```no_run
+//! # async fn charge(op: &idem::core::Operation, key: &str, fence: u64) -> Result<Vec<u8>, String> { Ok(Vec::new()) }
+//! # async fn example(engine: idem::engine::Engine, ops: Vec<idem::core::Operation>) -> Result<(), idem::job::JobError> {
+//! use std::num::NonZeroUsize;
+//! use idem::core::Operation;
+//! use idem::engine::{ExecContext, Failed};
+//! use idem::job::{EffectOutcome, JobOptions, JobRunner};
+//! use idem::store::Outcome;
+//!
+//! let options = JobOptions {
+//!     concurrency: NonZeroUsize::new(8).unwrap(),
+//!     ..JobOptions::default()
+//! };
+//! let summary = JobRunner::new(engine, options)
+//!     // A closure's arguments need their types: `run` is generic over
+//!     // any `Effect`.
+//!     .run(ops, |op: Operation, ctx: ExecContext| async move {
+//!         // Hand the key and the fence to the payment provider.
+//!         match charge(&op, &ctx.key, ctx.fence).await {
+//!             Ok(receipt) => EffectOutcome::Completed(Outcome::new(0, receipt)),
+//!             Err(why) => EffectOutcome::Failed(Failed {
+//!                 retryable: true,
+//!                 outcome: Outcome::error(502, why),
+//!             }),
+//!         }
+//!     })
+//!     .await?;
+//! assert!(summary.all_completed());
+//! # Ok(())
+//! # }
+//! ```
+
+mod dispatch;
+mod effect;
+mod error;
+mod event;
+mod finisher;
+mod lease;
+mod ownership;
+mod summary;
+
+use std::num::NonZeroUsize;
+use std::sync::Arc;
+
+use idem_core::Operation;
+
+use crate::engine::{Engine, EngineOptions};
+
+pub use effect::{Effect, EffectOutcome, Performed, run_effect};
+pub use error::JobError;
+pub use event::JobEvent;
+pub use lease::JobLeaseOptions;
+pub use ownership::Ownership;
+pub use summary::{End, Summary};
+
+/// How a [`JobRunner`] runs its operations.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobOptions {
+    /// How many effects run at once (default 1).
+    pub concurrency: NonZeroUsize,
+    /// Most operations claimed in one store call (one round trip on
+    /// PostgreSQL, one commit on SQLite) when that many can start at once;
+    /// 1 claims one at a time (default 64).
+    pub claim_batch: NonZeroUsize,
+    /// Most ends recorded in one store call; 1 records each on its own
+    /// (default 64).
+    pub finish_batch: NonZeroUsize,
+    /// Partitioned ownership: run only this worker's share (default: every
+    /// operation, no epoch).
+    pub ownership: Option<Ownership>,
+    /// Take this job lease first (default: none).
+    pub job_lease: Option<JobLeaseOptions>,
+}
+
+impl Default for JobOptions {
+    fn default() -> Self {
+        const BATCH: NonZeroUsize = NonZeroUsize::new(64).expect("64 is not zero");
+        JobOptions {
+            concurrency: NonZeroUsize::MIN,
+            claim_batch: BATCH,
+            finish_batch: BATCH,
+            ownership: None,
+            job_lease: None,
+        }
+    }
+}
+
+/// Runs a job's operations through an [`Effect`], at most once per key.
+#[derive(Clone)]
+pub struct JobRunner {
+    engine: Engine,
+    options: JobOptions,
+    observer: event::Observer,
+}
+
+impl std::fmt::Debug for JobRunner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JobRunner")
+            .field("options", &self.options)
+            .finish_non_exhaustive()
+    }
+}
+
+impl JobRunner {
+    /// A runner claiming through `engine` (its policy, store and options;
+    /// with [`JobOptions::ownership`] the runner adds the ownership epoch).
+    pub fn new(engine: Engine, options: JobOptions) -> Self {
+        JobRunner {
+            engine,
+            options,
+            observer: event::log_events(),
+        }
+    }
+
+    /// Calls `observer` with every [`JobEvent`] (each operation's end, as
+    /// it happens, and warnings), from the job's tasks. Without one, notes
+    /// and warnings go to `tracing`.
+    pub fn on_event(mut self, observer: impl Fn(JobEvent<'_>) + Send + Sync + 'static) -> Self {
+        self.observer = Arc::new(observer);
+        self
+    }
+
+    /// Runs `operations` through `effect`; see the [module](self) for the
+    /// order of things. An error means the run stopped before claiming
+    /// anything; single operations' failures are counted in the summary.
+    pub async fn run<E: Effect>(
+        &self,
+        operations: Vec<Operation>,
+        effect: E,
+    ) -> Result<Summary, JobError> {
+        let mut derived = Vec::with_capacity(operations.len());
+        for (index, op) in operations.into_iter().enumerate() {
+            let keyed = self
+                .engine
+                .derive(&op)
+                .map_err(|error| JobError::Derive { index, error })?;
+            derived.push((op, keyed));
+        }
+        let store = self.engine.store().clone();
+        // Every operation is derived before the job lease is taken: bad
+        // input never holds the lease.
+        let job_lease = match &self.options.job_lease {
+            Some(options) => Some((lease::acquire(&store, options).await?, options.ttl)),
+            None => None,
+        };
+        let mut not_owned = 0;
+        let mut engine_options = self.engine.options().clone();
+        if let Some(ownership) = &self.options.ownership {
+            // As `idem run` always did, a failure here leaves a job lease
+            // just taken to expire by itself rather than releasing it.
+            let (token, others) = ownership::claim_share(&store, ownership, &mut derived).await?;
+            not_owned = others;
+            engine_options.ownership = Some(token);
+        }
+        let engine = self.engine_with(engine_options);
+        (self.observer)(JobEvent::Started {
+            operations: derived.len(),
+        });
+        let heartbeat = job_lease
+            .as_ref()
+            .map(|(lease, ttl)| lease::spawn_heartbeat(&store, lease, *ttl, self.observer.clone()));
+        let limits = dispatch::Limits {
+            concurrency: self.options.concurrency.get(),
+            claim_batch: self.options.claim_batch.get(),
+            finish_batch: self.options.finish_batch.get(),
+        };
+        let ran = dispatch::run_all(
+            Arc::new(engine),
+            derived,
+            Arc::new(effect),
+            limits,
+            &self.observer,
+        )
+        .await;
+        if let Some(heartbeat) = heartbeat {
+            heartbeat.abort();
+        }
+        if let Some((lease, _)) = &job_lease {
+            lease::release(&store, lease, &self.observer).await;
+        }
+        Ok(Summary { not_owned, ..ran })
+    }
+
+    /// This runner's engine with other options (the ownership epoch).
+    fn engine_with(&self, options: EngineOptions) -> Engine {
+        Engine::new(
+            self.engine.policy().clone(),
+            self.engine.store().clone(),
+            options,
+        )
+    }
+}

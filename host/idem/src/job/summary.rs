@@ -1,0 +1,90 @@
+//! How each operation of a job ended, and the tally of a whole run.
+
+use serde::Serialize;
+
+/// How one operation of a job ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum End {
+    /// The effect ran and succeeded; recorded completed.
+    Executed,
+    /// The effect had already happened: its completed outcome was replayed.
+    Replayed,
+    /// A permanent failure was replayed (the effect does not run again).
+    ReplayedFailure,
+    /// Another holder is running it.
+    InProgress,
+    /// The key was used for a different request (fingerprint mismatch).
+    Conflict,
+    /// The policy rejected the duplicate (e.g. an unknown outcome sent to
+    /// review).
+    Rejected,
+    /// The effect ran and failed, or could not start; recorded failed.
+    Failed,
+    /// This run was deposed while the effect ran; its result not recorded.
+    Fenced,
+    /// Whether the effect happened is unknown (the effect said so, or the
+    /// store could not be reached to claim or record it).
+    Unknown,
+    /// The store refused the claim: the membership moved on since this run
+    /// registered it, so this run may no longer own the partition. Not run.
+    StaleEpoch,
+}
+
+/// How a job's operations ended, counted. Serialised as `idem run --json`
+/// prints it (the field names are that format).
+#[derive(Debug, Default, Clone, Serialize, PartialEq, Eq)]
+pub struct Summary {
+    /// The effect ran and succeeded.
+    pub executed: u64,
+    /// The effect had already happened: its outcome was replayed.
+    pub replayed: u64,
+    /// Another holder is running it.
+    pub in_progress: u64,
+    /// The key was used for a different request.
+    pub conflicts: u64,
+    /// The policy rejected the duplicate (e.g. an unknown outcome in review).
+    pub rejected: u64,
+    /// The effect ran and failed, or a permanent failure was replayed.
+    pub failed: u64,
+    /// This run was deposed while the effect ran; its result not recorded.
+    pub fenced: u64,
+    /// Outcome unknown (e.g. the command was killed).
+    pub unknown: u64,
+    /// The store refused the claim: the membership changed since this run
+    /// registered it, so this run may no longer own the partition. Not run.
+    pub stale_epoch: u64,
+    /// Owned by another worker (partitioned ownership): not this run's.
+    pub not_owned: u64,
+}
+
+impl Summary {
+    /// Counts one operation's end.
+    pub fn count(&mut self, end: End) {
+        let counter = match end {
+            End::Executed => &mut self.executed,
+            End::Replayed => &mut self.replayed,
+            End::ReplayedFailure | End::Failed => &mut self.failed,
+            End::InProgress => &mut self.in_progress,
+            End::Conflict => &mut self.conflicts,
+            End::Rejected => &mut self.rejected,
+            End::Fenced => &mut self.fenced,
+            End::Unknown => &mut self.unknown,
+            End::StaleEpoch => &mut self.stale_epoch,
+        };
+        *counter += 1;
+    }
+
+    /// Whether every operation this run owned is completed (executed now or
+    /// replayed): nothing is left for a re-run. Operations owned by other
+    /// workers do not count.
+    pub fn all_completed(&self) -> bool {
+        self.in_progress
+            + self.conflicts
+            + self.rejected
+            + self.failed
+            + self.fenced
+            + self.unknown
+            + self.stale_epoch
+            == 0
+    }
+}
