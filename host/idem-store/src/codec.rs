@@ -129,7 +129,7 @@ impl RecordRow {
         let outcome = r.outcome.as_ref();
         Ok(RecordRow {
             namespace: r.key.namespace.clone(),
-            key: r.key.key.0.to_vec(),
+            key: r.key.digest.0.to_vec(),
             policy_digest: r.policy_digest.clone(),
             fingerprint: r.fingerprint.0.to_vec(),
             partition: r.partition.clone(),
@@ -209,7 +209,7 @@ pub fn decode(
     };
     let key = RecordKey {
         namespace,
-        key: digest("key")?,
+        digest: digest("key")?,
     };
     let state: RecordState = text("state")?
         .parse()

@@ -26,23 +26,24 @@ pub const TRUNCATION_MARK: &str = " …[truncated]";
 pub struct RecordKey {
     /// The policy's namespace.
     pub namespace: String,
-    /// The SHA-256 key the engine derived.
-    pub key: Digest,
+    /// The SHA-256 key the engine derived (the record's key within its
+    /// namespace).
+    pub digest: Digest,
 }
 
 impl RecordKey {
     /// A key in a namespace.
-    pub fn new(namespace: impl Into<String>, key: Digest) -> Self {
+    pub fn new(namespace: impl Into<String>, digest: Digest) -> Self {
         RecordKey {
             namespace: namespace.into(),
-            key,
+            digest,
         }
     }
 }
 
 impl fmt::Display for RecordKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.namespace, self.key)
+        write!(f, "{}/{}", self.namespace, self.digest)
     }
 }
 

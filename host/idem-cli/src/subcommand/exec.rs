@@ -53,7 +53,7 @@ async fn exec(engine: &Engine, op: &Operation, args: &ExecArgs) -> Result<u8, Fa
             eprintln!(
                 "idem: replaying the {} outcome of key {} (fence {}): the command does not run again",
                 r.state.as_str(),
-                r.key.key,
+                r.key.digest,
                 r.fence
             );
             use std::io::Write;
@@ -72,7 +72,7 @@ async fn exec(engine: &Engine, op: &Operation, args: &ExecArgs) -> Result<u8, Fa
                 .unwrap_or_default();
             eprintln!(
                 "idem: key {} is in progress elsewhere: {reason}{after}",
-                key.key
+                key.digest
             );
             return Ok(exit::TRY_LATER);
         }
@@ -81,7 +81,7 @@ async fn exec(engine: &Engine, op: &Operation, args: &ExecArgs) -> Result<u8, Fa
             status,
             reason,
         } => {
-            eprintln!("idem: conflict ({status}) on key {}: {reason}", key.key);
+            eprintln!("idem: conflict ({status}) on key {}: {reason}", key.digest);
             return Ok(exit::CONFLICT);
         }
         Begin::Rejected {
@@ -98,7 +98,7 @@ async fn exec(engine: &Engine, op: &Operation, args: &ExecArgs) -> Result<u8, Fa
             };
             eprintln!(
                 "idem: rejected ({status}) on key {}{review}: {reason}",
-                key.key
+                key.digest
             );
             return Ok(exit::REJECTED);
         }

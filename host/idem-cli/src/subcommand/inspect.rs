@@ -34,7 +34,7 @@ pub struct InspectArgs {
 fn record_json(v: &RecordView) -> serde_json::Value {
     let r = &v.record;
     json!({
-        "key": r.key.key.to_hex(),
+        "key": r.key.digest.to_hex(),
         "namespace": r.key.namespace,
         "state": r.state.as_str(),
         "fence": r.fence,
@@ -87,7 +87,7 @@ pub fn run(args: InspectArgs) -> Result<u8, Failure> {
             .await
             .map_err(|e| Failure::input(format!("cannot read {}: {e}", args.store.shown())))?;
         if let Some(key) = wanted {
-            views.retain(|v| v.record.key.key == key);
+            views.retain(|v| v.record.key.digest == key);
             if views.is_empty() {
                 return Err(Failure {
                     code: INCOMPLETE,
@@ -118,7 +118,7 @@ pub fn run(args: InspectArgs) -> Result<u8, Failure> {
             );
             println!(
                 "{:<16}  {:<10} {:<16} {:>6} {:>4} {:>9} {:>8} {:<22} {:>6}",
-                &r.key.key.to_hex()[..16],
+                &r.key.digest.to_hex()[..16],
                 r.key.namespace,
                 r.state.as_str(),
                 r.fence,

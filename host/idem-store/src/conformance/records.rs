@@ -75,7 +75,7 @@ where
     );
 
     // The same digest in another namespace is another record.
-    let elsewhere = RecordKey::new("other-namespace", k.key);
+    let elsewhere = RecordKey::new("other-namespace", k.digest);
     let second = claimed(store, request(&elsewhere, 1, 5_000, 60_000, 4)).await;
     assert!(second.fence > claim.fence);
     assert_eq!(view(store, &k).await.record.fence, claim.fence);

@@ -95,7 +95,7 @@ impl PostgresStore {
         let clamp = |d| i64::try_from(machine::millis(d)).unwrap_or(i64::MAX);
         let all = || requests.iter();
         let namespaces: Vec<&str> = all().map(|r| r.key.namespace.as_str()).collect();
-        let keys: Vec<&[u8]> = all().map(|r| r.key.key.0.as_slice()).collect();
+        let keys: Vec<&[u8]> = all().map(|r| r.key.digest.0.as_slice()).collect();
         let digests: Vec<&str> = all().map(|r| r.policy_digest.as_str()).collect();
         let fingerprints: Vec<&[u8]> = all().map(|r| r.fingerprint.0.as_slice()).collect();
         let partitions: Vec<&str> = all().map(|r| r.partition.as_str()).collect();

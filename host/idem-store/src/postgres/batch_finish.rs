@@ -40,7 +40,7 @@ impl PostgresStore {
         let inner = &self.inner;
         let (manual, offset) = inner.clock();
         let namespaces: Vec<&str> = finishes.iter().map(|f| f.key.namespace.as_str()).collect();
-        let keys: Vec<&[u8]> = finishes.iter().map(|f| f.key.key.0.as_slice()).collect();
+        let keys: Vec<&[u8]> = finishes.iter().map(|f| f.key.digest.0.as_slice()).collect();
         let fences: Vec<i64> = finishes
             .iter()
             .map(|f| i64::try_from(f.fence).unwrap_or(i64::MAX))
@@ -81,7 +81,7 @@ impl PostgresStore {
         }
         Ok(finishes
             .iter()
-            .map(|f| written.remove(&(f.key.namespace.clone(), f.key.key.0.to_vec(), f.fence)))
+            .map(|f| written.remove(&(f.key.namespace.clone(), f.key.digest.0.to_vec(), f.fence)))
             .collect())
     }
 }

@@ -62,7 +62,7 @@ impl Inner {
         let context = call.context;
         let fail = |e| self.err(context, e);
         let (manual, offset) = self.clock();
-        let key_bytes = call.key.key.0.to_vec();
+        let key_bytes = call.key.digest.0.to_vec();
         let mut conn = self.conn().await?;
         let lock = conn.prepare_cached(&self.sql.lock).await.map_err(fail)?;
         let now_sql = if call.draws_fence {
@@ -227,7 +227,7 @@ impl RecordBackend for PostgresStore {
         let (manual, offset) = inner.clock();
         let lease = i64::try_from(machine::millis(request.lease)).unwrap_or(i64::MAX);
         let retention = i64::try_from(machine::millis(request.retention)).unwrap_or(i64::MAX);
-        let key = request.key.key.0.to_vec();
+        let key = request.key.digest.0.to_vec();
         let fingerprint = request.fingerprint.0.to_vec();
         let h = &request.holder;
         let attempt = h.attempt.map(i64::from);
@@ -278,7 +278,7 @@ impl RecordBackend for PostgresStore {
     ) -> Result<Option<Written>, StoreError> {
         let inner = &self.inner;
         let (manual, offset) = inner.clock();
-        let key_bytes = key.key.0.to_vec();
+        let key_bytes = key.digest.0.to_vec();
         let fence = i64::try_from(fence).unwrap_or(i64::MAX);
         let rows = inner
             .query(
@@ -328,7 +328,7 @@ impl RecordBackend for PostgresStore {
     async fn read(&self, key: &RecordKey) -> Result<(Option<Record>, u64), StoreError> {
         let inner = &self.inner;
         let (manual, offset) = inner.clock();
-        let key_bytes = key.key.0.to_vec();
+        let key_bytes = key.digest.0.to_vec();
         // One statement is one snapshot: the clock and the row agree.
         let rows = inner
             .query(

@@ -63,7 +63,7 @@ impl Inner {
             .prepare_cached(&SELECT)
             .map_err(|e| self.err("reading a record", e))?;
         let mut rows = stmt
-            .query(rusqlite::params![key.namespace, key.key.0.as_slice()])
+            .query(rusqlite::params![key.namespace, key.digest.0.as_slice()])
             .map_err(|e| self.err("reading a record", e))?;
         match rows.next().map_err(|e| self.err("reading a record", e))? {
             Some(row) => self.decode(row).map(Some),

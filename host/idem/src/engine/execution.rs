@@ -57,7 +57,7 @@ impl Execution {
     /// The key as 64 hex characters: hand it downstream as the idempotency
     /// key.
     pub fn key_hex(&self) -> String {
-        self.claim.key.key.to_hex()
+        self.claim.key.digest.to_hex()
     }
 
     /// The fencing token: hand it downstream so a deposed holder's writes

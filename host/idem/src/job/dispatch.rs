@@ -130,11 +130,11 @@ async fn one<E: Effect>(
         Ok(Begin::Replay(_)) => return (End::ReplayedFailure, None),
         Ok(Begin::InProgress { .. }) => return (End::InProgress, None),
         Ok(Begin::Conflict { key, reason, .. }) => {
-            let note = format!("conflict on key {}: {reason}", key.key);
+            let note = format!("conflict on key {}: {reason}", key.digest);
             return (End::Conflict, Some(note));
         }
         Ok(Begin::Rejected { key, reason, .. }) => {
-            let note = format!("rejected key {}: {reason}", key.key);
+            let note = format!("rejected key {}: {reason}", key.digest);
             return (End::Rejected, Some(note));
         }
         Err(EngineError::Store(e @ StoreError::StaleEpoch { .. })) => {
