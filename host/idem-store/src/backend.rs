@@ -168,7 +168,7 @@ pub trait RecordBackend: Send + Sync + 'static {
     /// batch path).
     async fn batch_finish(
         &self,
-        _finishes: &[Finish],
+        _finishes: &[&Finish],
     ) -> Result<Option<Vec<Option<Written>>>, StoreError> {
         Ok(None)
     }

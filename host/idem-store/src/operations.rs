@@ -475,32 +475,52 @@ async fn finish_many<B: RecordBackend>(
     finishes: Vec<Finish>,
 ) -> Result<Vec<Result<(), StoreError>>, StoreError> {
     let limit = backend.options().max_outcome_bytes;
-    let mut slots: Vec<Slot<()>> = Vec::with_capacity(finishes.len());
+    // Outcomes checked in place (moved, never copied: a body may be large);
+    // a refused one is that finish's answer alone.
+    let mut refused: Vec<Option<StoreError>> = Vec::with_capacity(finishes.len());
     let mut checked = Vec::with_capacity(finishes.len());
+    for f in finishes {
+        let Finish {
+            key,
+            fence,
+            ending,
+            outcome,
+        } = f;
+        let outcome = match machine::checked_outcome(&key, outcome, limit) {
+            Ok(outcome) => {
+                refused.push(None);
+                outcome
+            }
+            Err(refusal) => {
+                refused.push(Some(refusal));
+                Outcome::default()
+            }
+        };
+        checked.push(Finish {
+            key,
+            fence,
+            ending,
+            outcome,
+        });
+    }
+    // The first occurrence of each key goes into the batch statement.
+    let mut slots: Vec<Slot<()>> = Vec::with_capacity(checked.len());
     let mut first_of: HashMap<&RecordKey, usize> = HashMap::new();
     let mut sent = Vec::new();
-    for (i, f) in finishes.iter().enumerate() {
-        match machine::checked_outcome(&f.key, f.outcome.clone(), limit) {
-            Err(refused) => slots.push(Slot::Done(Err(refused))),
-            Ok(outcome) => {
-                slots.push(match first_of.get(&f.key) {
-                    Some(&first) => Slot::SameAs(first),
-                    None => {
-                        first_of.insert(&f.key, i);
-                        sent.push(i);
-                        Slot::Single
-                    }
-                });
-                checked.push(Finish {
-                    outcome,
-                    ..f.clone()
-                });
-                continue;
-            }
-        }
-        checked.push(f.clone());
+    for (i, (f, refusal)) in checked.iter().zip(refused).enumerate() {
+        slots.push(match refusal {
+            Some(refusal) => Slot::Done(Err(refusal)),
+            None => match first_of.get(&f.key) {
+                Some(&first) => Slot::SameAs(first),
+                None => {
+                    first_of.insert(&f.key, i);
+                    sent.push(i);
+                    Slot::Single
+                }
+            },
+        });
     }
-    let batch: Vec<Finish> = sent.iter().map(|&i| checked[i].clone()).collect();
+    let batch: Vec<&Finish> = sent.iter().map(|&i| &checked[i]).collect();
     let answers = if batch.len() >= 2 {
         backend.batch_finish(&batch).await?
     } else {

@@ -35,7 +35,7 @@ impl PostgresStore {
     /// outcomes): what it wrote for each, in order.
     pub(super) async fn finish_statement(
         &self,
-        finishes: &[Finish],
+        finishes: &[&Finish],
     ) -> Result<Vec<Option<Written>>, StoreError> {
         let inner = &self.inner;
         let (manual, offset) = inner.clock();

@@ -320,7 +320,7 @@ impl RecordBackend for PostgresStore {
 
     async fn batch_finish(
         &self,
-        finishes: &[Finish],
+        finishes: &[&Finish],
     ) -> Result<Option<Vec<Option<Written>>>, StoreError> {
         self.finish_statement(finishes).await.map(Some)
     }
