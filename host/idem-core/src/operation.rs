@@ -205,24 +205,8 @@ impl Operation {
     /// equal bytes.
     pub fn canonical_json(&self) -> String {
         let s = |v: &str| serde_json::to_string(v).expect("strings always serialise");
-        let mut out = format!(
-            "{{\"kind\":{},\"tenant\":{},\"fields\":{{",
-            s(&self.kind),
-            s(&self.tenant)
-        );
-        for (i, (name, value)) in self.fields.iter().enumerate() {
-            if i > 0 {
-                out.push(',');
-            }
-            out.push_str(&s(name));
-            out.push(':');
-            match value {
-                Value::Text(t) => out.push_str(&s(t)),
-                Value::Number(n) => out.push_str(n),
-                Value::Boolean(b) => out.push_str(if *b { "true" } else { "false" }),
-            }
-        }
-        out.push('}');
+        let mut out = String::new();
+        self.write_business_json(&mut out);
         if let Some(run) = &self.run {
             out.push_str(&format!(
                 ",\"run\":{{\"run_id\":{},\"trigger\":\"{}\",\"attempt\":{}}}",
@@ -236,6 +220,43 @@ impl Operation {
         }
         out.push('}');
         out
+    }
+
+    /// The canonical JSON of kind, tenant and fields, without the closing
+    /// brace of the document.
+    fn write_business_json(&self, out: &mut String) {
+        let s = |v: &str| serde_json::to_string(v).expect("strings always serialise");
+        out.push_str(&format!(
+            "{{\"kind\":{},\"tenant\":{},\"fields\":{{",
+            s(&self.kind),
+            s(&self.tenant)
+        ));
+        for (i, (name, value)) in self.fields.iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            out.push_str(&s(name));
+            out.push(':');
+            match value {
+                Value::Text(t) => out.push_str(&s(t)),
+                Value::Number(n) => out.push_str(n),
+                Value::Boolean(b) => out.push_str(if *b { "true" } else { "false" }),
+            }
+        }
+        out.push('}');
+    }
+
+    /// The host's digest of the business operation: SHA-256 of
+    /// `idem-operation-v1\n` and the canonical JSON of kind, tenant and
+    /// fields (not the run, not the logical time). Independent of any
+    /// policy, so the same operation is recognised under two policy
+    /// versions that derive different keys for it (key drift), and the
+    /// same for every run that carries it.
+    pub fn business_digest(&self) -> crate::Digest {
+        let mut text = String::from("idem-operation-v1\n");
+        self.write_business_json(&mut text);
+        text.push('}');
+        crate::Digest::of_bytes(text.as_bytes())
     }
 
     /// An upper bound on the bytes of material in the operation (all
@@ -436,6 +457,26 @@ mod tests {
         assert_eq!(op.fields.len(), 5);
         assert_eq!(op.run.as_ref().unwrap().trigger, Trigger::Scheduled);
         assert_eq!(op.fields.keys().next().unwrap(), "amount");
+    }
+
+    #[test]
+    fn the_business_digest_ignores_the_run_and_the_time_but_not_the_fields() {
+        let op = parse(SEED_OP).unwrap();
+        let rerun = Operation {
+            run: None,
+            now_ms: Some(5),
+            ..op.clone()
+        };
+        assert_eq!(op.business_digest(), rerun.business_digest());
+        let other = parse(&SEED_OP.replace("\"i1\"", "\"i2\"")).unwrap();
+        assert_ne!(op.business_digest(), other.business_digest());
+        // Pinned: the digest names an operation across versions of idem.
+        let mut text = String::from("idem-operation-v1\n");
+        text.push_str(&rerun.canonical_json().replace(",\"now_ms\":5", ""));
+        assert_eq!(
+            op.business_digest(),
+            crate::Digest::of_bytes(text.as_bytes())
+        );
     }
 
     #[test]

@@ -18,19 +18,58 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
+use crate::attempt::{AttemptEntry, AttemptFilter};
 use crate::error::StoreError;
 use crate::record::{
     ClaimRequest, Finish, JobLeaseAcquire, ListFilter, Membership, Outcome, OwnershipToken, Record,
     RecordKey, RecordState, StoreOptions,
 };
 
-/// What a decision does once it has seen the record.
-pub enum Step<T> {
-    /// Nothing to write: end the transaction and answer `T`.
-    Done(T),
-    /// Write this record (in place of the one that was read, if any) and
-    /// answer `T` once it is committed.
-    Put(Box<Record>, T),
+/// What a decision does once it has seen the record: write a record or
+/// not, append an attempt-log entry or not, and answer (a refusal may
+/// still append an entry: a fenced write is refused *and* logged).
+pub struct Step<T> {
+    /// The record to write in place of the one that was read, if any.
+    pub record: Option<Box<Record>>,
+    /// The attempt-log entry to append in the same transaction.
+    pub entry: Option<AttemptEntry>,
+    /// The answer, once committed. A refusal never writes a record.
+    pub answer: Result<T, StoreError>,
+}
+
+impl<T> Step<T> {
+    /// Nothing to write: end the transaction and answer `answer`.
+    pub fn done(answer: T) -> Self {
+        Step {
+            record: None,
+            entry: None,
+            answer: Ok(answer),
+        }
+    }
+
+    /// Write `record` and answer `answer` once it is committed.
+    pub fn put(record: Record, answer: T) -> Self {
+        Step {
+            record: Some(Box::new(record)),
+            entry: None,
+            answer: Ok(answer),
+        }
+    }
+
+    /// Refuse, but keep the entry appended with [`Step::logging`].
+    pub fn refuse(refusal: StoreError) -> Self {
+        Step {
+            record: None,
+            entry: None,
+            answer: Err(refusal),
+        }
+    }
+
+    /// Appends `entry` to the attempt log in the same transaction.
+    pub fn logging(mut self, entry: AttemptEntry) -> Self {
+        self.entry = Some(entry);
+        self
+    }
 }
 
 /// Where a decision gets a new fence from: a backend draws one from its
@@ -44,7 +83,7 @@ pub trait Fences {
 /// A decision: given the record under the key (`None` when there is no
 /// row; a row past its retention is passed as it is, the machine treats it
 /// as absent), the store clock and a fence source, what to write. An `Err`
-/// is a refusal: the transaction writes nothing. A backend may call it more
+/// is a refusal that writes nothing at all (not even a log entry). A backend may call it more
 /// than once (a retried transaction), so it must not have side effects.
 pub type Decide<T> =
     Box<dyn FnMut(Option<Record>, u64, &mut dyn Fences) -> Result<Step<T>, StoreError> + Send>;
@@ -126,15 +165,16 @@ pub trait RecordBackend: Send + Sync + 'static {
     }
 
     /// A fresh claim in one statement: inserts the record
-    /// `machine::new_record` would when no row exists under the key, and
-    /// says what it wrote; `None` when a row exists (the transaction then
+    /// `machine::new_record` would when no row exists under the key, with
+    /// its `executed` attempt-log entry, and says what it wrote; `None` when a row exists (the transaction then
     /// decides). The request is valid. Default: no fast path.
     async fn fast_claim(&self, _request: &ClaimRequest) -> Result<Option<Written>, StoreError> {
         Ok(None)
     }
 
     /// A holder's finish in one statement, with `machine::finish`'s
-    /// conditions and values (the outcome is already checked); `None` when
+    /// conditions and values (the outcome is already checked) and its
+    /// attempt-log entry; `None` when
     /// it wrote nothing (the transaction then says why). Default: no fast
     /// path.
     async fn fast_finish(
@@ -151,7 +191,8 @@ pub trait RecordBackend: Send + Sync + 'static {
     /// `requests` are valid, distinct keys under one ownership token (or
     /// none), at least two. One answer per request, in order: what the
     /// backend settled (a claim it made, with what it wrote, or the record
-    /// it found), or `None` to send that request through the single path
+    /// it found; a claim it made is logged `executed` in the same statement),
+    /// or `None` to send that request through the single path
     /// afterwards. Default: `None` (no batch path: the operations layer
     /// shares one transaction among them instead).
     async fn batch_claim(
@@ -163,7 +204,8 @@ pub trait RecordBackend: Send + Sync + 'static {
 
     /// Many holders' finishes in one round trip, for
     /// [`crate::Store::finish_many`]: `finishes` are distinct keys with
-    /// checked outcomes. One answer per finish, in order: what it wrote, or
+    /// checked outcomes. One answer per finish, in order: what it wrote (and
+    /// logged), or
     /// `None` for the single path to decide afterwards. Default: `None` (no
     /// batch path).
     async fn batch_finish(
@@ -182,8 +224,16 @@ pub trait RecordBackend: Send + Sync + 'static {
     /// clock of the same read.
     async fn read_many(&self, filter: &ListFilter) -> Result<(Vec<Record>, u64), StoreError>;
 
-    /// Deletes the records past their retention; how many.
+    /// Deletes the records past their retention, and their attempt-log
+    /// entries; how many records.
     async fn collect_garbage(&self) -> Result<u64, StoreError>;
+
+    /// Appends entries that describe no record change (answers to
+    /// duplicates), each stamped with the store clock, in one transaction.
+    async fn append(&self, entries: Vec<AttemptEntry>) -> Result<(), StoreError>;
+
+    /// The attempt-log entries `filter` selects, oldest (lowest id) first.
+    async fn read_attempts(&self, filter: &AttemptFilter) -> Result<Vec<AttemptEntry>, StoreError>;
 
     /// Registers `members` (normalised: sorted, unique, checked) for
     /// `group` (checked), moving the epoch only when they change.

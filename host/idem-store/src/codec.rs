@@ -5,6 +5,7 @@
 
 use std::borrow::Cow;
 
+use crate::attempt::{AttemptEntry, AttemptEvent};
 use crate::error::StoreError;
 use crate::record::{Digest, Holder, Outcome, Record, RecordKey, RecordState};
 
@@ -259,4 +260,157 @@ pub fn decode(
         },
         key,
     }))
+}
+
+/// The `attempts` columns written by a store, in the order every statement
+/// lists them (the `id` is the table's own).
+pub const ATTEMPT_COLUMNS: [&str; 14] = [
+    "namespace",
+    "key",
+    "fence",
+    "event",
+    "run_id",
+    "trigger",
+    "attempt",
+    "host",
+    "pid",
+    "at_ms",
+    "policy_digest",
+    "operation_digest",
+    "actor",
+    "detail",
+];
+
+/// [`ATTEMPT_COLUMNS`] joined for SQL.
+pub fn attempt_column_list() -> String {
+    ATTEMPT_COLUMNS.join(", ")
+}
+
+/// An attempt-log entry's columns as plain SQL values, in
+/// [`ATTEMPT_COLUMNS`] order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AttemptRow {
+    pub namespace: String,
+    pub key: Vec<u8>,
+    pub fence: i64,
+    pub event: &'static str,
+    pub run_id: Option<String>,
+    pub trigger: Option<String>,
+    pub attempt: Option<i64>,
+    pub host: Option<String>,
+    pub pid: Option<i64>,
+    pub at_ms: i64,
+    pub policy_digest: Option<String>,
+    pub operation_digest: Option<Vec<u8>>,
+    pub actor: Option<String>,
+    pub detail: Option<String>,
+}
+
+/// The entry values in [`ATTEMPT_COLUMNS`] order, as trait objects of a
+/// client's parameter trait.
+macro_rules! attempt_values {
+    ($row:expr, $param:ty) => {{
+        let a = $row;
+        let values: [&$param; 14] = [
+            &a.namespace,
+            &a.key,
+            &a.fence,
+            &a.event,
+            &a.run_id,
+            &a.trigger,
+            &a.attempt,
+            &a.host,
+            &a.pid,
+            &a.at_ms,
+            &a.policy_digest,
+            &a.operation_digest,
+            &a.actor,
+            &a.detail,
+        ];
+        values
+    }};
+}
+pub(crate) use attempt_values;
+
+impl AttemptRow {
+    /// The row of `entry`, stamped `at_ms` (the transaction's store clock).
+    pub fn of(entry: &AttemptEntry, at_ms: u64) -> AttemptRow {
+        let int = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+        let holder = entry.holder.as_ref();
+        AttemptRow {
+            namespace: entry.key.namespace.clone(),
+            key: entry.key.digest.0.to_vec(),
+            fence: int(entry.fence),
+            event: entry.event.as_str(),
+            run_id: holder.and_then(|h| h.run_id.clone()),
+            trigger: holder.and_then(|h| h.trigger.clone()),
+            attempt: holder.and_then(|h| h.attempt).map(i64::from),
+            host: holder.map(|h| h.host.clone()),
+            pid: holder.map(|h| i64::from(h.pid)),
+            at_ms: int(at_ms),
+            policy_digest: entry.policy_digest.clone(),
+            operation_digest: entry.operation_digest.map(|d| d.0.to_vec()),
+            actor: entry.actor.clone(),
+            detail: entry.detail.clone(),
+        }
+    }
+}
+
+/// Decodes an attempt-log row (`id` and every [`ATTEMPT_COLUMNS`] column).
+pub fn decode_attempt(row: &impl ColumnReader, store: &str) -> Result<AttemptEntry, StoreError> {
+    let corrupt = |what: String| StoreError::Corrupt {
+        store: store.to_string(),
+        what: format!("attempt log: {what}"),
+    };
+    let read_err = |column: &str, e: String| corrupt(format!("column {column}: {e}"));
+    let opt_text = |column: &str| row.opt_text(column).map_err(|e| read_err(column, e));
+    let opt_int = |column: &str| row.opt_i64(column).map_err(|e| read_err(column, e));
+    let unsigned = |column: &str| {
+        let v = opt_int(column)?.ok_or_else(|| corrupt(format!("column {column} is NULL")))?;
+        u64::try_from(v).map_err(|_| corrupt(format!("{column} is {v}")))
+    };
+    let small =
+        |v: i64, column: &str| u32::try_from(v).map_err(|_| corrupt(format!("{column} is {v}")));
+    let digest = |column: &str| -> Result<Option<Digest>, StoreError> {
+        let Some(bytes) = row.opt_bytes(column).map_err(|e| read_err(column, e))? else {
+            return Ok(None);
+        };
+        <[u8; 32]>::try_from(bytes.as_slice())
+            .map(|d| Some(Digest(d)))
+            .map_err(|_| corrupt(format!("{column} is {} bytes, not 32", bytes.len())))
+    };
+    let namespace =
+        opt_text("namespace")?.ok_or_else(|| corrupt("column namespace is NULL".into()))?;
+    let key = RecordKey {
+        namespace,
+        digest: digest("key")?.ok_or_else(|| corrupt("column key is NULL".into()))?,
+    };
+    let event: AttemptEvent = opt_text("event")?
+        .ok_or_else(|| corrupt("column event is NULL".into()))?
+        .parse()
+        .map_err(corrupt)?;
+    let holder = match opt_text("host")? {
+        None => None,
+        Some(host) => Some(Holder {
+            run_id: opt_text("run_id")?,
+            trigger: opt_text("trigger")?,
+            attempt: opt_int("attempt")?
+                .map(|a| small(a, "attempt"))
+                .transpose()?,
+            host,
+            pid: small(opt_int("pid")?.unwrap_or(0), "pid")?,
+        }),
+    };
+    Ok(AttemptEntry {
+        id: unsigned("id")?,
+        key,
+        fence: unsigned("fence")?,
+        event,
+        holder,
+        at_ms: unsigned("at_ms")?,
+        policy_digest: opt_text("policy_digest")?,
+        operation_digest: digest("operation_digest")?,
+        actor: opt_text("actor")?,
+        detail: opt_text("detail")?,
+    })
 }

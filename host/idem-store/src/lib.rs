@@ -41,6 +41,11 @@
 //!   carrying an [`OwnershipToken`] that is not the group's current epoch is
 //!   [`StoreError::StaleEpoch`] and changes nothing. The epoch gates the
 //!   *start* of an effect; the fence still gates every write after it.
+//! - **An attempt log** ([`Store::attempts`]): every claim, take-over, end,
+//!   mark-unknown, refused late write and resolution appends an entry in
+//!   the same transaction as the change it describes; answers to
+//!   duplicates are appended by [`Store::log_answers`]; entries go with
+//!   their record on [`Store::gc`].
 //! - **Job leases** ([`Store::acquire_job_lease`]): one live holder per job
 //!   name, by the store clock, fenced from the same fence sequence; an
 //!   efficiency measure, never what correctness rests on.
@@ -63,6 +68,7 @@
 
 #![warn(missing_docs)]
 
+mod attempt;
 mod backend;
 mod clock;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
@@ -83,6 +89,9 @@ mod url;
 #[cfg(feature = "conformance")]
 pub mod conformance;
 
+pub use attempt::{
+    AttemptEntry, AttemptEvent, AttemptFilter, MAX_NOTE_BYTES, Resolution, ResolveRequest,
+};
 pub use clock::{ManualClock, StoreClock};
 pub use error::{ConnectErrorKind, OpenErrorKind, StoreError};
 pub use memory::MemoryStore;

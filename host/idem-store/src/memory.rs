@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use crate::backend::{Call, Decide, Fences, RecordBackend, Step};
+use crate::attempt::{AttemptEntry, AttemptFilter};
+use crate::backend::{Call, Decide, Fences, RecordBackend};
 use crate::error::StoreError;
 use crate::machine::{self, JobStep};
 use crate::record::{
@@ -34,12 +35,24 @@ struct State {
     last_epoch: u64,
     /// Job leases by job name.
     job_leases: BTreeMap<String, JobLease>,
+    /// The attempt log, in id order.
+    attempts: Vec<AttemptEntry>,
+    /// The last attempt-log id issued.
+    last_attempt: u64,
 }
 
 impl State {
     fn next_fence(&mut self) -> u64 {
         self.last_fence += 1;
         self.last_fence
+    }
+
+    /// Appends `entry` under the next id, stamped `now`.
+    fn append(&mut self, mut entry: AttemptEntry, now: u64) {
+        self.last_attempt += 1;
+        entry.id = self.last_attempt;
+        entry.at_ms = now;
+        self.attempts.push(entry);
     }
 
     /// Refuses a stale ownership token (see `machine::check_epoch`).
@@ -95,13 +108,14 @@ impl RecordBackend for MemoryStore {
         let (mut state, now) = self.lock();
         state.check_epoch(call.ownership.as_ref())?;
         let current = state.records.get(&call.key).cloned();
-        match decide(current, now, &mut *state)? {
-            Step::Done(out) => Ok(out),
-            Step::Put(record, out) => {
-                state.records.insert(call.key, *record);
-                Ok(out)
-            }
+        let step = decide(current, now, &mut *state)?;
+        if let Some(record) = step.record {
+            state.records.insert(call.key, *record);
         }
+        if let Some(entry) = step.entry {
+            state.append(entry, now);
+        }
+        step.answer
     }
 
     async fn read(&self, key: &RecordKey) -> Result<(Option<Record>, u64), StoreError> {
@@ -139,7 +153,31 @@ impl RecordBackend for MemoryStore {
         let (mut state, now) = self.lock();
         let before = state.records.len();
         state.records.retain(|_, r| !machine::is_expired(r, now));
+        let State {
+            records, attempts, ..
+        } = &mut *state;
+        attempts.retain(|a| records.contains_key(&a.key));
         Ok((before - state.records.len()) as u64)
+    }
+
+    async fn append(&self, entries: Vec<AttemptEntry>) -> Result<(), StoreError> {
+        let (mut state, now) = self.lock();
+        for entry in entries {
+            state.append(entry, now);
+        }
+        Ok(())
+    }
+
+    async fn read_attempts(&self, filter: &AttemptFilter) -> Result<Vec<AttemptEntry>, StoreError> {
+        let (state, _now) = self.lock();
+        let limit = filter.limit.map_or(usize::MAX, |l| l as usize);
+        Ok(state
+            .attempts
+            .iter()
+            .filter(|a| filter.selects(a))
+            .take(limit)
+            .cloned()
+            .collect())
     }
 
     async fn join(&self, group: &str, members: Vec<String>) -> Result<Membership, StoreError> {

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
+use crate::attempt::{AttemptEntry, AttemptEvent, AttemptFilter, ResolveRequest};
 use crate::backend::{BatchClaim, Call, Decide, RecordBackend, Step, Written};
 use crate::clock::StoreClock;
 use crate::error::StoreError;
@@ -69,7 +70,8 @@ impl<B: RecordBackend> Store for B {
                 let fence = fences.next_fence()?;
                 let record = machine::taken_over(record, fence, lease, holder.clone(), now);
                 let claim = machine::claim_of(&record);
-                Ok(Step::Put(Box::new(record), claim))
+                let entry = AttemptEntry::of_record(&record, AttemptEvent::TakenOver, now);
+                Ok(Step::put(record, claim).logging(entry))
             }),
         )
         .await
@@ -83,8 +85,12 @@ impl<B: RecordBackend> Store for B {
             Box::new(move |current, now, _| {
                 Ok(
                     match machine::mark_unknown(current, &key, observed_fence, now)? {
-                        Some(record) => Step::Put(Box::new(record), ()),
-                        None => Step::Done(()),
+                        Some(record) => {
+                            let entry =
+                                AttemptEntry::of_record(&record, AttemptEvent::MarkedUnknown, now);
+                            Step::put(record, ()).logging(entry)
+                        }
+                        None => Step::done(()),
                     },
                 )
             }),
@@ -129,9 +135,13 @@ impl<B: RecordBackend> Store for B {
         self.transact(
             call,
             Box::new(move |current, now, _| {
-                let record = machine::heartbeat(current, &key, fence, lease, now)?;
-                let until = record.lease_until_ms;
-                Ok(Step::Put(Box::new(record), until))
+                match machine::heartbeat(current, &key, fence, lease, now) {
+                    Ok(record) => {
+                        let until = record.lease_until_ms;
+                        Ok(Step::put(record, until))
+                    }
+                    Err(refused) => logged_if_fenced(refused, "heartbeating", now),
+                }
             }),
         )
         .await
@@ -152,6 +162,48 @@ impl<B: RecordBackend> Store for B {
 
     async fn gc(&self) -> Result<u64, StoreError> {
         self.collect_garbage().await
+    }
+
+    async fn log_answers(&self, entries: Vec<AttemptEntry>) -> Result<(), StoreError> {
+        if let Some(entry) = entries.iter().find(|e| !e.event.is_answer()) {
+            return Err(StoreError::InvalidRequest(format!(
+                "`{}` is written by the record change it describes, not appended as an answer",
+                entry.event
+            )));
+        }
+        if entries.is_empty() {
+            return Ok(());
+        }
+        self.append(entries).await
+    }
+
+    async fn attempts(&self, filter: AttemptFilter) -> Result<Vec<AttemptEntry>, StoreError> {
+        self.read_attempts(&filter).await
+    }
+
+    async fn resolve(&self, request: ResolveRequest) -> Result<RecordView, StoreError> {
+        machine::check_resolution(&request, self.options().max_outcome_bytes)?;
+        let call = Call {
+            context: "resolving a record",
+            key: request.key.clone(),
+            draws_fence: true,
+            ownership: None,
+        };
+        self.transact(
+            call,
+            Box::new(move |current, now, fences| {
+                let record =
+                    machine::resolve_check(current, &request.key, request.observed_fence, now)?;
+                let fence = fences.next_fence()?;
+                let record = machine::resolved(record, fence, &request, now);
+                let mut entry = AttemptEntry::of_record(&record, request.resolution.event(), now);
+                entry.actor = Some(crate::attempt::bounded_note(request.by.clone()));
+                entry.detail = Some(crate::attempt::bounded_note(request.reason.clone()));
+                let view = RecordView::at(record.clone(), now);
+                Ok(Step::put(record, view).logging(entry))
+            }),
+        )
+        .await
     }
 
     async fn join_membership(
@@ -216,14 +268,49 @@ fn claim_call(request: &ClaimRequest) -> Call {
 fn claim_decision(request: ClaimRequest) -> Decide<ClaimOutcome> {
     Box::new(move |current, now, fences| {
         Ok(match machine::claim(current, &request, now) {
-            ClaimStep::Existing(existing) => Step::Done(ClaimOutcome::Existing(existing)),
+            ClaimStep::Existing(existing) => Step::done(ClaimOutcome::Existing(existing)),
             ClaimStep::Insert => {
                 let record = machine::new_record(&request, fences.next_fence()?, now);
                 let claim = machine::claim_of(&record);
-                Step::Put(Box::new(record), ClaimOutcome::Claimed(claim))
+                let entry = executed_entry(&record, &request, now);
+                Step::put(record, ClaimOutcome::Claimed(claim)).logging(entry)
             }
         })
     })
+}
+
+/// The `executed` entry of a fresh claim.
+pub(crate) fn executed_entry(record: &Record, request: &ClaimRequest, now: u64) -> AttemptEntry {
+    let mut entry = AttemptEntry::of_record(record, AttemptEvent::Executed, now);
+    entry.operation_digest = request.operation_digest;
+    entry
+}
+
+/// A refused holder write: a fenced one (the holder was deposed) is refused
+/// *and* logged, so the log shows that a paused holder came back too late;
+/// any other refusal writes nothing.
+fn logged_if_fenced<T>(refused: StoreError, doing: &str, now: u64) -> Result<Step<T>, StoreError> {
+    let StoreError::Fenced {
+        key,
+        fence,
+        current,
+    } = &refused
+    else {
+        return Err(refused);
+    };
+    let entry = AttemptEntry {
+        id: 0,
+        key: key.clone(),
+        fence: *fence,
+        event: AttemptEvent::Fenced,
+        holder: None,
+        at_ms: now,
+        policy_digest: None,
+        operation_digest: None,
+        actor: None,
+        detail: Some(format!("{doing} refused: the record is at fence {current}")),
+    };
+    Ok(Step::refuse(refused).logging(entry))
 }
 
 /// The claim a fast path made, as the machine makes it; in debug builds
@@ -282,9 +369,23 @@ fn finish_decision(
     limit: usize,
 ) -> Decide<()> {
     Box::new(move |current, now, _| {
-        let record = machine::finish(current, &key, fence, state, outcome.clone(), limit, now)?;
-        Ok(Step::Put(Box::new(record), ()))
+        match machine::finish(current, &key, fence, state, outcome.clone(), limit, now) {
+            Ok(record) => {
+                let entry = AttemptEntry::of_record(&record, ended(state), now);
+                Ok(Step::put(record, ()).logging(entry))
+            }
+            Err(refused) => logged_if_fenced(refused, "finishing", now),
+        }
     })
+}
+
+/// The log event of a holder's end.
+pub(crate) fn ended(state: RecordState) -> AttemptEvent {
+    match state {
+        RecordState::Completed => AttemptEvent::Completed,
+        RecordState::FailedRetryable => AttemptEvent::FailedRetryable,
+        _ => AttemptEvent::FailedPermanent,
+    }
 }
 
 /// A holder's completion or failure: the fast path when the backend has

@@ -231,6 +231,10 @@ pub struct ClaimRequest {
     pub retention: Duration,
     /// Who is claiming.
     pub holder: Holder,
+    /// The host's digest of the canonical business operation, for the
+    /// attempt log (see [`crate::AttemptEntry::operation_digest`]); `None`
+    /// when the caller has none.
+    pub operation_digest: Option<Digest>,
     /// The claimer's ownership epoch, when it works under partitioned
     /// ownership: the store refuses the claim
     /// ([`StoreError::StaleEpoch`]) unless it is the group's current epoch.

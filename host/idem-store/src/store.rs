@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
+use crate::attempt::{AttemptEntry, AttemptFilter, ResolveRequest};
 use crate::clock::StoreClock;
 use crate::error::StoreError;
 use crate::record::{
@@ -149,8 +150,30 @@ pub trait Store: Send + Sync + 'static {
     async fn list(&self, filter: ListFilter) -> Result<Vec<RecordView>, StoreError>;
 
     /// Removes the records past their retention (never an in-progress record
-    /// whose lease is live); returns how many were removed.
+    /// whose lease is live), and their attempt-log entries; returns how many
+    /// records were removed.
     async fn gc(&self) -> Result<u64, StoreError>;
+
+    /// Appends answers to duplicates to the attempt log (a replay, in
+    /// progress, a conflict, a rejection: answers that change no record),
+    /// each stamped with the store clock, in one transaction. Entries that
+    /// describe a record change are written by the change itself; passing
+    /// one here is [`StoreError::InvalidRequest`].
+    async fn log_answers(&self, entries: Vec<AttemptEntry>) -> Result<(), StoreError>;
+
+    /// The attempt-log entries `filter` selects, oldest first.
+    async fn attempts(&self, filter: AttemptFilter) -> Result<Vec<AttemptEntry>, StoreError>;
+
+    /// A person settles a record waiting for review: outcome-unknown, or in
+    /// progress with its lease expired by the store clock. Under a new,
+    /// higher fence (a late write of the deposed holder is then refused as
+    /// fenced), conditional on `request.observed_fence` still being the
+    /// record's ([`StoreError::Fenced`] otherwise: a resolution racing a late
+    /// completion has one winner), and logged with who and why in the same
+    /// transaction. A record not waiting for review is
+    /// [`StoreError::NotEligible`] and nothing changes. Returns the record
+    /// as resolved.
+    async fn resolve(&self, request: ResolveRequest) -> Result<RecordView, StoreError>;
 
     /// Registers `members` as the membership of `group` and returns the
     /// group's membership. When the members (as a set) differ from the

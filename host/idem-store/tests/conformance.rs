@@ -631,15 +631,18 @@ async fn a_version_1_file_is_upgraded_in_place() {
     };
     drop(store);
     {
-        // Back to version 1: exactly the objects migration 2 adds, gone.
+        // Back to version 1: exactly the objects migrations 2 and 3 add, gone.
         let conn = rusqlite::Connection::open(&path).expect("open");
         conn.execute_batch(
-            "DROP TABLE memberships; DROP TABLE job_leases; DROP TABLE epoch_seq; PRAGMA user_version = 1;",
+            "DROP TABLE attempts; DROP TABLE memberships; DROP TABLE job_leases; DROP TABLE epoch_seq; PRAGMA user_version = 1;",
         )
         .expect("downgrade");
     }
     let store = open(&path).expect("reopen");
-    assert_eq!(store.schema_version().await.expect("version"), 2);
+    assert_eq!(
+        store.schema_version().await.expect("version"),
+        idem_store::SCHEMA_VERSION
+    );
     let view = store
         .get(&k)
         .await

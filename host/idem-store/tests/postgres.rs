@@ -643,7 +643,8 @@ async fn a_version_1_schema_is_upgraded_in_place() {
     };
     drop(store);
     // Back to version 1: migration 3's domains back to table checks as
-    // version 1 made them, and exactly the objects migration 2 adds, gone.
+    // version 1 made them, and exactly the objects migrations 2 and 4 add,
+    // gone.
     let s = &target.schema;
     let client = raw(&url).await;
     client
@@ -658,8 +659,8 @@ async fn a_version_1_schema_is_upgraded_in_place() {
                ADD CONSTRAINT records_fence_check CHECK (fence > 0); \
              DROP DOMAIN \"{s}\".digest; DROP DOMAIN \"{s}\".record_state; DROP DOMAIN \"{s}\".fence; \
              DROP TABLE \"{s}\".memberships; DROP TABLE \"{s}\".job_leases; \
-             DROP SEQUENCE \"{s}\".epoch_seq; \
-             DELETE FROM \"{s}\".idem_schema_migrations WHERE version IN (2, 3)"
+             DROP SEQUENCE \"{s}\".epoch_seq; DROP TABLE \"{s}\".attempts; \
+             DELETE FROM \"{s}\".idem_schema_migrations WHERE version IN (2, 3, 4)"
         ))
         .await
         .expect("downgrade");

@@ -41,7 +41,11 @@ pub fn run(args: ExecArgs) -> Result<u8, Failure> {
     runtime()?.block_on(async {
         let store = args.store.open().await?;
         let engine = Engine::new(policy, store, args.run.engine_options());
-        exec(&engine, &op, &args).await
+        let code = exec(&engine, &op, &args).await;
+        // The answer this call got (a replay, a conflict…) into the
+        // attempt log before the process ends.
+        engine.flush_log().await;
+        code
     })
 }
 

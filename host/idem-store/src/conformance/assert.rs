@@ -45,6 +45,8 @@ pub fn request(
         lease: Duration::from_millis(lease_ms),
         retention: Duration::from_millis(retention_ms),
         holder: holder(who),
+        // One business operation per key, as the engine computes it.
+        operation_digest: Some(Digest::of_bytes(&key.digest.0)),
         ownership: None,
     }
 }

@@ -26,6 +26,7 @@
 //! [`ManualClock`]: crate::ManualClock
 
 mod assert;
+mod attempt_log;
 mod batches;
 mod factories;
 mod job_lease;
@@ -37,6 +38,10 @@ mod store_wide;
 use std::future::Future;
 
 pub use assert::{POLICY, START_MS, fingerprint, holder, key, request};
+pub use attempt_log::{
+    attempt_log_follows_every_change, gc_removes_attempt_entries_with_their_records,
+    resolution_settles_review_once,
+};
 pub use batches::{claim_many_is_claims_in_order, finish_many_is_finishes_in_order};
 pub use factories::{
     BoxFuture, Fixture, POSTGRES_URL_ENV, Reopen, fresh_schema, memory_factory, postgres_test_url,
@@ -90,6 +95,9 @@ macro_rules! for_each_conformance_check {
             membership_epochs,
             stale_epoch_is_refused,
             job_lease,
+            attempt_log_follows_every_change,
+            gc_removes_attempt_entries_with_their_records,
+            resolution_settles_review_once,
         }
     };
 }

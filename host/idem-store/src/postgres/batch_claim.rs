@@ -16,7 +16,7 @@
 use tokio_postgres::types::ToSql;
 
 use super::PostgresStore;
-use super::sql::{Fresh, NOW, fresh_record, written_columns};
+use super::sql::{Fresh, NOW, fresh_record, logged_columns, logged_entry};
 use crate::backend::{BatchClaim, Written};
 use crate::codec;
 use crate::error::StoreError;
@@ -26,7 +26,8 @@ use crate::record::ClaimRequest;
 /// The statement, for the schema `s` (quoted) and the fence sequence
 /// `fence_seq` (a quoted regclass literal). Parameters: `$1`–`$12` arrays
 /// (one element per request), `$13`/`$14` the clock, `$15`/`$16` the
-/// ownership group and epoch (NULL: none). Columns, one row per request in
+/// ownership group and epoch (NULL: none), `$17` the operation digests
+/// (for the `executed` entries logged in the same statement). Columns, one row per request in
 /// order: `position` (1-based), `now_ms`, `current_epoch`,
 /// `inserted_fence` (when this statement inserted the row), the record the
 /// snapshot held, and in debug builds the inserted row (`ins_*`).
@@ -65,21 +66,26 @@ pub(super) fn claim_sql(s: &str, fence_seq: &str) -> String {
          ok AS (SELECT c.ms FROM c \
            WHERE $15::text IS NULL OR EXISTS (SELECT 1 FROM m WHERE m.epoch = $16::int8)), \
          u AS (SELECT * FROM unnest($1::text[], $2::bytea[], $3::text[], $4::bytea[], $5::text[], \
-           $6::int8[], $7::int8[], $8::text[], $9::text[], $10::int8[], $11::text[], $12::int8[]) \
+           $6::int8[], $7::int8[], $8::text[], $9::text[], $10::int8[], $11::text[], $12::int8[], \
+           $17::bytea[]) \
            WITH ORDINALITY AS u(namespace, key, policy_digest, fingerprint, partition, lease, \
-           retention, run_id, trig, attempt, host, pid, i)), \
+           retention, run_id, trig, attempt, host, pid, op_digest, i)), \
          ins AS (INSERT INTO {s}.records ({columns}) \
            SELECT {fresh} \
            FROM (SELECT * FROM u ORDER BY u.namespace COLLATE \"C\", u.key) u CROSS JOIN ok \
            ON CONFLICT (namespace, key) DO NOTHING \
-           RETURNING {}) \
+           RETURNING {}), \
+         lg AS (INSERT INTO {s}.attempts ({}) SELECT {} \
+           FROM ins JOIN u ON u.namespace = ins.namespace AND u.key = ins.key) \
          SELECT u.i AS position, c.ms AS now_ms, (SELECT epoch FROM m) AS current_epoch, \
            ins.fence AS inserted_fence{inserted}, {r_columns} \
          FROM u CROSS JOIN c \
          LEFT JOIN ins ON ins.namespace = u.namespace AND ins.key = u.key \
          LEFT JOIN {s}.records r ON r.namespace = u.namespace AND r.key = u.key \
          ORDER BY u.i",
-        written_columns("", "namespace, key, fence"),
+        logged_columns(""),
+        codec::attempt_column_list(),
+        logged_entry("ins.", "'executed'", "ins.created", "u.op_digest"),
     )
 }
 
@@ -106,10 +112,13 @@ impl PostgresStore {
         let attempts: Vec<Option<i64>> = all().map(|r| r.holder.attempt.map(i64::from)).collect();
         let hosts: Vec<&str> = all().map(|r| r.holder.host.as_str()).collect();
         let pids: Vec<i64> = all().map(|r| i64::from(r.holder.pid)).collect();
+        let operations: Vec<Option<&[u8]>> = all()
+            .map(|r| r.operation_digest.as_ref().map(|d| d.0.as_slice()))
+            .collect();
         let token = requests[0].ownership.as_ref();
         let group = token.map(|t| t.group.as_str());
         let epoch = token.map(|t| i64::try_from(t.epoch).unwrap_or(i64::MAX));
-        let params: [&(dyn ToSql + Sync); 16] = [
+        let params: [&(dyn ToSql + Sync); 17] = [
             &namespaces,
             &keys,
             &digests,
@@ -126,6 +135,7 @@ impl PostgresStore {
             &offset,
             &group,
             &epoch,
+            &operations,
         ];
         let rows = inner
             .query("claiming a batch", &inner.sql.batch_claim, &params)

@@ -51,6 +51,11 @@ pub(super) struct Sql {
     pub(super) job_release: String,
     pub(super) finish_fast: String,
     pub(super) finish_batch: String,
+    pub(super) insert_logged: String,
+    pub(super) update_logged: String,
+    pub(super) append_one: String,
+    pub(super) append_many: String,
+    pub(super) attempts: String,
 }
 
 impl Sql {
@@ -97,8 +102,20 @@ impl Sql {
                 fence: "n.fence",
                 now: "n.ms",
             }),
-            written_columns("", "fence, created"),
+            logged_columns(""),
         );
+        let attempt_columns = codec::attempt_column_list();
+        // The fresh claim's `executed` entry, from the inserted row `ins`
+        // and the operation digest `$op`.
+        let log_fresh = |op: &str| {
+            format!(
+                "lg AS (INSERT INTO {s}.attempts ({attempt_columns}) \
+                 SELECT {} FROM ins) SELECT {} FROM ins",
+                logged_entry("ins.", "'executed'", "ins.created", op),
+                written_columns("", "fence, created"),
+            )
+        };
+
         Sql {
             lock: format!(
                 "SELECT {columns} FROM {s}.records WHERE namespace = $1 AND key = $2 FOR UPDATE"
@@ -112,8 +129,10 @@ impl Sql {
                 "UPDATE {s}.records SET {set} WHERE namespace = $1 AND key = $2 AND fence = $22"
             ),
             fast_claim: format!(
-                "WITH n AS (SELECT {} AS ms, nextval({fence_seq}) AS fence) {fresh_insert}",
-                NOW.replace("$1", "$13").replace("$2", "$14")
+                "WITH n AS (SELECT {} AS ms, nextval({fence_seq}) AS fence), \
+                 ins AS ({fresh_insert}), {}",
+                NOW.replace("$1", "$13").replace("$2", "$14"),
+                log_fresh("$15::bytea"),
             ),
             // The same under an ownership token ($15 group, $16 epoch): it
             // inserts only while the epoch is current, holding the
@@ -125,8 +144,10 @@ impl Sql {
             fast_claim_owned: format!(
                 "WITH m AS (SELECT epoch FROM {s}.memberships WHERE grp = $15::text FOR SHARE), \
                  n AS (SELECT {} AS ms, nextval({fence_seq}) AS fence \
-                   WHERE EXISTS (SELECT 1 FROM m WHERE m.epoch = $16::int8)) {fresh_insert}",
-                NOW.replace("$1", "$13").replace("$2", "$14")
+                   WHERE EXISTS (SELECT 1 FROM m WHERE m.epoch = $16::int8)), \
+                 ins AS ({fresh_insert}), {}",
+                NOW.replace("$1", "$13").replace("$2", "$14"),
+                log_fresh("$17::bytea"),
             ),
             batch_claim: batch_claim::claim_sql(&s, &fence_seq),
             get: format!(
@@ -144,9 +165,14 @@ impl Sql {
                    ORDER BY r.updated DESC, r.namespace COLLATE \"C\", r.key LIMIT $6::int8 \
                  ) r ON true ORDER BY r.updated DESC, r.namespace COLLATE \"C\", r.key"
             ),
+            // The records and, in the same statement, their log entries.
             gc: format!(
-                "WITH n AS MATERIALIZED (SELECT {NOW} AS ms) \
-                 DELETE FROM {s}.records r USING n WHERE {EXPIRED}"
+                "WITH n AS MATERIALIZED (SELECT {NOW} AS ms), \
+                 d AS (DELETE FROM {s}.records r USING n WHERE {EXPIRED} \
+                   RETURNING r.namespace, r.key), \
+                 la AS (DELETE FROM {s}.attempts a USING d \
+                   WHERE a.namespace = d.namespace AND a.key = d.key) \
+                 SELECT count(*)::int8 FROM d"
             ),
             // FOR SHARE: a membership change (which updates the row) waits
             // for this claim's transaction, so the claim is ordered before
@@ -192,11 +218,49 @@ impl Sql {
             // when it changes nothing, the locked path finds out why.
             finish_batch: batch_finish::finish_sql(&s),
             finish_fast: format!(
-                "WITH n AS (SELECT {NOW} AS ms) UPDATE {s}.records AS r SET {} \
-                 FROM n WHERE {} RETURNING {}",
+                "WITH n AS (SELECT {NOW} AS ms), \
+                 w AS (UPDATE {s}.records AS r SET {} FROM n WHERE {} RETURNING {}), \
+                 lg AS (INSERT INTO {s}.attempts ({attempt_columns}) SELECT {} FROM w) \
+                 SELECT {} FROM w",
                 finished_values("$5::text", "$6::int4", "$7::bytea", "$8::text"),
                 held_by("$3", "$4", "$9"),
-                written_columns("r.", "r.fence, r.updated"),
+                logged_columns("r."),
+                logged_entry("w.", "w.state", "w.updated", "NULL::bytea"),
+                written_columns("", "fence, updated"),
+            ),
+            insert_logged: format!(
+                "WITH w AS (INSERT INTO {s}.records ({columns}) VALUES ({placeholders}) \
+                   ON CONFLICT (namespace, key) DO NOTHING RETURNING 1) \
+                 INSERT INTO {s}.attempts ({attempt_columns}) SELECT {} FROM w",
+                attempt_placeholders(22),
+            ),
+            update_logged: format!(
+                "WITH w AS (UPDATE {s}.records SET {set} WHERE namespace = $1 AND key = $2 \
+                   AND fence = $22 RETURNING 1) \
+                 INSERT INTO {s}.attempts ({attempt_columns}) SELECT {} FROM w",
+                attempt_placeholders(23),
+            ),
+            append_one: format!(
+                "INSERT INTO {s}.attempts ({attempt_columns}) VALUES ({})",
+                attempt_placeholders(1),
+            ),
+            // Answers to duplicates, stamped with the store clock ($1/$2).
+            append_many: format!(
+                "INSERT INTO {s}.attempts ({attempt_columns}) \
+                 SELECT a.namespace, a.key, a.fence, a.event, a.run_id, a.trigger, a.attempt, \
+                   a.host, a.pid, n.ms, a.policy_digest, a.operation_digest, a.actor, a.detail \
+                 FROM (SELECT {NOW} AS ms) n CROSS JOIN unnest($3::text[], $4::bytea[], \
+                   $5::int8[], $6::text[], $7::text[], $8::text[], $9::int8[], $10::text[], \
+                   $11::int8[], $12::text[], $13::bytea[], $14::text[], $15::text[]) \
+                   AS a(namespace, key, fence, event, run_id, trigger, attempt, host, pid, \
+                   policy_digest, operation_digest, actor, detail)"
+            ),
+            attempts: format!(
+                "SELECT id, {attempt_columns} FROM {s}.attempts \
+                 WHERE ($1::text IS NULL OR namespace = $1) \
+                 AND ($2::text IS NULL OR (namespace = $2 AND key = $3::bytea)) \
+                 AND ($4::int8 IS NULL OR at_ms >= $4) AND ($5::int8 IS NULL OR at_ms < $5) \
+                 AND ($6::int8 IS NULL OR id > $6) ORDER BY id LIMIT $7::int8"
             ),
         }
     }
@@ -276,6 +340,64 @@ pub(super) fn held_by(namespace: &str, key: &str, fence: &str) -> String {
     )
 }
 
+/// The SQL type of each attempt-log column's parameter
+/// ([`codec::ATTEMPT_COLUMNS`] order).
+const ATTEMPT_TYPES: [&str; 14] = [
+    "text", "bytea", "int8", "text", "text", "text", "int8", "text", "int8", "int8", "text",
+    "bytea", "text", "text",
+];
+
+/// Placeholders for one attempt-log entry's values, from `$first`.
+pub(super) fn attempt_placeholders(first: usize) -> String {
+    ATTEMPT_TYPES
+        .iter()
+        .enumerate()
+        .map(|(i, t)| format!("${}::{t}", first + i))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// What a write statement's row `table` hands on to its log entry: in
+/// debug builds every column (the caller's final SELECT may need them
+/// all for the machine check), else only those the entry is made of.
+pub(super) fn logged_columns(table: &str) -> String {
+    if cfg!(debug_assertions) {
+        codec::column_list(table)
+    } else {
+        [
+            "namespace",
+            "key",
+            "fence",
+            "state",
+            "created",
+            "updated",
+            "policy_digest",
+            "holder_run_id",
+            "holder_trigger",
+            "holder_attempt",
+            "holder_host",
+            "holder_pid",
+        ]
+        .iter()
+        .map(|c| format!("{table}{c}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+    }
+}
+
+/// An attempt-log entry's values ([`codec::ATTEMPT_COLUMNS`] order) made
+/// of a written record row `w` (prefix `table`): its key, fence and
+/// holder; `event` and `at` as SQL expressions; `operation_digest` a
+/// parameter or NULL.
+pub(super) fn logged_entry(table: &str, event: &str, at: &str, operation_digest: &str) -> String {
+    let t = table;
+    format!(
+        "{t}namespace, {t}key, {t}fence, {event}, {t}holder_run_id, {t}holder_trigger, \
+         {t}holder_attempt, {t}holder_host, {t}holder_pid, {at}, {t}policy_digest, \
+         {operation_digest}, NULL::text, NULL::text"
+    )
+}
+
 /// What a fast write returns: in debug builds the whole row (prefixed by
 /// `table`), for the operations layer to check against the machine; else
 /// only `release`.
@@ -321,6 +443,11 @@ mod tests {
             job_release,
             finish_fast,
             finish_batch,
+            insert_logged,
+            update_logged,
+            append_one,
+            append_many,
+            attempts,
         } = sql;
         vec![
             ("lock", lock),
@@ -343,6 +470,11 @@ mod tests {
             ("job_release", job_release),
             ("finish_fast", finish_fast),
             ("finish_batch", finish_batch),
+            ("insert_logged", insert_logged),
+            ("update_logged", update_logged),
+            ("append_one", append_one),
+            ("append_many", append_many),
+            ("attempts", attempts),
         ]
     }
 

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 
-use super::sql::{Sql, quote};
+use super::sql::Sql;
 use super::{PostgresUrl, tls};
 use crate::error::{ConnectErrorKind, StoreError};
 use crate::record::StoreOptions;
@@ -98,7 +98,7 @@ impl PostgresStore {
         let conn = self.inner.conn().await?;
         conn.batch_execute(&format!(
             "SET lock_timeout = '10s'; DROP SCHEMA IF EXISTS {} CASCADE",
-            quote(&self.inner.url.schema)
+            super::sql::quote(&self.inner.url.schema)
         ))
         .await
         .map_err(|e| self.inner.err("dropping the schema", e))

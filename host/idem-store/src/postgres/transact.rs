@@ -10,8 +10,9 @@ use tokio_postgres::types::ToSql;
 use super::conn::Attempt;
 use super::row::values;
 use super::{Inner, PostgresStore};
-use crate::backend::{BatchClaim, Call, Decide, Fences, RecordBackend, Step, Written};
-use crate::codec::RecordRow;
+use crate::attempt::{AttemptEntry, AttemptFilter};
+use crate::backend::{BatchClaim, Call, Decide, Fences, RecordBackend, Written};
+use crate::codec::{self, AttemptRow, RecordRow, attempt_values};
 use crate::error::StoreError;
 use crate::machine;
 use crate::record::{
@@ -115,32 +116,63 @@ impl Inner {
             .transpose()?;
         let read_fence = current.as_ref().map(|r| r.fence);
         let mut fences = Drawn { inner: self, fence };
-        let (record, out) = match decide(current, now_ms, &mut fences) {
-            Ok(Step::Put(record, out)) => (*record, out),
-            Ok(Step::Done(out)) => {
-                conn.batch_execute("ROLLBACK").await.map_err(fail)?;
-                conn.in_transaction = false;
-                return Ok(Attempt::Done(out));
-            }
+        let step = match decide(current, now_ms, &mut fences) {
+            Ok(step) => step,
             Err(refused) => {
                 conn.batch_execute("ROLLBACK").await.map_err(fail)?;
                 conn.in_transaction = false;
                 return Err(refused);
             }
         };
+        let entry = step.entry.as_ref().map(|e| AttemptRow::of(e, now_ms));
+        let Some(record) = step.record else {
+            // No record change: an entry alone (a refused late write) is
+            // committed; nothing at all is rolled back.
+            let Some(entry) = &entry else {
+                conn.batch_execute("ROLLBACK").await.map_err(fail)?;
+                conn.in_transaction = false;
+                return Ok(Attempt::Done(step.answer?));
+            };
+            let append = conn
+                .prepare_cached(&self.sql.append_one)
+                .await
+                .map_err(fail)?;
+            let params = attempt_values!(entry, dyn ToSql + Sync);
+            let (appended, committed) = tokio::join!(
+                biased;
+                conn.execute(&append, &params),
+                conn.batch_execute("COMMIT"),
+            );
+            if committed.is_ok() {
+                conn.in_transaction = false;
+            }
+            return match self.settle(context, appended.and(committed))? {
+                Attempt::Done(()) => Ok(Attempt::Done(step.answer?)),
+                Attempt::Again => Ok(Attempt::Again),
+            };
+        };
         let row = RecordRow::of(&record)?;
         let mut params: Vec<&(dyn ToSql + Sync)> = values(&row).to_vec();
         let expected = read_fence.map(|f| i64::try_from(f).unwrap_or(i64::MAX));
-        let write_sql = match &expected {
-            Some(expected) => {
+        let write_sql = match (&expected, &entry) {
+            (Some(expected), logged) => {
                 params.push(expected);
-                &self.sql.update
+                if logged.is_some() {
+                    &self.sql.update_logged
+                } else {
+                    &self.sql.update
+                }
             }
-            None => &self.sql.insert,
+            (None, Some(_)) => &self.sql.insert_logged,
+            (None, None) => &self.sql.insert,
         };
+        if let Some(entry) = &entry {
+            params.extend(attempt_values!(entry, dyn ToSql + Sync));
+        }
         let write = conn.prepare_cached(write_sql).await.map_err(fail)?;
         // If the write fails, COMMIT of the aborted transaction rolls back:
-        // nothing is half-written.
+        // nothing is half-written. The entry is inserted only from the
+        // written row (a CTE), so a write that lost its race logs nothing.
         let (written, committed) = tokio::join!(
             biased;
             conn.execute(&write, &params),
@@ -151,7 +183,7 @@ impl Inner {
             conn.in_transaction = false;
         }
         match self.settle(context, written.and_then(|n| Ok((n, committed?))))? {
-            Attempt::Done((1, ())) => Ok(Attempt::Done(out)),
+            Attempt::Done((1, ())) => Ok(Attempt::Done(step.answer?)),
             // Lost the race to insert a fresh key (or the row changed under
             // a lock it could not have: defensive): try again.
             Attempt::Done(_) | Attempt::Again => Ok(Attempt::Again),
@@ -237,7 +269,8 @@ impl RecordBackend for PostgresStore {
             .ownership
             .as_ref()
             .map(|t| i64::try_from(t.epoch).unwrap_or(i64::MAX));
-        let all: [&(dyn ToSql + Sync); 16] = [
+        let operation = request.operation_digest.map(|d| d.0.to_vec());
+        let all: [&(dyn ToSql + Sync); 17] = [
             &request.key.namespace,
             &key,
             &request.policy_digest,
@@ -254,11 +287,17 @@ impl RecordBackend for PostgresStore {
             &offset,
             &group,
             &epoch,
+            &operation,
         ];
-        // Without a token, the statement takes neither group nor epoch.
+        // Without a token, the statement takes neither group nor epoch:
+        // its operation digest is `$15`.
+        let unowned: [&(dyn ToSql + Sync); 15] = [
+            all[0], all[1], all[2], all[3], all[4], all[5], all[6], all[7], all[8], all[9],
+            all[10], all[11], all[12], all[13], &operation,
+        ];
         let (sql, params) = match &request.ownership {
             Some(_) => (&inner.sql.fast_claim_owned, &all[..]),
-            None => (&inner.sql.fast_claim, &all[..14]),
+            None => (&inner.sql.fast_claim, &unowned[..]),
         };
         let mut retries = inner.retries("claiming", "serialization failures");
         loop {
@@ -386,12 +425,87 @@ impl RecordBackend for PostgresStore {
                 .prepare_cached(&inner.sql.gc)
                 .await
                 .map_err(|e| inner.err(context, e))?;
-            let deleted = conn.execute(&statement, &[&manual, &offset]).await;
+            let deleted = conn.query_one(&statement, &[&manual, &offset]).await;
             match inner.settle(context, deleted)? {
-                Attempt::Done(n) => return Ok(n),
+                Attempt::Done(row) => return inner.unsigned(row.get(0), "a count"),
                 Attempt::Again => retries.again()?,
             }
         }
+    }
+
+    async fn append(&self, entries: Vec<AttemptEntry>) -> Result<(), StoreError> {
+        let inner = &self.inner;
+        let (manual, offset) = inner.clock();
+        let rows: Vec<AttemptRow> = entries.iter().map(|e| AttemptRow::of(e, 0)).collect();
+        let namespaces: Vec<&str> = rows.iter().map(|r| r.namespace.as_str()).collect();
+        let keys: Vec<&[u8]> = rows.iter().map(|r| r.key.as_slice()).collect();
+        let fences: Vec<i64> = rows.iter().map(|r| r.fence).collect();
+        let events: Vec<&str> = rows.iter().map(|r| r.event).collect();
+        let run_ids: Vec<Option<&str>> = rows.iter().map(|r| r.run_id.as_deref()).collect();
+        let triggers: Vec<Option<&str>> = rows.iter().map(|r| r.trigger.as_deref()).collect();
+        let attempts: Vec<Option<i64>> = rows.iter().map(|r| r.attempt).collect();
+        let hosts: Vec<Option<&str>> = rows.iter().map(|r| r.host.as_deref()).collect();
+        let pids: Vec<Option<i64>> = rows.iter().map(|r| r.pid).collect();
+        let policies: Vec<Option<&str>> = rows.iter().map(|r| r.policy_digest.as_deref()).collect();
+        let operations: Vec<Option<&[u8]>> =
+            rows.iter().map(|r| r.operation_digest.as_deref()).collect();
+        let actors: Vec<Option<&str>> = rows.iter().map(|r| r.actor.as_deref()).collect();
+        let details: Vec<Option<&str>> = rows.iter().map(|r| r.detail.as_deref()).collect();
+        inner
+            .query(
+                "logging answers",
+                &inner.sql.append_many,
+                &[
+                    &manual,
+                    &offset,
+                    &namespaces,
+                    &keys,
+                    &fences,
+                    &events,
+                    &run_ids,
+                    &triggers,
+                    &attempts,
+                    &hosts,
+                    &pids,
+                    &policies,
+                    &operations,
+                    &actors,
+                    &details,
+                ],
+            )
+            .await?;
+        Ok(())
+    }
+
+    async fn read_attempts(&self, filter: &AttemptFilter) -> Result<Vec<AttemptEntry>, StoreError> {
+        let inner = &self.inner;
+        let int = |v: Option<u64>| v.map(|v| i64::try_from(v).unwrap_or(i64::MAX));
+        let key_namespace = filter.key.as_ref().map(|k| k.namespace.as_str());
+        let key = filter.key.as_ref().map(|k| k.digest.0.to_vec());
+        let (since, until, after) = (
+            int(filter.since_ms),
+            int(filter.until_ms),
+            int(filter.after_id),
+        );
+        let limit = filter.limit.map(i64::from);
+        let rows = inner
+            .query(
+                "reading the attempt log",
+                &inner.sql.attempts,
+                &[
+                    &filter.namespace,
+                    &key_namespace,
+                    &key,
+                    &since,
+                    &until,
+                    &after,
+                    &limit,
+                ],
+            )
+            .await?;
+        rows.iter()
+            .map(|row| codec::decode_attempt(row, &inner.name))
+            .collect()
     }
 
     async fn join(&self, group: &str, members: Vec<String>) -> Result<Membership, StoreError> {

@@ -7,7 +7,8 @@ use std::sync::LazyLock;
 use rusqlite::{Connection, OptionalExtension};
 
 use super::store::Inner;
-use crate::codec::{self, ColumnReader, RecordRow, record_values};
+use crate::attempt::{AttemptEntry, AttemptFilter};
+use crate::codec::{self, AttemptRow, ColumnReader, RecordRow, attempt_values, record_values};
 use crate::error::StoreError;
 use crate::record::{JobLease, Record, RecordKey};
 
@@ -193,5 +194,67 @@ impl Inner {
         )
         .map_err(|e| self.err("writing a job lease", e))?;
         Ok(())
+    }
+
+    /// Appends `entry` to the attempt log, stamped `now`.
+    pub(super) fn append_entry(
+        &self,
+        tx: &Connection,
+        entry: &AttemptEntry,
+        now: u64,
+    ) -> Result<(), StoreError> {
+        static INSERT: LazyLock<String> = LazyLock::new(|| {
+            format!(
+                "INSERT INTO attempts ({}) VALUES ({})",
+                codec::attempt_column_list(),
+                (1..=codec::ATTEMPT_COLUMNS.len())
+                    .map(|i| format!("?{i}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        });
+        let row = AttemptRow::of(entry, now);
+        let fail = |e| self.err("writing the attempt log", e);
+        tx.prepare_cached(&INSERT)
+            .map_err(fail)?
+            .execute(&attempt_values!(&row, dyn rusqlite::ToSql)[..])
+            .map_err(fail)?;
+        Ok(())
+    }
+
+    /// The attempt-log entries `filter` selects, oldest first.
+    pub(super) fn load_attempts(
+        &self,
+        conn: &Connection,
+        filter: &AttemptFilter,
+    ) -> Result<Vec<AttemptEntry>, StoreError> {
+        static SELECT: LazyLock<String> = LazyLock::new(|| {
+            format!(
+                "SELECT id, {} FROM attempts WHERE (?1 IS NULL OR namespace = ?1) \
+                 AND (?2 IS NULL OR (namespace = ?2 AND key = ?3)) \
+                 AND (?4 IS NULL OR at_ms >= ?4) AND (?5 IS NULL OR at_ms < ?5) \
+                 AND (?6 IS NULL OR id > ?6) ORDER BY id LIMIT ?7",
+                codec::attempt_column_list()
+            )
+        });
+        let fail = |e| self.err("reading the attempt log", e);
+        let opt = |v: Option<u64>| v.map(super::row::int);
+        let mut stmt = conn.prepare_cached(&SELECT).map_err(fail)?;
+        let mut rows = stmt
+            .query(rusqlite::params![
+                filter.namespace,
+                filter.key.as_ref().map(|k| k.namespace.clone()),
+                filter.key.as_ref().map(|k| k.digest.0.to_vec()),
+                opt(filter.since_ms),
+                opt(filter.until_ms),
+                opt(filter.after_id),
+                filter.limit.map_or(-1, i64::from),
+            ])
+            .map_err(fail)?;
+        let mut out = Vec::new();
+        while let Some(row) = rows.next().map_err(fail)? {
+            out.push(codec::decode_attempt(row, &self.name)?);
+        }
+        Ok(out)
     }
 }

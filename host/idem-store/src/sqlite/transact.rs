@@ -9,7 +9,8 @@ use rusqlite::{Connection, Transaction};
 
 use super::row::{EXPIRED, int};
 use super::store::{Inner, SqliteStore};
-use crate::backend::{Call, Decide, Fences, RecordBackend, Step};
+use crate::attempt::{AttemptEntry, AttemptFilter};
+use crate::backend::{Call, Decide, Fences, RecordBackend};
 use crate::codec;
 use crate::error::StoreError;
 use crate::machine::{self, JobStep};
@@ -62,15 +63,18 @@ impl Inner {
         }
         let current = self.load(tx, &call.key)?;
         let mut fences = SequenceFences { inner: self, tx };
-        match decide(current, now, &mut fences) {
-            Err(refused) if refused.is_refusal() => Ok(Err(refused)),
-            Err(failed) => Err(failed),
-            Ok(Step::Done(out)) => Ok(Ok(out)),
-            Ok(Step::Put(record, out)) => {
-                self.save(tx, &record)?;
-                Ok(Ok(out))
-            }
+        let step = match decide(current, now, &mut fences) {
+            Err(refused) if refused.is_refusal() => return Ok(Err(refused)),
+            Err(failed) => return Err(failed),
+            Ok(step) => step,
+        };
+        if let Some(record) = &step.record {
+            self.save(tx, record)?;
         }
+        if let Some(entry) = &step.entry {
+            self.append_entry(tx, entry, now)?;
+        }
+        Ok(step.answer)
     }
 }
 
@@ -89,10 +93,12 @@ impl RecordBackend for SqliteStore {
         call: Call,
         mut decide: Decide<T>,
     ) -> Result<T, StoreError> {
+        // A refusal commits too: it may carry a log entry (a fenced write);
+        // otherwise the transaction wrote nothing.
         self.blocking(move |inner| {
             inner.write(call.context, |tx, now| {
-                inner.transact_in(tx, now, &call, &mut decide)?
-            })
+                inner.transact_in(tx, now, &call, &mut decide)
+            })?
         })
         .await
     }
@@ -159,13 +165,41 @@ impl RecordBackend for SqliteStore {
     async fn collect_garbage(&self) -> Result<u64, StoreError> {
         self.blocking(|inner| {
             inner.write("collecting garbage", |tx, now| {
+                let fail = |e| inner.err("collecting garbage", e);
+                // The entries first, while the records say which are going.
+                tx.execute(
+                    &format!(
+                        "DELETE FROM attempts WHERE (namespace, key) IN \
+                         (SELECT namespace, key FROM records WHERE {EXPIRED})"
+                    ),
+                    [int(now)],
+                )
+                .map_err(fail)?;
                 let removed = tx
                     .execute(&format!("DELETE FROM records WHERE {EXPIRED}"), [int(now)])
-                    .map_err(|e| inner.err("collecting garbage", e))?;
+                    .map_err(fail)?;
                 Ok(removed as u64)
             })
         })
         .await
+    }
+
+    async fn append(&self, entries: Vec<AttemptEntry>) -> Result<(), StoreError> {
+        self.blocking(move |inner| {
+            inner.write("logging answers", |tx, now| {
+                for entry in &entries {
+                    inner.append_entry(tx, entry, now)?;
+                }
+                Ok(())
+            })
+        })
+        .await
+    }
+
+    async fn read_attempts(&self, filter: &AttemptFilter) -> Result<Vec<AttemptEntry>, StoreError> {
+        let filter = filter.clone();
+        self.blocking(move |inner| inner.read(|conn, _now| inner.load_attempts(conn, &filter)))
+            .await
     }
 
     async fn join(&self, group: &str, members: Vec<String>) -> Result<Membership, StoreError> {

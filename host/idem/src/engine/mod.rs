@@ -38,6 +38,7 @@
 //! # }
 //! ```
 
+mod answer_log;
 mod execution;
 mod run_once;
 
@@ -46,12 +47,13 @@ use std::time::Duration;
 
 use idem_core::{Decision, KeyedDerivation, OpError, Operation, PolicyError, RecordState};
 use idem_store::{
-    ClaimOutcome, ClaimRequest, Ending, Holder, Outcome, OwnershipToken, RecordKey, Store,
-    StoreError,
+    AttemptEntry, AttemptEvent, ClaimOutcome, ClaimRequest, Ending, Holder, Outcome,
+    OwnershipToken, RecordKey, Store, StoreError,
 };
 use thiserror::Error;
 
 use crate::policy::{EvalError, LoadedPolicy};
+use answer_log::AnswerLog;
 
 pub use execution::Execution;
 pub use run_once::{ExecContext, Failed, RunResult, spawn_heartbeat};
@@ -200,16 +202,49 @@ pub struct Engine {
     policy: LoadedPolicy,
     store: Arc<dyn Store>,
     options: EngineOptions,
+    /// Answers to duplicates, on their way to the attempt log (shared by
+    /// clones).
+    answers: Arc<AnswerLog>,
 }
 
 impl Engine {
     /// An engine deduplicating with `policy` against `store`.
     pub fn new(policy: LoadedPolicy, store: Arc<dyn Store>, options: EngineOptions) -> Self {
         Engine {
+            answers: AnswerLog::new(store.clone()),
             policy,
             store,
             options,
         }
+    }
+
+    /// Waits until every answer to a duplicate given so far (a replay, in
+    /// progress, a conflict, a rejection) is in the store's attempt log.
+    /// Answers are written in batches behind the caller's back (a record
+    /// change is logged in its own transaction, never later); call this
+    /// before reporting on, or exiting after, a batch of work.
+    pub async fn flush_log(&self) {
+        self.answers.flush().await;
+    }
+
+    /// Queues the answer `event` a duplicate of `request` got, about the
+    /// record at `fence`.
+    fn log_answer(
+        &self,
+        request: &ClaimRequest,
+        fence: u64,
+        event: AttemptEvent,
+        detail: Option<&str>,
+    ) {
+        self.answers.push(AttemptEntry::answer(
+            request.key.clone(),
+            fence,
+            event,
+            request.holder.clone(),
+            request.policy_digest.clone(),
+            request.operation_digest,
+            detail.map(str::to_string),
+        ));
     }
 
     /// The policy.
@@ -333,6 +368,7 @@ impl Engine {
             lease: self.lease_for(keyed),
             retention: Duration::from_secs(keyed.retention_s),
             holder: holder_for(op),
+            operation_digest: Some(op.business_digest()),
             ownership: self.options.ownership.clone(),
         }
     }
@@ -357,6 +393,7 @@ impl Engine {
         let lease = request.lease;
         let holder = request.holder.clone();
         let mut last_in_progress = None;
+        let mut last_fence = None;
         for _round in 0..self.options.max_rounds.max(1) {
             let answer = match first.take() {
                 Some(answer) => answer,
@@ -375,11 +412,13 @@ impl Engine {
                 ClaimOutcome::Existing(existing) => existing,
             };
             let record = &existing.view.record;
+            last_fence = Some(record.fence);
             let ctx = existing.duplicate_context(op.clone());
             let decision = self.policy.on_duplicate(&ctx, self.policy_now_ms())?.value;
             tracing::debug!(key = %key, state = record.state.as_str(), decision = decision.name(), "duplicate");
             match decision {
                 Decision::Replay => {
+                    self.log_answer(&request, record.fence, AttemptEvent::Replayed, None);
                     return Ok(Begin::Replay(Replay {
                         key,
                         state: record.state,
@@ -388,6 +427,14 @@ impl Engine {
                     }));
                 }
                 Decision::Reject(r) => {
+                    let event = if !existing.fingerprint_matches {
+                        AttemptEvent::Conflict
+                    } else if record.state == RecordState::InProgress {
+                        AttemptEvent::InProgress
+                    } else {
+                        AttemptEvent::Rejected
+                    };
+                    self.log_answer(&request, record.fence, event, Some(&r.reason));
                     return Ok(if !existing.fingerprint_matches {
                         Begin::Conflict {
                             key,
@@ -442,6 +489,11 @@ impl Engine {
                 Decision::MarkUnknown(r) => match self.store.mark_unknown(&key, record.fence).await
                 {
                     Ok(()) => {
+                        // The store logged the record's change under its
+                        // holder; this logs who found it lost.
+                        let detail = format!("sent to review: {}", r.reason);
+                        let event = AttemptEvent::Rejected;
+                        self.log_answer(&request, record.fence, event, Some(&detail));
                         return Ok(Begin::Rejected {
                             key,
                             status: r.status,
@@ -455,10 +507,14 @@ impl Engine {
                 },
             }
         }
+        let reason = "the record kept changing while we looked at it";
+        if let Some(fence) = last_fence {
+            self.log_answer(&request, fence, AttemptEvent::InProgress, Some(reason));
+        }
         Ok(Begin::InProgress {
             key,
             retry_after_ms: last_in_progress,
-            reason: "the record kept changing while we looked at it".into(),
+            reason: reason.into(),
         })
     }
 

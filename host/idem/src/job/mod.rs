@@ -189,14 +189,17 @@ impl JobRunner {
             claim_batch: self.options.claim_batch.get(),
             finish_batch: self.options.finish_batch.get(),
         };
+        let engine = Arc::new(engine);
         let ran = dispatch::run_all(
-            Arc::new(engine),
+            engine.clone(),
             derived,
             Arc::new(effect),
             limits,
             &self.observer,
         )
         .await;
+        // Every answer the run got into the attempt log before it reports.
+        engine.flush_log().await;
         if let Some(heartbeat) = heartbeat {
             heartbeat.abort();
         }

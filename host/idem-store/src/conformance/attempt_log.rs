@@ -1,0 +1,497 @@
+//! The attempt log and resolutions: what each change logs, in the same
+//! transaction; answers appended; filters; gc; a person's resolution.
+
+use std::future::Future;
+
+use super::Fixture;
+use super::assert::{
+    START_MS, assert_fenced, assert_not_eligible, claimed, existing, fixture, holder, key, ms,
+    request, view,
+};
+use crate::{
+    AttemptEntry, AttemptEvent, AttemptFilter, Digest, Ending, Finish, Holder, Outcome, RecordKey,
+    RecordState, Resolution, ResolveRequest, Store, StoreError, StoreOptions,
+};
+
+async fn log(store: &dyn Store, filter: AttemptFilter) -> Vec<AttemptEntry> {
+    store
+        .attempts(filter)
+        .await
+        .expect("reading the attempt log")
+}
+
+async fn log_of(store: &dyn Store, key: &RecordKey) -> Vec<AttemptEntry> {
+    log(
+        store,
+        AttemptFilter {
+            key: Some(key.clone()),
+            ..AttemptFilter::default()
+        },
+    )
+    .await
+}
+
+/// The events of `key`'s entries, oldest first.
+async fn events_of(store: &dyn Store, key: &RecordKey) -> Vec<(AttemptEvent, u64)> {
+    log_of(store, key)
+        .await
+        .into_iter()
+        .map(|e| (e.event, e.fence))
+        .collect()
+}
+
+fn answer(key: &RecordKey, fence: u64, event: AttemptEvent, who: u32) -> AttemptEntry {
+    AttemptEntry::answer(
+        key.clone(),
+        fence,
+        event,
+        holder(who),
+        super::POLICY.to_string(),
+        Some(Digest::of_bytes(&key.digest.0)),
+        Some("a reason".into()),
+    )
+}
+
+/// Every record change appends its entry in the same transaction, on the
+/// single and the batch paths alike: a fresh claim (`executed`, with the
+/// claimer, the policy and the operation digest), an end (with the
+/// holder of its fence), a take-over, a mark-unknown, and a refused late
+/// write (`fenced`, naming only its fence); a claim that found a record
+/// logs nothing (its answer is the caller's to log, with
+/// [`Store::log_answers`], stamped by the store clock). Ids increase in
+/// commit order; the filters select by key, namespace, time and id.
+pub async fn attempt_log_follows_every_change<F, Fut>(factory: &F)
+where
+    F: Fn(StoreOptions) -> Fut,
+    Fut: Future<Output = Fixture>,
+{
+    let (fx, clock) = fixture(factory, crate::DEFAULT_MAX_OUTCOME_BYTES).await;
+    let store = fx.store.as_ref();
+    let name = store.describe();
+
+    // A fresh claim and its completion.
+    let a = claimed(store, request(&key(1), 1, 1_000, 60_000, 1)).await;
+    clock.advance(ms(5));
+    store
+        .complete(&key(1), a.fence, Outcome::new(0, "ok"))
+        .await
+        .expect("complete");
+    let entries = log_of(store, &key(1)).await;
+    assert_eq!(entries.len(), 2, "{name}: {entries:?}");
+    let executed = &entries[0];
+    assert_eq!(executed.event, AttemptEvent::Executed, "{name}");
+    assert_eq!(executed.fence, a.fence);
+    assert_eq!(executed.holder.as_ref(), Some(&holder(1)), "{name}");
+    assert_eq!(executed.at_ms, START_MS, "{name}: the store clock");
+    assert_eq!(executed.policy_digest.as_deref(), Some(super::POLICY));
+    assert_eq!(
+        executed.operation_digest,
+        Some(Digest::of_bytes(&key(1).digest.0)),
+        "{name}"
+    );
+    let completed = &entries[1];
+    assert_eq!(
+        (completed.event, completed.fence, completed.at_ms),
+        (AttemptEvent::Completed, a.fence, START_MS + 5),
+        "{name}"
+    );
+    assert_eq!(completed.holder.as_ref(), Some(&holder(1)), "{name}");
+    assert!(completed.id > executed.id, "{name}: ids grow");
+
+    // A duplicate's claim logs nothing; its answer is appended.
+    existing(store, request(&key(1), 1, 1_000, 60_000, 2)).await;
+    assert_eq!(log_of(store, &key(1)).await.len(), 2, "{name}");
+    clock.advance(ms(5));
+    store
+        .log_answers(vec![answer(&key(1), a.fence, AttemptEvent::Replayed, 2)])
+        .await
+        .expect("log an answer");
+    let replayed = log_of(store, &key(1)).await.pop().expect("an entry");
+    assert_eq!(
+        (replayed.event, replayed.fence, replayed.at_ms),
+        (AttemptEvent::Replayed, a.fence, START_MS + 10),
+        "{name}"
+    );
+    assert_eq!(replayed.holder.as_ref(), Some(&holder(2)), "{name}");
+    assert_eq!(replayed.detail.as_deref(), Some("a reason"), "{name}");
+    // Only answers are appended this way.
+    let refused = store
+        .log_answers(vec![
+            answer(&key(1), a.fence, AttemptEvent::Replayed, 2),
+            answer(&key(1), a.fence, AttemptEvent::Completed, 2),
+        ])
+        .await;
+    assert!(
+        matches!(refused, Err(StoreError::InvalidRequest(_))),
+        "{name}: {refused:?}"
+    );
+    assert_eq!(log_of(store, &key(1)).await.len(), 3, "{name}: nothing");
+
+    // A take-over after the lease expired; the deposed holder's late
+    // heartbeat and completion are refused and logged.
+    let b = claimed(store, request(&key(2), 1, 1_000, 60_000, 1)).await;
+    clock.advance(ms(1_000));
+    let c = store
+        .take_over(&key(2), b.fence, ms(1_000), holder(3))
+        .await
+        .expect("take over");
+    assert_fenced(
+        store.heartbeat(&key(2), b.fence, ms(1_000)).await,
+        b.fence,
+        c.fence,
+    );
+    assert_fenced(
+        store
+            .complete(&key(2), b.fence, Outcome::new(0, "late"))
+            .await,
+        b.fence,
+        c.fence,
+    );
+    store
+        .fail(&key(2), c.fence, true, Outcome::error(75, "try later"))
+        .await
+        .expect("fail");
+    assert_eq!(
+        events_of(store, &key(2)).await,
+        vec![
+            (AttemptEvent::Executed, b.fence),
+            (AttemptEvent::TakenOver, c.fence),
+            (AttemptEvent::Fenced, b.fence),
+            (AttemptEvent::Fenced, b.fence),
+            (AttemptEvent::FailedRetryable, c.fence),
+        ],
+        "{name}"
+    );
+    let entries = log_of(store, &key(2)).await;
+    assert_eq!(entries[1].holder.as_ref(), Some(&holder(3)), "{name}");
+    assert_eq!(
+        entries[2].holder, None,
+        "{name}: a refused write names its fence"
+    );
+    assert!(
+        entries[3]
+            .detail
+            .as_deref()
+            .is_some_and(|d| d.contains(&c.fence.to_string())),
+        "{name}: {:?}",
+        entries[3].detail
+    );
+
+    // Sent to review, then a permanent failure on another key.
+    let d = claimed(store, request(&key(3), 1, 1_000, 60_000, 1)).await;
+    clock.advance(ms(1_000));
+    store.mark_unknown(&key(3), d.fence).await.expect("mark");
+    // Marking again changes nothing and logs nothing.
+    store.mark_unknown(&key(3), d.fence).await.expect("mark");
+    assert_eq!(
+        events_of(store, &key(3)).await,
+        vec![
+            (AttemptEvent::Executed, d.fence),
+            (AttemptEvent::MarkedUnknown, d.fence),
+        ],
+        "{name}"
+    );
+
+    // The batch paths log what the single ones do.
+    clock.advance(ms(1));
+    let since = clock.now_ms();
+    let batch = store
+        .claim_many(vec![
+            request(&key(4), 1, 1_000, 60_000, 4),
+            request(&key(5), 1, 1_000, 60_000, 4),
+            request(&key(1), 1, 1_000, 60_000, 4),
+        ])
+        .await
+        .expect("claim a batch");
+    let fences: Vec<u64> = batch[..2]
+        .iter()
+        .map(|r| match r {
+            Ok(crate::ClaimOutcome::Claimed(c)) => c.fence,
+            other => panic!("{name}: expected a claim, got {other:?}"),
+        })
+        .collect();
+    let finished = store
+        .finish_many(vec![
+            Finish {
+                key: key(4),
+                fence: fences[0],
+                ending: Ending::Completed,
+                outcome: Outcome::new(0, "4"),
+            },
+            Finish {
+                key: key(5),
+                fence: fences[1],
+                ending: Ending::Failed { retryable: false },
+                outcome: Outcome::error(2, "no"),
+            },
+        ])
+        .await
+        .expect("finish a batch");
+    assert!(finished.iter().all(Result::is_ok), "{name}: {finished:?}");
+    for (k, fence, end) in [
+        (key(4), fences[0], AttemptEvent::Completed),
+        (key(5), fences[1], AttemptEvent::FailedPermanent),
+    ] {
+        let entries = log_of(store, &k).await;
+        let seen: Vec<_> = entries.iter().map(|e| (e.event, e.fence)).collect();
+        assert_eq!(
+            seen,
+            vec![(AttemptEvent::Executed, fence), (end, fence)],
+            "{name}: {k}"
+        );
+        assert_eq!(entries[0].holder.as_ref(), Some(&holder(4)), "{name}");
+        assert_eq!(entries[1].holder.as_ref(), Some(&holder(4)), "{name}");
+        assert_eq!(
+            entries[0].operation_digest,
+            Some(Digest::of_bytes(&k.digest.0)),
+            "{name}"
+        );
+    }
+
+    // Filters: time, namespace, id, limit.
+    let recent = log(
+        store,
+        AttemptFilter {
+            since_ms: Some(since),
+            ..AttemptFilter::default()
+        },
+    )
+    .await;
+    assert_eq!(recent.len(), 4, "{name}: {recent:?}");
+    let all = log(store, AttemptFilter::default()).await;
+    assert!(
+        all.windows(2).all(|w| w[0].id < w[1].id),
+        "{name}: id order"
+    );
+    let before = log(
+        store,
+        AttemptFilter {
+            until_ms: Some(since),
+            ..AttemptFilter::default()
+        },
+    )
+    .await;
+    assert_eq!(before.len() + recent.len(), all.len(), "{name}");
+    let page = log(
+        store,
+        AttemptFilter {
+            after_id: Some(all[2].id),
+            limit: Some(3),
+            ..AttemptFilter::default()
+        },
+    )
+    .await;
+    assert_eq!(page, all[3..6].to_vec(), "{name}");
+    let elsewhere = log(
+        store,
+        AttemptFilter {
+            namespace: Some("elsewhere".into()),
+            ..AttemptFilter::default()
+        },
+    )
+    .await;
+    assert!(elsewhere.is_empty(), "{name}");
+    let here = log(
+        store,
+        AttemptFilter {
+            namespace: Some(key(1).namespace),
+            ..AttemptFilter::default()
+        },
+    )
+    .await;
+    assert_eq!(here, all, "{name}");
+}
+
+/// `gc` removes a collected record's entries with it, and only those.
+pub async fn gc_removes_attempt_entries_with_their_records<F, Fut>(factory: &F)
+where
+    F: Fn(StoreOptions) -> Fut,
+    Fut: Future<Output = Fixture>,
+{
+    let (fx, clock) = fixture(factory, crate::DEFAULT_MAX_OUTCOME_BYTES).await;
+    let store = fx.store.as_ref();
+    let name = store.describe();
+    let short = claimed(store, request(&key(1), 1, 100, 1_000, 1)).await;
+    store
+        .complete(&key(1), short.fence, Outcome::new(0, "a"))
+        .await
+        .expect("complete");
+    let long = claimed(store, request(&key(2), 1, 100, 60_000, 1)).await;
+    store
+        .complete(&key(2), long.fence, Outcome::new(0, "b"))
+        .await
+        .expect("complete");
+    clock.advance(ms(2_000));
+    assert_eq!(store.gc().await.expect("gc"), 1, "{name}");
+    assert!(log_of(store, &key(1)).await.is_empty(), "{name}");
+    assert_eq!(log_of(store, &key(2)).await.len(), 2, "{name}");
+}
+
+fn resolution(key: &RecordKey, fence: u64, resolution: Resolution) -> ResolveRequest {
+    ResolveRequest {
+        key: key.clone(),
+        observed_fence: fence,
+        resolution,
+        by: "alice".into(),
+        reason: "checked the provider: charge ch_1 exists".into(),
+        holder: Holder {
+            run_id: None,
+            trigger: Some("manual".into()),
+            attempt: None,
+            host: "ops-host".into(),
+            pid: 7,
+        },
+    }
+}
+
+/// A person's resolution: only of a record waiting for review, under a
+/// new fence (a late write of the deposed holder is then refused and
+/// logged), conditional on the fence the person saw, logged with who and
+/// why; completed, released (a take-over may follow) or rejected
+/// (final). A refused resolution changes nothing and logs nothing.
+pub async fn resolution_settles_review_once<F, Fut>(factory: &F)
+where
+    F: Fn(StoreOptions) -> Fut,
+    Fut: Future<Output = Fixture>,
+{
+    let (fx, clock) = fixture(factory, 16).await;
+    let store = fx.store.as_ref();
+    let name = store.describe();
+
+    // In progress with a live lease: not waiting for review.
+    let a = claimed(store, request(&key(1), 1, 1_000, 60_000, 1)).await;
+    let done = Resolution::Completed(Outcome::new(0, "receipt"));
+    assert_not_eligible(
+        store
+            .resolve(resolution(&key(1), a.fence, done.clone()))
+            .await,
+        RecordState::InProgress,
+    );
+    // Past its lease: it is. Bad requests are refused first.
+    clock.advance(ms(1_000));
+    for bad in [
+        ResolveRequest {
+            reason: "  ".into(),
+            ..resolution(&key(1), a.fence, done.clone())
+        },
+        ResolveRequest {
+            by: String::new(),
+            ..resolution(&key(1), a.fence, done.clone())
+        },
+        resolution(
+            &key(1),
+            a.fence,
+            Resolution::Completed(Outcome::new(0, vec![0; 17])),
+        ),
+    ] {
+        let refused = store.resolve(bad).await;
+        assert!(
+            matches!(
+                refused,
+                Err(StoreError::InvalidRequest(_) | StoreError::OutcomeTooLarge { .. })
+            ),
+            "{name}: {refused:?}"
+        );
+    }
+    // The fence the person saw must still be the record's.
+    assert_fenced(
+        store
+            .resolve(resolution(&key(1), a.fence + 1_000, done.clone()))
+            .await,
+        a.fence + 1_000,
+        a.fence,
+    );
+    assert_eq!(events_of(store, &key(1)).await.len(), 1, "{name}");
+
+    let resolved = store
+        .resolve(resolution(&key(1), a.fence, done.clone()))
+        .await
+        .expect("resolve");
+    let record = &resolved.record;
+    assert_eq!(record.state, RecordState::Completed, "{name}");
+    assert!(record.fence > a.fence, "{name}: a new fence");
+    assert_eq!(record.outcome, Some(Outcome::new(0, "receipt")), "{name}");
+    assert_eq!(record.holder.host, "ops-host", "{name}");
+    assert_eq!(view(store, &key(1)).await.record, *record, "{name}");
+    // The paused holder wakes: refused, logged. A second resolution: the
+    // record no longer waits.
+    assert_fenced(
+        store
+            .complete(&key(1), a.fence, Outcome::new(0, "late"))
+            .await,
+        a.fence,
+        record.fence,
+    );
+    assert_not_eligible(
+        store
+            .resolve(resolution(&key(1), record.fence, Resolution::Release))
+            .await,
+        RecordState::Completed,
+    );
+    let entries = log_of(store, &key(1)).await;
+    let seen: Vec<_> = entries.iter().map(|e| (e.event, e.fence)).collect();
+    assert_eq!(
+        seen,
+        vec![
+            (AttemptEvent::Executed, a.fence),
+            (AttemptEvent::ResolvedCompleted, record.fence),
+            (AttemptEvent::Fenced, a.fence),
+        ],
+        "{name}"
+    );
+    assert_eq!(entries[1].actor.as_deref(), Some("alice"), "{name}");
+    assert_eq!(
+        entries[1].detail.as_deref(),
+        Some("checked the provider: charge ch_1 exists"),
+        "{name}"
+    );
+    assert_eq!(entries[1].holder.as_ref().map(|h| h.pid), Some(7), "{name}");
+
+    // Released (from outcome-unknown): the next claim may take over.
+    let b = claimed(store, request(&key(2), 1, 1_000, 60_000, 1)).await;
+    clock.advance(ms(1_000));
+    store.mark_unknown(&key(2), b.fence).await.expect("mark");
+    let released = store
+        .resolve(resolution(&key(2), b.fence, Resolution::Release))
+        .await
+        .expect("release");
+    assert_eq!(released.record.state, RecordState::FailedRetryable);
+    let error = released.record.outcome.and_then(|o| o.error);
+    assert!(
+        error.as_deref().is_some_and(|e| e.contains("alice")),
+        "{name}: {error:?}"
+    );
+    let again = store
+        .take_over(&key(2), released.record.fence, ms(1_000), holder(2))
+        .await
+        .expect("take over after a release");
+    assert!(again.fence > released.record.fence);
+
+    // Rejected: final, with the status given.
+    let c = claimed(store, request(&key(3), 1, 1_000, 60_000, 1)).await;
+    clock.advance(ms(1_000));
+    let rejected = store
+        .resolve(resolution(
+            &key(3),
+            c.fence,
+            Resolution::Reject { status: 409 },
+        ))
+        .await
+        .expect("reject");
+    assert_eq!(rejected.record.state, RecordState::FailedPermanent);
+    assert_eq!(rejected.record.outcome.map(|o| o.status), Some(409));
+    assert_not_eligible(
+        store
+            .take_over(&key(3), rejected.record.fence, ms(1_000), holder(2))
+            .await,
+        RecordState::FailedPermanent,
+    );
+    assert_eq!(
+        events_of(store, &key(3)).await,
+        vec![
+            (AttemptEvent::Executed, c.fence),
+            (AttemptEvent::ResolvedRejected, rejected.record.fence),
+        ],
+        "{name}"
+    );
+}
