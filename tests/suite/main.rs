@@ -5,6 +5,7 @@ mod cli;
 mod engine;
 mod exec_cli;
 mod fleet;
+mod forensics;
 mod job;
 mod ownership;
 mod policy_runtime;

@@ -443,6 +443,13 @@ impl<'a> Sim<'a> {
 
     /// Reads the final state and tallies the report.
     async fn finish(mut self) -> Result<Report, SimError> {
+        // Every answer the runs got, into the attempt log before anyone
+        // reads it.
+        for run in &self.runs {
+            if let Some(engine) = &run.engine {
+                engine.flush_log().await;
+            }
+        }
         let job = &self.scenario.job;
         let charges = self.ledger.charges_per_invoice(job.customers);
         let mut invoices = Vec::with_capacity(job.customers);

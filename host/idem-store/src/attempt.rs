@@ -193,12 +193,15 @@ impl AttemptEntry {
     }
 
     /// An answer to a duplicate (see [`crate::Store::log_answers`]): about
-    /// the record under `key` at `fence`, by `holder`.
+    /// the record under `key` at `fence`, by `holder`, given at `at_ms` (the
+    /// caller's reading of the store clock, [`crate::Store::clock`]).
+    #[allow(clippy::too_many_arguments)]
     pub fn answer(
         key: RecordKey,
         fence: u64,
         event: AttemptEvent,
         holder: Holder,
+        at_ms: u64,
         policy_digest: String,
         operation_digest: Option<Digest>,
         detail: Option<String>,
@@ -209,7 +212,7 @@ impl AttemptEntry {
             fence,
             event,
             holder: Some(holder),
-            at_ms: 0,
+            at_ms,
             policy_digest: Some(policy_digest),
             operation_digest,
             actor: None,

@@ -229,7 +229,7 @@ pub trait RecordBackend: Send + Sync + 'static {
     async fn collect_garbage(&self) -> Result<u64, StoreError>;
 
     /// Appends entries that describe no record change (answers to
-    /// duplicates), each stamped with the store clock, in one transaction.
+    /// duplicates), with their own `at_ms`, in one transaction.
     async fn append(&self, entries: Vec<AttemptEntry>) -> Result<(), StoreError>;
 
     /// The attempt-log entries `filter` selects, oldest (lowest id) first.

@@ -47,11 +47,11 @@ impl State {
         self.last_fence
     }
 
-    /// Appends `entry` under the next id, stamped `now`.
-    fn append(&mut self, mut entry: AttemptEntry, now: u64) {
+    /// Appends `entry` under the next id, at `at_ms`.
+    fn append(&mut self, mut entry: AttemptEntry, at_ms: u64) {
         self.last_attempt += 1;
         entry.id = self.last_attempt;
-        entry.at_ms = now;
+        entry.at_ms = at_ms;
         self.attempts.push(entry);
     }
 
@@ -161,9 +161,10 @@ impl RecordBackend for MemoryStore {
     }
 
     async fn append(&self, entries: Vec<AttemptEntry>) -> Result<(), StoreError> {
-        let (mut state, now) = self.lock();
+        let (mut state, _now) = self.lock();
         for entry in entries {
-            state.append(entry, now);
+            let at = entry.at_ms;
+            state.append(entry, at);
         }
         Ok(())
     }

@@ -286,17 +286,29 @@ pub(crate) fn executed_entry(record: &Record, request: &ClaimRequest, now: u64) 
     entry
 }
 
-/// A refused holder write: a fenced one (the holder was deposed) is refused
+/// A refused holder write: a fenced one (the holder was deposed by a
+/// take-over or a resolution, or its record was sent to review) is refused
 /// *and* logged, so the log shows that a paused holder came back too late;
 /// any other refusal writes nothing.
 fn logged_if_fenced<T>(refused: StoreError, doing: &str, now: u64) -> Result<Step<T>, StoreError> {
-    let StoreError::Fenced {
-        key,
-        fence,
-        current,
-    } = &refused
-    else {
-        return Err(refused);
+    let (key, fence, why) = match &refused {
+        StoreError::Fenced {
+            key,
+            fence,
+            current,
+        } => (key, fence, format!("the record is at fence {current}")),
+        // Sent to review while its holder was away: the holder is deposed
+        // just the same.
+        StoreError::NotInProgress {
+            key,
+            fence,
+            state: RecordState::OutcomeUnknown,
+        } => (
+            key,
+            fence,
+            "the record was sent to review (outcome-unknown)".into(),
+        ),
+        _ => return Err(refused),
     };
     let entry = AttemptEntry {
         id: 0,
@@ -308,7 +320,7 @@ fn logged_if_fenced<T>(refused: StoreError, doing: &str, now: u64) -> Result<Ste
         policy_digest: None,
         operation_digest: None,
         actor: None,
-        detail: Some(format!("{doing} refused: the record is at fence {current}")),
+        detail: Some(format!("{doing} refused: {why}")),
     };
     Ok(Step::refuse(refused).logging(entry))
 }

@@ -156,7 +156,9 @@ pub trait Store: Send + Sync + 'static {
 
     /// Appends answers to duplicates to the attempt log (a replay, in
     /// progress, a conflict, a rejection: answers that change no record),
-    /// each stamped with the store clock, in one transaction. Entries that
+    /// in one transaction. Each keeps its `at_ms`: when the answer was
+    /// given, by the caller's reading of [`Store::clock`] (an answer may be
+    /// written a little after it was given; its time is when it happened). Entries that
     /// describe a record change are written by the change itself; passing
     /// one here is [`StoreError::InvalidRequest`].
     async fn log_answers(&self, entries: Vec<AttemptEntry>) -> Result<(), StoreError>;

@@ -10,6 +10,8 @@
 //! - [`job`]: a batch job's operations through an effect, at most once per
 //!   key (`idem run` as a library): ownership, the job lease, batched
 //!   claims and completions, a summary.
+//! - [`forensics`]: why it ran twice: the store's attempt log read back
+//!   as duplicates and their causes, and the runs involved.
 //! - [`idem_core`] (re-exported as [`core`]): the contract in plain Rust:
 //!   canonical operations, key encoding, the decision safety gate.
 //!
@@ -20,6 +22,7 @@
 #![warn(missing_docs)]
 
 pub mod engine;
+pub mod forensics;
 pub mod job;
 pub mod policy;
 

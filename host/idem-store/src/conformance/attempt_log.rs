@@ -40,12 +40,13 @@ async fn events_of(store: &dyn Store, key: &RecordKey) -> Vec<(AttemptEvent, u64
         .collect()
 }
 
-fn answer(key: &RecordKey, fence: u64, event: AttemptEvent, who: u32) -> AttemptEntry {
+fn answer(key: &RecordKey, fence: u64, event: AttemptEvent, who: u32, at: u64) -> AttemptEntry {
     AttemptEntry::answer(
         key.clone(),
         fence,
         event,
         holder(who),
+        at,
         super::POLICY.to_string(),
         Some(Digest::of_bytes(&key.digest.0)),
         Some("a reason".into()),
@@ -58,7 +59,7 @@ fn answer(key: &RecordKey, fence: u64, event: AttemptEvent, who: u32) -> Attempt
 /// holder of its fence), a take-over, a mark-unknown, and a refused late
 /// write (`fenced`, naming only its fence); a claim that found a record
 /// logs nothing (its answer is the caller's to log, with
-/// [`Store::log_answers`], stamped by the store clock). Ids increase in
+/// [`Store::log_answers`], at the time the caller gives). Ids increase in
 /// commit order; the filters select by key, namespace, time and id.
 pub async fn attempt_log_follows_every_change<F, Fut>(factory: &F)
 where
@@ -103,13 +104,19 @@ where
     assert_eq!(log_of(store, &key(1)).await.len(), 2, "{name}");
     clock.advance(ms(5));
     store
-        .log_answers(vec![answer(&key(1), a.fence, AttemptEvent::Replayed, 2)])
+        .log_answers(vec![answer(
+            &key(1),
+            a.fence,
+            AttemptEvent::Replayed,
+            2,
+            clock.now_ms() - 1,
+        )])
         .await
         .expect("log an answer");
     let replayed = log_of(store, &key(1)).await.pop().expect("an entry");
     assert_eq!(
         (replayed.event, replayed.fence, replayed.at_ms),
-        (AttemptEvent::Replayed, a.fence, START_MS + 10),
+        (AttemptEvent::Replayed, a.fence, START_MS + 9),
         "{name}"
     );
     assert_eq!(replayed.holder.as_ref(), Some(&holder(2)), "{name}");
@@ -117,8 +124,8 @@ where
     // Only answers are appended this way.
     let refused = store
         .log_answers(vec![
-            answer(&key(1), a.fence, AttemptEvent::Replayed, 2),
-            answer(&key(1), a.fence, AttemptEvent::Completed, 2),
+            answer(&key(1), a.fence, AttemptEvent::Replayed, 2, START_MS),
+            answer(&key(1), a.fence, AttemptEvent::Completed, 2, START_MS),
         ])
         .await;
     assert!(
@@ -181,13 +188,22 @@ where
     let d = claimed(store, request(&key(3), 1, 1_000, 60_000, 1)).await;
     clock.advance(ms(1_000));
     store.mark_unknown(&key(3), d.fence).await.expect("mark");
-    // Marking again changes nothing and logs nothing.
+    // Marking again changes nothing and logs nothing; the holder's late
+    // completion is refused and logged (it was deposed by the review).
     store.mark_unknown(&key(3), d.fence).await.expect("mark");
+    let late = store
+        .complete(&key(3), d.fence, Outcome::new(0, "late"))
+        .await;
+    assert!(
+        matches!(late, Err(StoreError::NotInProgress { .. })),
+        "{name}: {late:?}"
+    );
     assert_eq!(
         events_of(store, &key(3)).await,
         vec![
             (AttemptEvent::Executed, d.fence),
             (AttemptEvent::MarkedUnknown, d.fence),
+            (AttemptEvent::Fenced, d.fence),
         ],
         "{name}"
     );

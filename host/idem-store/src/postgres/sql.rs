@@ -244,16 +244,12 @@ impl Sql {
                 "INSERT INTO {s}.attempts ({attempt_columns}) VALUES ({})",
                 attempt_placeholders(1),
             ),
-            // Answers to duplicates, stamped with the store clock ($1/$2).
+            // Answers to duplicates, each at the time it was given.
             append_many: format!(
                 "INSERT INTO {s}.attempts ({attempt_columns}) \
-                 SELECT a.namespace, a.key, a.fence, a.event, a.run_id, a.trigger, a.attempt, \
-                   a.host, a.pid, n.ms, a.policy_digest, a.operation_digest, a.actor, a.detail \
-                 FROM (SELECT {NOW} AS ms) n CROSS JOIN unnest($3::text[], $4::bytea[], \
-                   $5::int8[], $6::text[], $7::text[], $8::text[], $9::int8[], $10::text[], \
-                   $11::int8[], $12::text[], $13::bytea[], $14::text[], $15::text[]) \
-                   AS a(namespace, key, fence, event, run_id, trigger, attempt, host, pid, \
-                   policy_digest, operation_digest, actor, detail)"
+                 SELECT * FROM unnest($1::text[], $2::bytea[], $3::int8[], $4::text[], \
+                   $5::text[], $6::text[], $7::int8[], $8::text[], $9::int8[], $10::int8[], \
+                   $11::text[], $12::bytea[], $13::text[], $14::text[])"
             ),
             attempts: format!(
                 "SELECT id, {attempt_columns} FROM {s}.attempts \

@@ -435,8 +435,7 @@ impl RecordBackend for PostgresStore {
 
     async fn append(&self, entries: Vec<AttemptEntry>) -> Result<(), StoreError> {
         let inner = &self.inner;
-        let (manual, offset) = inner.clock();
-        let rows: Vec<AttemptRow> = entries.iter().map(|e| AttemptRow::of(e, 0)).collect();
+        let rows: Vec<AttemptRow> = entries.iter().map(|e| AttemptRow::of(e, e.at_ms)).collect();
         let namespaces: Vec<&str> = rows.iter().map(|r| r.namespace.as_str()).collect();
         let keys: Vec<&[u8]> = rows.iter().map(|r| r.key.as_slice()).collect();
         let fences: Vec<i64> = rows.iter().map(|r| r.fence).collect();
@@ -446,6 +445,7 @@ impl RecordBackend for PostgresStore {
         let attempts: Vec<Option<i64>> = rows.iter().map(|r| r.attempt).collect();
         let hosts: Vec<Option<&str>> = rows.iter().map(|r| r.host.as_deref()).collect();
         let pids: Vec<Option<i64>> = rows.iter().map(|r| r.pid).collect();
+        let times: Vec<i64> = rows.iter().map(|r| r.at_ms).collect();
         let policies: Vec<Option<&str>> = rows.iter().map(|r| r.policy_digest.as_deref()).collect();
         let operations: Vec<Option<&[u8]>> =
             rows.iter().map(|r| r.operation_digest.as_deref()).collect();
@@ -456,8 +456,6 @@ impl RecordBackend for PostgresStore {
                 "logging answers",
                 &inner.sql.append_many,
                 &[
-                    &manual,
-                    &offset,
                     &namespaces,
                     &keys,
                     &fences,
@@ -467,6 +465,7 @@ impl RecordBackend for PostgresStore {
                     &attempts,
                     &hosts,
                     &pids,
+                    &times,
                     &policies,
                     &operations,
                     &actors,

@@ -186,9 +186,9 @@ impl RecordBackend for SqliteStore {
 
     async fn append(&self, entries: Vec<AttemptEntry>) -> Result<(), StoreError> {
         self.blocking(move |inner| {
-            inner.write("logging answers", |tx, now| {
+            inner.write("logging answers", |tx, _now| {
                 for entry in &entries {
-                    inner.append_entry(tx, entry, now)?;
+                    inner.append_entry(tx, entry, entry.at_ms)?;
                 }
                 Ok(())
             })

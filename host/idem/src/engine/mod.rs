@@ -241,6 +241,7 @@ impl Engine {
             fence,
             event,
             request.holder.clone(),
+            self.store.clock().now_ms(),
             request.policy_digest.clone(),
             request.operation_digest,
             detail.map(str::to_string),

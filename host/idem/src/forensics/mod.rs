@@ -1,0 +1,621 @@
+//! Why did it run twice: the attempt log read back as duplicates, their
+//! causes, and the runs involved.
+//!
+//! The store keeps an append-only attempt log (`idem_store::AttemptEntry`):
+//! every claim, answer, end, refused late write and resolution, with the
+//! run, trigger, host and pid of the caller and a digest of the business
+//! operation. [`analyse`] reads a slice of it and names, for every key
+//! asked for more than once, the cause ([`Cause`]); each cause has its own
+//! fix upstream (a scheduler timeout shorter than the job, two instances
+//! of a cron, an operator re-running by hand, a policy change). Key drift
+//! (the same business operation under two keys) is the one duplicate idem
+//! could not have caught, so it is listed first. A combination the rules
+//! do not recognise is reported as [`Cause::Unrecognised`], never forced
+//! into a class.
+//!
+//! Pure functions over entries: no store access, so the same history gives
+//! the same report on every store.
+
+mod classify;
+
+use std::collections::{BTreeMap, HashMap};
+
+use idem_store::{AttemptEntry, AttemptEvent, Digest, RecordKey};
+use serde::Serialize;
+
+use classify::classify_key;
+
+/// Why an operation was asked for more than once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Cause {
+    /// The same business operation under two policy versions and two keys:
+    /// idem could not have caught this one (see `idem diff`).
+    KeyDrift,
+    /// A later attempt took over an earlier one that was still in progress
+    /// (its lease expired: the holder paused or crashed); the earlier
+    /// holder was fenced when it came back, or never came back.
+    TakeOverAfterPause,
+    /// A run triggered as a retry began while the first attempt was still
+    /// in progress or lost: the scheduler's timeout is shorter than the job.
+    SchedulerRetry,
+    /// Two runs' attempts interleaved: two instances of the job at once.
+    Overlap,
+    /// A run started by hand after the first run ended (a re-run after a
+    /// partial failure).
+    ManualRerun,
+    /// The same run asked again with the trigger `client`: a client retry.
+    ClientRetry,
+    /// A combination the rules do not recognise.
+    Unrecognised,
+}
+
+impl Cause {
+    /// Every cause, in the order a report lists them (key drift first).
+    pub const ALL: [Cause; 7] = [
+        Cause::KeyDrift,
+        Cause::TakeOverAfterPause,
+        Cause::SchedulerRetry,
+        Cause::Overlap,
+        Cause::ManualRerun,
+        Cause::ClientRetry,
+        Cause::Unrecognised,
+    ];
+
+    /// A stable name (`key-drift`, `take-over-after-pause`, …).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Cause::KeyDrift => "key-drift",
+            Cause::TakeOverAfterPause => "take-over-after-pause",
+            Cause::SchedulerRetry => "scheduler-retry",
+            Cause::Overlap => "overlap",
+            Cause::ManualRerun => "manual-rerun",
+            Cause::ClientRetry => "client-retry",
+            Cause::Unrecognised => "unrecognised",
+        }
+    }
+
+    /// A phrase for people.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Cause::KeyDrift => {
+                "key drift: the same operation under two policy versions and two keys (idem could not catch this)"
+            }
+            Cause::TakeOverAfterPause => "take-over after a pause or crash",
+            Cause::SchedulerRetry => {
+                "the scheduler retried while the first attempt was in progress or lost"
+            }
+            Cause::Overlap => "two instances of the job overlapped",
+            Cause::ManualRerun => "a manual re-run after a partial failure",
+            Cause::ClientRetry => "a client retry",
+            Cause::Unrecognised => "a combination the classifier does not recognise",
+        }
+    }
+}
+
+impl std::fmt::Display for Cause {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Who asked: a run id, or the process when the operation named no run.
+pub fn caller_of(entry: &AttemptEntry) -> Option<String> {
+    let holder = entry.holder.as_ref()?;
+    Some(match &holder.run_id {
+        Some(run) => run.clone(),
+        None => format!("{}:{}", holder.host, holder.pid),
+    })
+}
+
+/// One key asked for more than once (or one business operation under two
+/// keys), and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Duplicate {
+    /// The record (for key drift: the later key).
+    #[serde(serialize_with = "ser_key")]
+    pub key: RecordKey,
+    /// Why.
+    pub cause: Cause,
+    /// What happened, in a sentence, with the runs, fences and times.
+    pub explanation: String,
+    /// The runs (or processes) that asked, in order of their first ask.
+    pub runs: Vec<String>,
+    /// How many times it was asked (claims, take-overs and answers).
+    pub asks: usize,
+    /// How many of those started the effect (a fresh claim or a
+    /// take-over): more than one means the effect may have happened more
+    /// than once, and only downstream deduplication by the key (or, for
+    /// key drift, nothing) stood in the way.
+    pub executions: usize,
+    /// How many late writes of a deposed holder were refused.
+    pub fenced: usize,
+    /// For key drift: the other key, and the two policy digests.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub drift: Option<Drift>,
+}
+
+/// The two sides of a key drift.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Drift {
+    /// The earlier key.
+    #[serde(serialize_with = "ser_key")]
+    pub earlier_key: RecordKey,
+    /// The policy that derived the earlier key.
+    pub earlier_policy: String,
+    /// The policy that derived the later key.
+    pub later_policy: String,
+}
+
+fn ser_key<S: serde::Serializer>(key: &RecordKey, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&key.to_string())
+}
+
+/// One run's part in the slice of the log.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RunSummary {
+    /// The run id (or `host:pid`).
+    pub run: String,
+    /// Its trigger, as its first entry gave it.
+    pub trigger: Option<String>,
+    /// Its first and last entries, store clock (ms).
+    pub first_ms: u64,
+    /// See `first_ms`.
+    pub last_ms: u64,
+    /// Fresh claims and take-overs: effects it started.
+    pub executed: usize,
+    /// Answers it got from a stored outcome.
+    pub replayed: usize,
+    /// Its late writes refused.
+    pub fenced: usize,
+    /// In progress, conflict and rejected answers.
+    pub refused: usize,
+}
+
+/// What [`analyse`] found.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Analysis {
+    /// How many entries were read.
+    pub entries: usize,
+    /// How many keys they are about.
+    pub keys: usize,
+    /// Every duplicate, key drift first, then by cause and first entry.
+    pub duplicates: Vec<Duplicate>,
+    /// The runs, by their first entry.
+    pub runs: Vec<RunSummary>,
+    /// The keys asked most often (at most ten), most first.
+    pub busiest: Vec<(String, usize)>,
+}
+
+impl Analysis {
+    /// How many duplicates have `cause`.
+    pub fn count(&self, cause: Cause) -> usize {
+        self.duplicates.iter().filter(|d| d.cause == cause).count()
+    }
+
+    /// The causes found, with their counts, in [`Cause::ALL`] order.
+    pub fn causes(&self) -> Vec<(Cause, usize)> {
+        Cause::ALL
+            .into_iter()
+            .map(|c| (c, self.count(c)))
+            .filter(|(_, n)| *n > 0)
+            .collect()
+    }
+
+    /// One line per cause for a summary (`1 duplicate prevented: take-over
+    /// after a pause or crash (…)`), empty when nothing ran twice.
+    pub fn summary_lines(&self) -> Vec<String> {
+        self.causes()
+            .into_iter()
+            .map(|(cause, n)| {
+                let example = self
+                    .duplicates
+                    .iter()
+                    .find(|d| d.cause == cause)
+                    .map(|d| d.explanation.clone())
+                    .unwrap_or_default();
+                let what = if cause == Cause::KeyDrift {
+                    "NOT prevented"
+                } else {
+                    "prevented"
+                };
+                let plural = if n == 1 { "" } else { "s" };
+                format!(
+                    "{n} duplicate{plural} {what}: {} ({example})",
+                    cause.describe()
+                )
+            })
+            .collect()
+    }
+}
+
+/// Classifies a slice of the attempt log (any order; each key's entries
+/// are read in time order). Entries of a key outside the slice are not seen: read a
+/// window wide enough to hold the runs you ask about.
+pub fn analyse(entries: &[AttemptEntry]) -> Analysis {
+    let mut by_key: BTreeMap<&RecordKey, Vec<&AttemptEntry>> = BTreeMap::new();
+    for entry in entries {
+        by_key.entry(&entry.key).or_default().push(entry);
+    }
+    // Time order: an answer is written a little after it is given, so its
+    // id may come after later changes; its time does not.
+    for timeline in by_key.values_mut() {
+        timeline.sort_by_key(|e| (e.at_ms, e.id));
+    }
+    let spans = run_spans(entries);
+    let mut duplicates: Vec<Duplicate> = by_key
+        .values()
+        .filter_map(|timeline| classify_key(timeline, &spans))
+        .collect();
+    duplicates.extend(key_drift(&by_key));
+    let first_id = |d: &Duplicate| {
+        by_key
+            .get(&d.key)
+            .and_then(|t| t.first())
+            .map_or(0, |e| e.id)
+    };
+    duplicates.sort_by_key(|d| (d.cause, first_id(d)));
+
+    let mut busiest: Vec<(String, usize)> = by_key
+        .iter()
+        .map(|(key, timeline)| {
+            (
+                key.to_string(),
+                timeline.iter().filter(|e| is_ask(e)).count(),
+            )
+        })
+        .filter(|(_, asks)| *asks > 1)
+        .collect();
+    busiest.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    busiest.truncate(10);
+
+    Analysis {
+        entries: entries.len(),
+        keys: by_key.len(),
+        duplicates,
+        runs: run_summaries(entries),
+        busiest,
+    }
+}
+
+/// Whether the entry is a caller asking for the key: a claim, take-over
+/// or answer (an end, a refusal or a resolution is not).
+pub(crate) fn is_ask(entry: &AttemptEntry) -> bool {
+    entry.event.starts_execution() || entry.event.is_answer()
+}
+
+/// When a run was active, as the slice shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Activity {
+    /// Its first entry (store clock).
+    pub(crate) first_ms: u64,
+    /// Its last entry (a refused late write counts: the run was alive).
+    pub(crate) last_ms: u64,
+    /// When it started the first execution it never finished (it crashed,
+    /// paused or was deposed there), if any.
+    pub(crate) unfinished_since: Option<u64>,
+}
+
+impl Activity {
+    /// Whether the run was still going, or had lost an attempt, at `t`.
+    pub(crate) fn running_or_lost_at(&self, t: u64) -> bool {
+        self.last_ms >= t || self.unfinished_since.is_some_and(|s| s <= t)
+    }
+}
+
+/// Each run's activity.
+pub(crate) type Spans = HashMap<String, Activity>;
+
+fn run_spans(entries: &[AttemptEntry]) -> Spans {
+    let owners = fence_owners(entries);
+    let ended: std::collections::HashSet<(&RecordKey, u64)> = entries
+        .iter()
+        .filter(|e| classify::ends_attempt(e.event))
+        .map(|e| (&e.key, e.fence))
+        .collect();
+    let mut spans: Spans = HashMap::new();
+    for entry in entries.iter().filter(|e| acted_by_holder(e)) {
+        let Some(run) =
+            caller_of(entry).or_else(|| owners.get(&(&entry.key, entry.fence)).cloned())
+        else {
+            continue;
+        };
+        let span = spans.entry(run).or_insert(Activity {
+            first_ms: entry.at_ms,
+            last_ms: entry.at_ms,
+            unfinished_since: None,
+        });
+        span.first_ms = span.first_ms.min(entry.at_ms);
+        span.last_ms = span.last_ms.max(entry.at_ms);
+        if entry.event.starts_execution() && !ended.contains(&(&entry.key, entry.fence)) {
+            span.unfinished_since = Some(
+                span.unfinished_since
+                    .map_or(entry.at_ms, |s| s.min(entry.at_ms)),
+            );
+        }
+    }
+    spans
+}
+
+/// Whether the entry is something its holder did: a mark-unknown names the
+/// record's holder but was done to it, by whoever found it lost (that
+/// caller's answer is its own entry).
+fn acted_by_holder(entry: &AttemptEntry) -> bool {
+    entry.event != AttemptEvent::MarkedUnknown
+}
+
+/// Who holds each (key, fence): the caller of the entry that issued it.
+fn fence_owners(entries: &[AttemptEntry]) -> HashMap<(&RecordKey, u64), String> {
+    entries
+        .iter()
+        .filter(|e| e.event.starts_execution())
+        .filter_map(|e| Some(((&e.key, e.fence), caller_of(e)?)))
+        .collect()
+}
+
+fn run_summaries(entries: &[AttemptEntry]) -> Vec<RunSummary> {
+    let owners = fence_owners(entries);
+    let mut runs: Vec<RunSummary> = Vec::new();
+    let mut index: HashMap<String, usize> = HashMap::new();
+    for entry in entries.iter().filter(|e| acted_by_holder(e)) {
+        // A refused write names only its fence: its run issued the fence.
+        let run = match caller_of(entry) {
+            Some(run) => run,
+            None => match owners.get(&(&entry.key, entry.fence)) {
+                Some(run) => run.clone(),
+                None => continue,
+            },
+        };
+        let i = *index.entry(run.clone()).or_insert_with(|| {
+            runs.push(RunSummary {
+                run,
+                trigger: entry.holder.as_ref().and_then(|h| h.trigger.clone()),
+                first_ms: entry.at_ms,
+                last_ms: entry.at_ms,
+                executed: 0,
+                replayed: 0,
+                fenced: 0,
+                refused: 0,
+            });
+            runs.len() - 1
+        });
+        let summary = &mut runs[i];
+        summary.first_ms = summary.first_ms.min(entry.at_ms);
+        summary.last_ms = summary.last_ms.max(entry.at_ms);
+        match entry.event {
+            AttemptEvent::Executed | AttemptEvent::TakenOver => summary.executed += 1,
+            AttemptEvent::Replayed => summary.replayed += 1,
+            AttemptEvent::Fenced => summary.fenced += 1,
+            AttemptEvent::InProgress | AttemptEvent::Conflict | AttemptEvent::Rejected => {
+                summary.refused += 1
+            }
+            _ => {}
+        }
+    }
+    runs
+}
+
+/// Business operations executed under more than one key: for each, the
+/// key that came later, against the first.
+fn key_drift(by_key: &BTreeMap<&RecordKey, Vec<&AttemptEntry>>) -> Vec<Duplicate> {
+    // Each key's first execution that names its operation.
+    let mut firsts: Vec<(&AttemptEntry, Digest)> = by_key
+        .values()
+        .filter_map(|timeline| {
+            timeline
+                .iter()
+                .find(|e| e.event.starts_execution() && e.operation_digest.is_some())
+                .and_then(|e| Some((*e, e.operation_digest?)))
+        })
+        .collect();
+    firsts.sort_by_key(|(e, _)| e.id);
+    let mut seen: HashMap<Digest, &AttemptEntry> = HashMap::new();
+    let mut out = Vec::new();
+    for (entry, operation) in firsts {
+        let Some(earlier) = seen.get(&operation) else {
+            seen.insert(operation, entry);
+            continue;
+        };
+        let runs: Vec<String> = [caller_of(earlier), caller_of(entry)]
+            .into_iter()
+            .flatten()
+            .collect();
+        let policy = |e: &AttemptEntry| e.policy_digest.clone().unwrap_or_default();
+        let same_policy = policy(earlier) == policy(entry);
+        let explanation = format!(
+            "operation {} ran under key {} ({}) and again under key {} ({}){}",
+            short(&operation.to_hex()),
+            short(&earlier.key.digest.to_hex()),
+            short_policy(&policy(earlier)),
+            short(&entry.key.digest.to_hex()),
+            short_policy(&policy(entry)),
+            if same_policy {
+                "; the same policy derived both (it reads something that changed)"
+            } else {
+                ""
+            }
+        );
+        out.push(Duplicate {
+            key: entry.key.clone(),
+            cause: Cause::KeyDrift,
+            explanation,
+            runs,
+            asks: 2,
+            executions: 2,
+            fenced: 0,
+            drift: Some(Drift {
+                earlier_key: earlier.key.clone(),
+                earlier_policy: policy(earlier),
+                later_policy: policy(entry),
+            }),
+        });
+    }
+    out
+}
+
+/// The first 12 hex characters, for sentences.
+pub(crate) fn short(hex: &str) -> &str {
+    &hex[..hex.len().min(12)]
+}
+
+fn short_policy(digest: &str) -> String {
+    let hex = digest.strip_prefix("sha256:").unwrap_or(digest);
+    format!("policy {}", short(hex))
+}
+
+/// A duration in ms as people read it: `850ms`, `42s`, `6m41s`, `2h05m`.
+pub fn human_ms(ms: u64) -> String {
+    let s = ms / 1000;
+    match s {
+        0 => format!("{ms}ms"),
+        1..=59 => format!("{s}s"),
+        60..=3599 => format!("{}m{:02}s", s / 60, s % 60),
+        _ => format!("{}h{:02}m", s / 3600, (s % 3600) / 60),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use idem_store::Holder;
+
+    use super::*;
+
+    fn entry(
+        id: u64,
+        key: u8,
+        fence: u64,
+        event: AttemptEvent,
+        run: Option<(&str, &str)>,
+        at: u64,
+    ) -> AttemptEntry {
+        AttemptEntry {
+            id,
+            key: RecordKey::new("ns", Digest([key; 32])),
+            fence,
+            event,
+            holder: run.map(|(run, trigger)| Holder {
+                run_id: (!run.is_empty()).then(|| run.to_string()),
+                trigger: Some(trigger.to_string()),
+                attempt: Some(1),
+                host: "h".into(),
+                pid: 1,
+            }),
+            at_ms: at,
+            policy_digest: Some("sha256:p".into()),
+            operation_digest: Some(Digest([key; 32])),
+            actor: None,
+            detail: None,
+        }
+    }
+
+    #[test]
+    fn a_client_asking_again_in_the_same_run_is_a_client_retry() {
+        let a = Some(("req-1", "client"));
+        let log = vec![
+            entry(1, 1, 1, AttemptEvent::Executed, a, 10),
+            entry(2, 1, 1, AttemptEvent::Completed, a, 20),
+            entry(3, 1, 1, AttemptEvent::Replayed, a, 900),
+        ];
+        let found = analyse(&log);
+        assert_eq!(found.causes(), vec![(Cause::ClientRetry, 1)]);
+        assert_eq!(found.duplicates[0].asks, 2);
+        assert_eq!(
+            found.busiest,
+            vec![(found.duplicates[0].key.to_string(), 2)]
+        );
+    }
+
+    #[test]
+    fn an_unknown_combination_is_reported_as_such() {
+        // A scheduled run long after another one ended: no rule says why.
+        let log = vec![
+            entry(
+                1,
+                1,
+                1,
+                AttemptEvent::Executed,
+                Some(("mon", "scheduled")),
+                10,
+            ),
+            entry(
+                2,
+                1,
+                1,
+                AttemptEvent::Completed,
+                Some(("mon", "scheduled")),
+                20,
+            ),
+            entry(
+                3,
+                1,
+                1,
+                AttemptEvent::Replayed,
+                Some(("tue", "scheduled")),
+                86_400_000,
+            ),
+        ];
+        let found = analyse(&log);
+        assert_eq!(found.causes(), vec![(Cause::Unrecognised, 1)]);
+        assert!(
+            found.duplicates[0]
+                .explanation
+                .contains("mon (trigger scheduled) then tue")
+        );
+    }
+
+    #[test]
+    fn a_key_asked_for_once_is_no_duplicate_and_answers_come_in_time_order() {
+        let log = vec![
+            entry(
+                1,
+                1,
+                1,
+                AttemptEvent::Executed,
+                Some(("a", "scheduled")),
+                10,
+            ),
+            entry(
+                2,
+                1,
+                1,
+                AttemptEvent::Completed,
+                Some(("a", "scheduled")),
+                20,
+            ),
+        ];
+        assert!(analyse(&log).duplicates.is_empty());
+        // An answer written after a later change (its id is higher) is read
+        // at its own time: the retry was told "in progress" before the
+        // first run completed, so the first run was still going.
+        let log = vec![
+            entry(
+                1,
+                2,
+                1,
+                AttemptEvent::Executed,
+                Some(("a", "scheduled")),
+                10,
+            ),
+            entry(
+                2,
+                2,
+                1,
+                AttemptEvent::Completed,
+                Some(("a", "scheduled")),
+                50,
+            ),
+            entry(3, 2, 1, AttemptEvent::InProgress, Some(("b", "retry")), 30),
+        ];
+        let found = analyse(&log);
+        assert_eq!(found.causes(), vec![(Cause::SchedulerRetry, 1)]);
+        assert!(found.duplicates[0].explanation.contains("still running"));
+    }
+
+    #[test]
+    fn durations_read_as_people_write_them() {
+        assert_eq!(human_ms(850), "850ms");
+        assert_eq!(human_ms(42_000), "42s");
+        assert_eq!(human_ms(401_000), "6m41s");
+        assert_eq!(human_ms(7_500_000), "2h05m");
+    }
+}
