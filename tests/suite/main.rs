@@ -1,5 +1,6 @@
 //! idem's integration suite: one binary, one module per area.
 
+mod authoring;
 mod chaos;
 mod cli;
 mod engine;
