@@ -7,5 +7,6 @@ mod engine;
 mod exec_cli;
 mod fleet;
 mod job;
+mod operators;
 mod ownership;
 mod policy_runtime;

@@ -171,7 +171,10 @@ mod tests {
 
     #[test]
     fn names() {
-        assert_eq!(package_name(Path::new("a/refunds")).unwrap(), "refunds");
+        assert_eq!(
+            package_name(Path::new("a/refunds")).ok().as_deref(),
+            Some("refunds")
+        );
         for bad in ["Refunds", "1abc", "my_policy", "x-", "", "..", "a b"] {
             assert!(package_name(Path::new(bad)).is_err(), "{bad}");
         }
