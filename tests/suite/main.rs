@@ -6,6 +6,7 @@ mod cli;
 mod engine;
 mod exec_cli;
 mod fleet;
+mod hardening;
 mod job;
 mod operators;
 mod ownership;

@@ -357,7 +357,10 @@ impl Engine {
         let lease = request.lease;
         let holder = request.holder.clone();
         let mut last_in_progress = None;
+        let mut waits = 0u32;
+        let mut last_round_waited = false;
         for _round in 0..self.options.max_rounds.max(1) {
+            last_round_waited = false;
             let answer = match first.take() {
                 Some(answer) => answer,
                 None => self.store.claim(request.clone()).await,
@@ -411,6 +414,8 @@ impl Engine {
                     });
                 }
                 Decision::Wait { max_ms } => {
+                    waits += 1;
+                    last_round_waited = true;
                     last_in_progress = Some(existing.view.lease_remaining_ms);
                     self.wait_while_in_progress(&key, record.fence, Duration::from_millis(max_ms))
                         .await?;
@@ -455,10 +460,17 @@ impl Engine {
                 },
             }
         }
+        // Waited every round and the holder is still at it: say so, rather
+        // than blame a record that did not change.
+        let reason = if last_round_waited {
+            format!("waited {waits} times as the policy asked; the operation is still in progress")
+        } else {
+            "the record kept changing while we looked at it".into()
+        };
         Ok(Begin::InProgress {
             key,
             retry_after_ms: last_in_progress,
-            reason: "the record kept changing while we looked at it".into(),
+            reason,
         })
     }
 
