@@ -33,7 +33,7 @@ pub enum LoadError {
     },
     /// A core WebAssembly module, not yet wrapped into a component.
     #[error(
-        "this is a core WebAssembly module, not a component; build policies with `cargo xtask build-policy` (or wrap the module with `wasm-tools component new`)"
+        "this is a core WebAssembly module, not a component; build policies with `idem build` (or wrap the module with `wasm-tools component new`)"
     )]
     CoreModule,
     /// Native code precompiled outside this host (an ELF file). Only
