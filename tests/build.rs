@@ -34,6 +34,9 @@ fn main() {
         cargo: std::env::var_os("CARGO")
             .map(PathBuf::from)
             .unwrap_or_else(|| "cargo".into()),
+        // policy_runtime.rs loads billing-charge.core.wasm to check that a
+        // core module is refused with a clear error.
+        keep_core_module: true,
     };
     if let Err(e) = build.build(GUESTS) {
         panic!("building the test policies failed: {e:#}");

@@ -1,11 +1,14 @@
 //! idem's integration suite: one binary, one module per area.
 
+mod authoring;
 mod chaos;
 mod cli;
 mod engine;
 mod exec_cli;
 mod fleet;
 mod forensics;
+mod hardening;
 mod job;
+mod operators;
 mod ownership;
 mod policy_runtime;

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{Context, Result, bail};
-use idem_guest_build::GuestBuild;
+use idem_guest_build::{GuestBuild, cargo_binary};
 
 const EXAMPLE_POLICIES: &[&str] = &["billing-charge", "http-idempotency-key", "provider-charge"];
 
@@ -34,7 +34,7 @@ fn main() -> Result<()> {
                 (None, _) => target_dir(&root).join("policies"),
                 _ => bail!("usage: cargo xtask build-policy PATH [--out DIR]"),
             };
-            build_policy(&root, Path::new(path), &out)
+            build_policy(Path::new(path), &out)
         }
         _ => {
             eprintln!("usage: cargo xtask build | nightly | build-policy PATH [--out DIR]");
@@ -56,14 +56,8 @@ fn target_dir(root: &Path) -> PathBuf {
         .unwrap_or_else(|| root.join("target"))
 }
 
-fn cargo() -> PathBuf {
-    std::env::var_os("CARGO")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| "cargo".into())
-}
-
 fn build_all(root: &Path) -> Result<()> {
-    let status = Command::new(cargo())
+    let status = Command::new(cargo_binary())
         .args([
             "build",
             "--release",
@@ -83,7 +77,8 @@ fn build_all(root: &Path) -> Result<()> {
         manifest: root.join("Cargo.toml"),
         target_dir: target.join("idem-guests"),
         out_dir: target.join("policies"),
-        cargo: cargo(),
+        cargo: cargo_binary(),
+        keep_core_module: false,
     };
     for built in build.build(EXAMPLE_POLICIES)? {
         println!("policy  {}", built.component.display());
@@ -92,37 +87,11 @@ fn build_all(root: &Path) -> Result<()> {
     Ok(())
 }
 
-fn build_policy(root: &Path, crate_dir: &Path, out: &Path) -> Result<()> {
-    let manifest = crate_dir.join("Cargo.toml");
-    let text = std::fs::read_to_string(&manifest)
-        .with_context(|| format!("cannot read {}", manifest.display()))?;
-    let name = package_name(&text)
-        .with_context(|| format!("no [package] name in {}", manifest.display()))?;
-    let build = GuestBuild {
-        manifest,
-        target_dir: target_dir(root).join("idem-guests"),
-        out_dir: out.to_path_buf(),
-        cargo: cargo(),
-    };
-    for built in build.build(&[&name])? {
-        println!("{}", built.component.display());
-    }
+/// One policy crate, by the same code as `idem build`.
+fn build_policy(crate_dir: &Path, out: &Path) -> Result<()> {
+    let built = idem_guest_build::build_crate(crate_dir, Some(out))?;
+    println!("{}", built.component.display());
     Ok(())
-}
-
-/// The `name = "..."` of the `[package]` table (enough for a policy crate's
-/// manifest; avoids a TOML dependency in the build tool).
-fn package_name(manifest: &str) -> Option<String> {
-    let mut in_package = false;
-    for line in manifest.lines().map(str::trim) {
-        if line.starts_with('[') {
-            in_package = line == "[package]";
-        } else if in_package && let Some(rest) = line.strip_prefix("name") {
-            let value = rest.trim_start().strip_prefix('=')?.trim();
-            return Some(value.trim_matches('"').to_string());
-        }
-    }
-    None
 }
 
 /// The nightly-billing job, run twice on a fresh SQLite store.

@@ -2,10 +2,15 @@
 //!
 //! A policy is a Rust library crate using the `idem-policy` SDK. This crate
 //! compiles it for `wasm32-unknown-unknown` (which, unlike `wasm32-wasip2`,
-//! pulls in no WASI imports from std: see `docs/runtime.md`) as a `cdylib`,
+//! pulls in no WASI imports from std: see `docs/policy-guide.md`) as a `cdylib`,
 //! then wraps the core module into a component with `wit-component`, using
 //! the component-type section that `wit-bindgen` embedded. The wasm target is
 //! added with `rustup target add` when it is missing: no hand step.
+//!
+//! [`build_crate`] builds one policy crate found by its directory (what
+//! `idem build` and `cargo xtask build-policy` do); [`GuestBuild`] builds
+//! several packages of one workspace (the example policies and test
+//! fixtures).
 
 #![warn(missing_docs)]
 
@@ -37,6 +42,124 @@ pub const GUEST_PROFILE_CONFIG: &[&str] = &[
     "target.wasm32-unknown-unknown.rustflags=[\"-C\", \"link-arg=-zstack-size=65536\"]",
 ];
 
+/// The cargo to run: `$CARGO` when set (a build script, `cargo xtask`),
+/// else `cargo` from `PATH` (rustup's proxy).
+pub fn cargo_binary() -> PathBuf {
+    std::env::var_os("CARGO")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| "cargo".into())
+}
+
+/// A policy crate on disk, as cargo sees it.
+#[derive(Debug, Clone)]
+pub struct PolicyCrate {
+    /// Its `Cargo.toml`.
+    pub manifest: PathBuf,
+    /// Its package name (the component is `<package>.wasm`).
+    pub package: String,
+    /// The target directory cargo uses for it (its workspace's, or
+    /// `$CARGO_TARGET_DIR`).
+    pub target_dir: PathBuf,
+}
+
+impl PolicyCrate {
+    /// Finds the policy crate at `path` (its directory or its
+    /// `Cargo.toml`) by asking `cargo metadata`, so a crate inside any
+    /// workspace, with any target directory, is found as cargo would find
+    /// it. Refuses a directory without a manifest, a workspace manifest
+    /// without a package, and a package that does not depend on the
+    /// `idem-policy` SDK, each saying so.
+    pub fn locate(path: &Path, cargo: &Path) -> Result<Self> {
+        let manifest = if path.is_dir() {
+            path.join("Cargo.toml")
+        } else {
+            path.to_path_buf()
+        };
+        if !manifest.is_file() {
+            if path.exists() {
+                bail!(
+                    "{} has no Cargo.toml: a policy is a Rust crate (make one with `idem new NAME`)",
+                    path.display()
+                );
+            }
+            bail!("{} does not exist", path.display());
+        }
+        let manifest = manifest
+            .canonicalize()
+            .with_context(|| format!("cannot resolve {}", manifest.display()))?;
+        let out = Command::new(cargo)
+            .args(["metadata", "--no-deps", "--format-version", "1"])
+            .arg("--manifest-path")
+            .arg(&manifest)
+            .output()
+            .with_context(|| format!("cannot run {}", cargo.display()))?;
+        if !out.status.success() {
+            bail!(
+                "cargo cannot read {}: {}",
+                manifest.display(),
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
+        let metadata: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .context("cargo metadata printed something that is not JSON")?;
+        let package = metadata["packages"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|p| p["manifest_path"].as_str().map(Path::new) == Some(manifest.as_path()))
+            .with_context(|| {
+                format!(
+                    "{} is a workspace, not a package: name the policy crate's own directory",
+                    manifest.display()
+                )
+            })?;
+        let name = package["name"]
+            .as_str()
+            .context("cargo metadata names no package")?
+            .to_string();
+        let uses_sdk = package["dependencies"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|d| d["name"] == "idem-policy");
+        if !uses_sdk {
+            bail!(
+                "package `{name}` ({}) does not depend on idem-policy, the policy SDK: it cannot be a policy",
+                manifest.display()
+            );
+        }
+        let target_dir = metadata["target_directory"]
+            .as_str()
+            .map(PathBuf::from)
+            .context("cargo metadata names no target directory")?;
+        Ok(PolicyCrate {
+            manifest,
+            package: name,
+            target_dir,
+        })
+    }
+}
+
+/// Builds the policy crate at `path` (its directory or its `Cargo.toml`)
+/// into `<out_dir>/<package>.wasm`; without `out_dir`, into `policies/` of
+/// the crate's target directory. The wasm build itself goes to
+/// `idem-guests/` of that target directory, apart from native builds.
+pub fn build_crate(path: &Path, out_dir: Option<&Path>) -> Result<BuiltGuest> {
+    let cargo = cargo_binary();
+    let found = PolicyCrate::locate(path, &cargo)?;
+    let build = GuestBuild {
+        out_dir: out_dir
+            .map(Path::to_path_buf)
+            .unwrap_or_else(|| found.target_dir.join("policies")),
+        target_dir: found.target_dir.join("idem-guests"),
+        manifest: found.manifest,
+        cargo,
+        keep_core_module: false,
+    };
+    let mut built = build.build(&[&found.package])?;
+    Ok(built.remove(0))
+}
+
 /// One built policy.
 #[derive(Debug, Clone)]
 pub struct BuiltGuest {
@@ -44,8 +167,9 @@ pub struct BuiltGuest {
     pub package: String,
     /// The component, ready for the idem host.
     pub component: PathBuf,
-    /// The core module it was made from (a fixture for "not a component").
-    pub core_module: PathBuf,
+    /// The core module it was made from (a fixture for "not a component"),
+    /// when [`GuestBuild::keep_core_module`] asked for it.
+    pub core_module: Option<PathBuf>,
 }
 
 /// How to build.
@@ -61,11 +185,15 @@ pub struct GuestBuild {
     pub out_dir: PathBuf,
     /// The cargo binary (a build script passes `$CARGO`).
     pub cargo: PathBuf,
+    /// Also write `<out_dir>/<package>.core.wasm`, the core module before
+    /// componentising (test fixtures want it; a policy author does not).
+    pub keep_core_module: bool,
 }
 
 impl GuestBuild {
     /// Builds each package and writes `<out_dir>/<package>.wasm` (the
-    /// component) and `<out_dir>/<package>.core.wasm` (the core module).
+    /// component) and, if asked, `<out_dir>/<package>.core.wasm` (the core
+    /// module).
     pub fn build(&self, packages: &[&str]) -> Result<Vec<BuiltGuest>> {
         ensure_target(GUEST_TARGET)?;
         std::fs::create_dir_all(&self.out_dir)
@@ -110,13 +238,18 @@ impl GuestBuild {
         let component = componentize(&core)
             .with_context(|| format!("cannot make a component of `{package}`"))?;
         let component_path = self.out_dir.join(format!("{package}.wasm"));
-        let core_copy = self.out_dir.join(format!("{package}.core.wasm"));
         write_if_changed(&component_path, &component)?;
-        write_if_changed(&core_copy, &core)?;
+        let core_module = if self.keep_core_module {
+            let core_copy = self.out_dir.join(format!("{package}.core.wasm"));
+            write_if_changed(&core_copy, &core)?;
+            Some(core_copy)
+        } else {
+            None
+        };
         Ok(BuiltGuest {
             package: package.to_string(),
             component: component_path,
-            core_module: core_copy,
+            core_module,
         })
     }
 }

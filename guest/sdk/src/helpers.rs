@@ -67,6 +67,49 @@ impl Operation {
             .ok_or_else(|| PolicyError::missing(name))
     }
 
+    /// A decimal amount, given as a JSON number (`10.5`) or as a string
+    /// (`"10.50"`), in its canonical spelling (see
+    /// [`canonical_decimal`](crate::canonical_decimal)): both spellings give
+    /// `"10.5"`, so they make one fingerprint. `missing-field` when absent;
+    /// `invalid-value` for a boolean or a string that is not a decimal
+    /// (`"ten"`, `"1,000"`, `"1e3"`).
+    ///
+    /// ```
+    /// # use idem_policy::*;
+    /// let op = Operation {
+    ///     kind: "charge".into(),
+    ///     tenant: "acme".into(),
+    ///     fields: vec![
+    ///         Field { name: "amount".into(), value: Value::Text("10.50".into()) },
+    ///         Field { name: "fee".into(), value: Value::Number("0.3".into()) },
+    ///         Field { name: "note".into(), value: Value::Text("ten".into()) },
+    ///     ],
+    ///     run: None,
+    ///     now_ms: 0,
+    /// };
+    /// assert_eq!(op.decimal("amount").unwrap(), "10.5");
+    /// assert_eq!(op.decimal("fee").unwrap(), "0.3");
+    /// let err = op.decimal("note").unwrap_err();
+    /// assert_eq!(err.code, ErrorCode::InvalidValue);
+    /// assert_eq!(err.field.as_deref(), Some("note"));
+    /// assert_eq!(err.message, "`note` must be a decimal like 10.50: `ten` is not a decimal: only digits, one `.` and a leading `-` are allowed");
+    /// assert_eq!(op.decimal("tax").unwrap_err().code, ErrorCode::MissingField);
+    /// ```
+    pub fn decimal(&self, name: &str) -> Result<String, PolicyError> {
+        let text = match self.field(name) {
+            None => return Err(PolicyError::missing(name)),
+            Some(Value::Text(s) | Value::Number(s)) => s,
+            Some(Value::Boolean(_)) => {
+                return Err(PolicyError::invalid(
+                    name,
+                    "must be a decimal like 10.50, not a boolean",
+                ));
+            }
+        };
+        crate::canonical_decimal(text)
+            .map_err(|e| PolicyError::invalid(name, &format!("must be a decimal like 10.50: {e}")))
+    }
+
     /// A text field, or `None` when absent; `invalid-value` when present but
     /// not text.
     pub fn optional_text(&self, name: &str) -> Result<Option<&str>, PolicyError> {

@@ -45,6 +45,7 @@
 
 #[cfg(all(target_arch = "wasm32", feature = "arena"))]
 mod arena;
+mod decimal;
 mod helpers;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod testing;
@@ -75,6 +76,7 @@ pub use bindings::exports::idem::policy::policy::{
     Decision, DuplicateContext, ErrorCode, Field, Operation, OutcomeSummary, Part, PolicyError,
     PolicyInfo, RecordState, Rejection, RunContext, Trigger, Value,
 };
+pub use decimal::{DecimalError, MAX_DECIMAL_LEN, canonical_decimal};
 pub use helpers::{DAY, HOUR, MINUTE};
 
 /// An idempotency policy. Implement it on a unit struct and hand the struct to

@@ -45,6 +45,10 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Write a new policy crate and its cases file from a template.
+    New(subcommand::new::NewArgs),
+    /// Build a policy crate into a component (.wasm).
+    Build(subcommand::build::BuildArgs),
     /// Derive the key, fingerprint and partition of one operation.
     Key(subcommand::key::KeyArgs),
     /// Run a cases file against a built policy.
@@ -72,6 +76,8 @@ fn main() -> ExitCode {
         .init();
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::New(args) => subcommand::new::run(args),
+        Command::Build(args) => subcommand::build::run(args),
         Command::Key(args) => subcommand::key::run(args),
         Command::Test(args) => subcommand::test::run(args),
         Command::Describe(args) => subcommand::describe::run(args),

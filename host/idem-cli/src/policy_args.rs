@@ -45,8 +45,12 @@ impl PolicyArgs {
         // A CLI run evaluates one thing at a time; a small pool starts faster.
         config.max_concurrent_evaluations = 4;
         let runtime = PolicyRuntime::new(config).map_err(Failure::input)?;
-        runtime.load_file(&self.policy).map_err(|e| {
+        let policy = runtime.load_file(&self.policy).map_err(|e| {
             Failure::input(format!("cannot load policy {}: {e}", self.policy.display()))
-        })
+        })?;
+        if let Some(warning) = policy.cache_warning() {
+            eprintln!("idem: warning: {warning}");
+        }
+        Ok(policy)
     }
 }

@@ -19,8 +19,9 @@ pub struct RunFlags {
     /// The run's attempt number (1 for the first).
     #[arg(long, value_name = "N")]
     pub attempt: Option<u32>,
-    /// Override the policy's lease for this run, e.g. `90s`, `10m`.
-    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    /// Override the policy's lease for this run, e.g. `90s`, `10m` (1s to
+    /// 24h, the bounds a policy's own lease is held to).
+    #[arg(long, value_name = "DURATION", value_parser = parse_lease)]
     pub lease: Option<Duration>,
     /// Exit statuses that mean a permanent failure (replayed to duplicates);
     /// any other non-zero status is retryable. Comma-separated.
@@ -29,7 +30,10 @@ pub struct RunFlags {
 }
 
 impl RunFlags {
-    /// Applies `--run-id`, `--trigger` and `--attempt` to an operation.
+    /// Applies `--run-id`, `--trigger` and `--attempt` to an operation. A
+    /// run the flags name without `--trigger` is `scheduled` (the
+    /// operation's own trigger when it has one): labelling a run must not
+    /// silently make it a `manual` re-run in the record's provenance.
     pub fn apply(&self, op: &mut Operation) {
         if self.run_id.is_none() && self.trigger.is_none() && self.attempt.is_none() {
             return;
@@ -44,7 +48,7 @@ impl RunFlags {
             trigger: self
                 .trigger
                 .or(current.as_ref().map(|r| r.trigger))
-                .unwrap_or(Trigger::Manual),
+                .unwrap_or(Trigger::Scheduled),
             attempt: self
                 .attempt
                 .or(current.as_ref().map(|r| r.attempt))
@@ -59,6 +63,28 @@ impl RunFlags {
             ..EngineOptions::default()
         }
     }
+}
+
+/// The shortest lease `--lease` accepts. A claim's lease is what keeps a
+/// second holder out while the command runs; below a second, a heartbeat
+/// (every third of the lease) competes with process start-up and one slow
+/// store call, and the claim expires under a live command (`0s` would hand
+/// out claims that expire at once). The same floor binds a policy's own
+/// lease (`lease_s` ≥ 1).
+pub const MIN_LEASE: Duration = Duration::from_secs(1);
+
+/// The longest lease `--lease` accepts: a policy's own ceiling (24 h).
+pub const MAX_LEASE: Duration = Duration::from_secs(24 * 3600);
+
+/// `--lease DURATION`, within [`MIN_LEASE`]..=[`MAX_LEASE`].
+fn parse_lease(text: &str) -> Result<Duration, String> {
+    let lease = humantime::parse_duration(text).map_err(|e| format!("`{text}`: {e}"))?;
+    if lease < MIN_LEASE || lease > MAX_LEASE {
+        return Err(format!(
+            "a lease of {text} is out of bounds: it must be from 1s to 24h (a claim shorter than a second expires under a running command)"
+        ));
+    }
+    Ok(lease)
 }
 
 /// `idem run`'s partitioned ownership and job lease.
@@ -161,6 +187,38 @@ impl OwnershipFlags {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn leases_are_bounded() {
+        assert_eq!(parse_lease("90s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_lease("1s"), Ok(MIN_LEASE));
+        assert_eq!(parse_lease("24h"), Ok(MAX_LEASE));
+        for bad in ["0s", "500ms", "999ms", "25h", "soon"] {
+            assert!(parse_lease(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_run_id_alone_keeps_the_trigger_scheduled() {
+        let flags = RunFlags {
+            run_id: Some("nightly-7".into()),
+            trigger: None,
+            attempt: None,
+            lease: None,
+            permanent_exit_codes: Vec::new(),
+        };
+        let mut op = Operation::from_json(
+            r#"{"kind":"k","tenant":"t","fields":{}}"#,
+            &Default::default(),
+        )
+        .unwrap();
+        flags.apply(&mut op);
+        let run = op.run.unwrap();
+        assert_eq!(
+            (run.run_id.as_str(), run.trigger),
+            ("nightly-7", Trigger::Scheduled)
+        );
+    }
 
     #[test]
     fn shards_parse() {

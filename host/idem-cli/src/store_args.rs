@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use clap::Args;
-use idem_store::{Store, StoreOptions};
+use idem_store::{Store, StoreOptions, StoreUrl};
 
 use crate::exit::Failure;
 
@@ -23,6 +23,31 @@ impl StoreArgs {
         idem_store::open(&self.store, StoreOptions::default())
             .await
             .map_err(|e| Failure::input(format!("cannot open store {}: {e}", self.shown())))
+    }
+
+    /// Opens a store that must already exist, for commands that only read
+    /// (`inspect`): a mistyped SQLite path is an error naming it, never a
+    /// new empty store that then reports "0 records".
+    pub async fn open_existing(&self) -> Result<Arc<dyn Store>, Failure> {
+        let url = self
+            .store
+            .parse::<StoreUrl>()
+            .map_err(|e| Failure::input(format!("cannot open store {}: {e}", self.shown())))?;
+        if let StoreUrl::Sqlite { path, .. } = &url
+            && !path.is_file()
+        {
+            return Err(Failure::input(format!(
+                "no store at {}: {} (this command only reads; `idem migrate --store {}` creates a store)",
+                path.display(),
+                if path.exists() {
+                    "it is not a file"
+                } else {
+                    "no such file"
+                },
+                self.shown()
+            )));
+        }
+        self.open().await
     }
 
     /// The store URL fit to print: never its password.

@@ -6,6 +6,7 @@
 //! [`idem::job::JobRunner`]).
 
 use std::process::Stdio;
+use std::sync::{Arc, Mutex};
 
 use idem::engine::{ExecContext, Failed};
 use idem::job::{Effect, EffectOutcome};
@@ -32,6 +33,12 @@ pub struct UserCommand {
     /// Forward the command's stdout to ours as well as capturing it (`idem
     /// exec`: the caller sees the command's output).
     pub forward_stdout: bool,
+    /// With `forward_stdout`: hold everything the command prints here (in
+    /// memory) instead of writing it as it comes, for the caller to release
+    /// once the outcome is recorded (`idem exec --buffer-stdout`), so a
+    /// reader of our stdout never sees the output of a run whose outcome
+    /// was not recorded.
+    pub held_stdout: Option<Arc<Mutex<Vec<u8>>>>,
     /// Write the canonical operation and a newline to the command's stdin,
     /// then close it (`idem run`); otherwise the command inherits ours.
     pub op_on_stdin: bool,
@@ -91,8 +98,13 @@ impl UserCommand {
             if n == 0 {
                 break;
             }
-            if self.forward_stdout {
-                out.write_all(&buf[..n]).await?;
+            match (&self.held_stdout, self.forward_stdout) {
+                (Some(held), true) => held
+                    .lock()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner())
+                    .extend_from_slice(&buf[..n]),
+                (None, true) => out.write_all(&buf[..n]).await?,
+                (_, false) => {}
             }
             let room = MAX_STORED_STDOUT.saturating_sub(captured.len());
             captured.extend_from_slice(&buf[..n.min(room)]);

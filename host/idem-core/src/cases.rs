@@ -385,6 +385,15 @@ fn duplicate_case(
         },
         outcome: dup.outcome.clone(),
     };
+    const DECISIONS: [&str; 5] = ["replay", "reject", "wait", "re-execute", "mark-unknown"];
+    if let Some(want) = &e.decision
+        && !DECISIONS.contains(&want.as_str())
+    {
+        return Err(format!(
+            "unknown decision `{want}` in `expect`: expected {}",
+            DECISIONS.join(", ")
+        ));
+    }
     let decision = subject.on_duplicate(&ctx)?;
     let gate = check_decision(&ctx, &decision);
     let mut problems = Vec::new();

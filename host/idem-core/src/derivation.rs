@@ -28,19 +28,19 @@ impl PolicyInfo {
         if self.name.is_empty() || self.name.len() > 128 {
             return bad(format!(
                 "policy name must be 1 to 128 bytes, got {:?}",
-                self.name
+                crate::text::bounded(&self.name, 64)
             ));
         }
         if self.namespace.is_empty() || self.namespace.len() > 128 {
             return bad(format!(
                 "policy namespace must be 1 to 128 bytes, got {:?}",
-                self.namespace
+                crate::text::bounded(&self.namespace, 64)
             ));
         }
         if !is_semver(&self.version) {
             return bad(format!(
                 "policy version {:?} is not a semantic version (like 1.2.0)",
-                self.version
+                crate::text::bounded(&self.version, 64)
             ));
         }
         if self.description.len() > 1024 {

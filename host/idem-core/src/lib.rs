@@ -26,6 +26,7 @@ pub mod number;
 pub mod operation;
 pub mod ownership;
 pub mod policy_error;
+pub mod text;
 
 pub use derivation::{Derivation, DerivationError, KeyedDerivation, PolicyInfo};
 pub use digest::{Digest, KEY_ENCODING_VERSION, Part};

@@ -1,10 +1,12 @@
 //! `idem exec`: run a command at most once per key.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use clap::Args;
 use idem::engine::{Begin, Engine, EngineError};
 use idem::job::{Performed, run_effect};
+use idem::policy::LoadedPolicy;
 use idem_core::Operation;
 
 use crate::exit::{self, Failure, engine_failure};
@@ -26,6 +28,13 @@ pub struct ExecArgs {
     pub op: PathBuf,
     #[command(flatten)]
     pub run: RunFlags,
+    /// Hold the command's stdout (in memory) and write it only once its
+    /// outcome is recorded: a run deposed while the command ran (exit 76),
+    /// or a command killed (exit 70), prints nothing on stdout. Without it,
+    /// stdout is passed through as the command prints, and only the exit
+    /// status tells a recorded outcome from an unrecorded one.
+    #[arg(long)]
+    pub buffer_stdout: bool,
     /// The command and its arguments.
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<String>,
@@ -38,6 +47,7 @@ pub fn run(args: ExecArgs) -> Result<u8, Failure> {
     let mut op = Operation::from_slice(&bytes, &policy.limits().operation)
         .map_err(|e| Failure::input(format!("{}: {e}", args.op.display())))?;
     args.run.apply(&mut op);
+    derive_first(&policy, &op)?;
     runtime()?.block_on(async {
         let store = args.store.open().await?;
         let engine = Engine::new(policy, store, args.run.engine_options());
@@ -47,6 +57,25 @@ pub fn run(args: ExecArgs) -> Result<u8, Failure> {
         engine.flush_log().await;
         code
     })
+}
+
+/// Derives the operation's key before the store is opened (opening creates
+/// and migrates a SQLite file): an operation the policy refuses or fails on
+/// leaves nothing behind. The engine derives again under the store's clock;
+/// a policy is a pure function of its input, so only a policy that reads
+/// `now_ms` can answer the two differently.
+fn derive_first(policy: &LoadedPolicy, op: &Operation) -> Result<(), Failure> {
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0);
+    match policy.derive(op, now_ms) {
+        Ok(evaluated) => evaluated
+            .value
+            .map(drop)
+            .map_err(|refused| engine_failure(EngineError::Refused(refused))),
+        Err(failed) => Err(engine_failure(EngineError::Policy(failed))),
+    }
 }
 
 async fn exec(engine: &Engine, op: &Operation, args: &ExecArgs) -> Result<u8, Failure> {
@@ -107,14 +136,37 @@ async fn exec(engine: &Engine, op: &Operation, args: &ExecArgs) -> Result<u8, Fa
             return Ok(exit::REJECTED);
         }
     };
+    let held = args.buffer_stdout.then(Arc::default);
     let command = UserCommand {
         argv: args.command.clone(),
         forward_stdout: true,
+        held_stdout: held.clone(),
         op_on_stdin: false,
         permanent_exit_codes: args.run.permanent_exit_codes.clone(),
     };
     let key = execution.key_hex();
-    match run_effect(&command, op.clone(), execution).await {
+    let performed = run_effect(&command, op.clone(), execution).await;
+    // The outcome is recorded (or could not start, recording nothing it
+    // printed): held output may go out now. Otherwise it is withheld.
+    let recorded = matches!(
+        performed,
+        Ok(Performed::Completed | Performed::Failed { .. } | Performed::NotStarted { .. })
+    );
+    if let Some(held) = held {
+        let bytes = std::mem::take(&mut *held.lock().unwrap_or_else(|p| p.into_inner()));
+        if recorded {
+            use std::io::Write;
+            let mut out = std::io::stdout();
+            let _ = out.write_all(&bytes);
+            let _ = out.flush();
+        } else if !bytes.is_empty() {
+            eprintln!(
+                "idem: the command's stdout ({} bytes) is withheld: its outcome was not recorded",
+                bytes.len()
+            );
+        }
+    }
+    match performed {
         // Nothing happened: the claim was recorded failed-retryable.
         Ok(Performed::NotStarted { reason }) => Err(Failure::input(reason)),
         Ok(Performed::Unknown { reason }) => {

@@ -1,7 +1,7 @@
 //! `idem inspect`: what the store holds.
 
 use clap::Args;
-use idem_core::{Digest, RecordState};
+use idem_core::RecordState;
 use idem_store::{ListFilter, RecordView};
 use serde_json::json;
 
@@ -13,7 +13,9 @@ use crate::store_args::{StoreArgs, runtime};
 pub struct InspectArgs {
     #[command(flatten)]
     pub store: StoreArgs,
-    /// One record's key (64 hex); without it, a table of records.
+    /// One record's key: all 64 hex characters, or a prefix of them (the
+    /// table shows 16) that names one record; without it, a table of
+    /// records.
     #[arg(value_name = "KEY")]
     pub key: Option<String>,
     /// Only this namespace.
@@ -61,24 +63,32 @@ fn record_json(v: &RecordView) -> serde_json::Value {
     })
 }
 
+/// The `KEY` argument: lower-case hex, 1 to 64 characters.
+fn key_prefix(text: &str) -> Result<String, Failure> {
+    let prefix = text.to_ascii_lowercase();
+    if prefix.is_empty() || prefix.len() > 64 || !prefix.bytes().all(|b| b.is_ascii_hexdigit()) {
+        let shown: String = text.chars().take(80).collect();
+        return Err(Failure::input(format!(
+            "`{shown}` is not a key: a key is 64 hex characters, and any prefix of it (like the 16 the table shows) names it"
+        )));
+    }
+    Ok(prefix)
+}
+
 /// Runs `idem inspect`.
 pub fn run(args: InspectArgs) -> Result<u8, Failure> {
-    let wanted = match &args.key {
-        Some(k) => Some(
-            Digest::from_hex(k)
-                .ok_or_else(|| Failure::input(format!("`{k}` is not a key (64 hex characters)")))?,
-        ),
-        None => None,
-    };
+    let wanted = args.key.as_deref().map(key_prefix).transpose()?;
     runtime()?.block_on(async {
-        let store = args.store.open().await?;
+        let store = args.store.open_existing().await?;
+        // One more than asked for, to tell a listing cut at --limit from
+        // one that holds everything.
         let filter = ListFilter {
             namespace: args.namespace.clone(),
             state: args.state,
             limit: if wanted.is_some() {
                 None
             } else {
-                Some(args.limit)
+                Some(args.limit.saturating_add(1))
             },
             ..ListFilter::default()
         };
@@ -86,15 +96,36 @@ pub fn run(args: InspectArgs) -> Result<u8, Failure> {
             .list(filter)
             .await
             .map_err(|e| Failure::input(format!("cannot read {}: {e}", args.store.shown())))?;
-        if let Some(key) = wanted {
-            views.retain(|v| v.record.key.digest == key);
-            if views.is_empty() {
-                return Err(Failure {
-                    code: INCOMPLETE,
-                    message: format!("no record with key {key} in {}", args.store.shown()),
-                });
+        let cut = wanted.is_none() && views.len() > args.limit as usize;
+        if cut {
+            views.truncate(args.limit as usize);
+        }
+        if let Some(prefix) = &wanted {
+            views.retain(|v| v.record.key.digest.to_hex().starts_with(prefix.as_str()));
+            match views.len() {
+                0 => {
+                    return Err(Failure {
+                        code: INCOMPLETE,
+                        message: format!("no record with key {prefix} in {}", args.store.shown()),
+                    });
+                }
+                1 => {}
+                n => {
+                    let keys: Vec<String> =
+                        views.iter().map(|v| v.record.key.digest.to_hex()).collect();
+                    return Err(Failure::input(format!(
+                        "{n} records have keys starting with {prefix}; give more of the key: {}",
+                        keys.join(", ")
+                    )));
+                }
             }
         }
+        let cut_note = || {
+            format!(
+                "the listing stops at --limit {}: more records match (raise --limit, or narrow with --namespace or --state)",
+                args.limit
+            )
+        };
         if args.json || wanted.is_some() {
             let records: Vec<_> = views.iter().map(record_json).collect();
             let out = if wanted.is_some() && records.len() == 1 {
@@ -103,6 +134,10 @@ pub fn run(args: InspectArgs) -> Result<u8, Failure> {
                 json!(records)
             };
             println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
+            if cut {
+                // On stderr: the JSON on stdout stays one array of records.
+                eprintln!("idem: {}", cut_note());
+            }
             return Ok(SUCCESS);
         }
         println!(
@@ -136,7 +171,11 @@ pub fn run(args: InspectArgs) -> Result<u8, Failure> {
                     .unwrap_or_else(|| "-".into()),
             );
         }
-        println!("{} records", views.len());
+        if cut {
+            println!("{} records shown; {}", views.len(), cut_note());
+        } else {
+            println!("{} records", views.len());
+        }
         Ok(SUCCESS)
     })
 }

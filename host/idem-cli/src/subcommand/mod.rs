@@ -2,6 +2,7 @@
 //! returns the exit status (see [`crate::exit`]) or a
 //! [`Failure`](crate::exit::Failure).
 
+pub mod build;
 pub mod demo;
 pub mod describe;
 pub mod exec;
@@ -9,5 +10,6 @@ pub mod gc;
 pub mod inspect;
 pub mod key;
 pub mod migrate;
+pub mod new;
 pub mod run;
 pub mod test;

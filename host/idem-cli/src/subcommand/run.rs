@@ -128,6 +128,7 @@ pub fn run(args: RunArgs) -> Result<u8, Failure> {
     let command = UserCommand {
         argv: args.command.clone(),
         forward_stdout: false,
+        held_stdout: None,
         op_on_stdin: true,
         permanent_exit_codes: args.run.permanent_exit_codes.clone(),
     };

@@ -395,7 +395,10 @@ impl Engine {
         let holder = request.holder.clone();
         let mut last_in_progress = None;
         let mut last_fence = None;
+        let mut waits = 0u32;
+        let mut last_round_waited = false;
         for _round in 0..self.options.max_rounds.max(1) {
+            last_round_waited = false;
             let answer = match first.take() {
                 Some(answer) => answer,
                 None => self.store.claim(request.clone()).await,
@@ -459,6 +462,8 @@ impl Engine {
                     });
                 }
                 Decision::Wait { max_ms } => {
+                    waits += 1;
+                    last_round_waited = true;
                     last_in_progress = Some(existing.view.lease_remaining_ms);
                     self.wait_while_in_progress(&key, record.fence, Duration::from_millis(max_ms))
                         .await?;
@@ -508,14 +513,20 @@ impl Engine {
                 },
             }
         }
-        let reason = "the record kept changing while we looked at it";
+        // Waited every round and the holder is still at it: say so, rather
+        // than blame a record that did not change.
+        let reason = if last_round_waited {
+            format!("waited {waits} times as the policy asked; the operation is still in progress")
+        } else {
+            "the record kept changing while we looked at it".into()
+        };
         if let Some(fence) = last_fence {
-            self.log_answer(&request, fence, AttemptEvent::InProgress, Some(reason));
+            self.log_answer(&request, fence, AttemptEvent::InProgress, Some(&reason));
         }
         Ok(Begin::InProgress {
             key,
             retry_after_ms: last_in_progress,
-            reason: reason.into(),
+            reason,
         })
     }
 

@@ -6,6 +6,13 @@
 //! stale artifact. Only artifacts this cache wrote are ever deserialised:
 //! the directory is created private (0700) and idem never accepts
 //! precompiled bytes from a caller.
+//!
+//! An artifact is native code, run as is. So, as ssh does for its keys, the
+//! cache is used only when this user owns the directory and the artifact
+//! and nobody else can write to either (no group or other write bit): an
+//! artifact another user could have planted or swapped is never loaded.
+//! A refused cache is not an error: the policy is compiled from its bytes,
+//! and the caller is told why the cache was not used.
 
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::io::Write;
@@ -36,30 +43,60 @@ impl ArtifactCache {
             .join(format!("{digest_hex}-{}.cwasm", self.engine_hash))
     }
 
+    /// Why the cache directory cannot be trusted, if it cannot (see the
+    /// module's doc). A directory that does not exist yet is fine: it will
+    /// be created private.
+    pub(crate) fn refusal(&self) -> Option<String> {
+        let meta = std::fs::metadata(&self.dir).ok()?;
+        untrusted(&self.dir, &meta, "cache directory")
+    }
+
     /// The cached compilation of the policy with this digest, if any. A
-    /// corrupt or incompatible artifact counts as a miss.
-    pub(crate) fn load(&self, engine: &Engine, digest_hex: &str) -> Option<Component> {
+    /// corrupt or incompatible artifact counts as a miss; an artifact or
+    /// directory someone else could have written is refused, with why.
+    pub(crate) fn load(&self, engine: &Engine, digest_hex: &str) -> Lookup {
+        if let Some(why) = self.refusal() {
+            return Lookup::Refused(why);
+        }
         let path = self.path(digest_hex);
+        let Ok(file) = std::fs::File::open(&path) else {
+            return Lookup::Miss;
+        };
+        // The checks read the opened file, so they hold for the bytes read.
+        match file.metadata() {
+            Ok(meta) => {
+                if let Some(why) = untrusted(&path, &meta, "cached artifact") {
+                    return Lookup::Refused(why);
+                }
+            }
+            Err(_) => return Lookup::Miss,
+        }
         // Read into memory rather than `deserialize_file`: a mapped file that
         // something else truncates later would crash the host (SIGBUS); the
         // copy costs ~50 µs once per load.
-        let bytes = std::fs::read(&path).ok()?;
+        let mut bytes = Vec::new();
+        if std::io::Read::read_to_end(&mut &file, &mut bytes).is_err() {
+            return Lookup::Miss;
+        }
         // SAFETY: the file was written by `store` below from
         // `Component::serialize` of a component this host compiled, in a
         // directory only this user can write; wasmtime also checks the
         // artifact's header and engine compatibility.
         match unsafe { Component::deserialize(engine, &bytes) } {
-            Ok(c) => Some(c),
+            Ok(c) => Lookup::Hit(c),
             Err(e) => {
                 tracing::warn!(path = %path.display(), error = %format!("{e:#}"), "ignoring unusable cached artifact");
-                None
+                Lookup::Miss
             }
         }
     }
 
-    /// Stores a compiled policy. Failure to cache is not an error: the next
-    /// load compiles again.
+    /// Stores a compiled policy, unless the directory is refused. Failure to
+    /// cache is not an error: the next load compiles again.
     pub(crate) fn store(&self, digest_hex: &str, component: &Component) {
+        if self.refusal().is_some() {
+            return;
+        }
         if let Err(e) = self.try_store(digest_hex, component) {
             tracing::warn!(dir = %self.dir.display(), error = %e, "cannot cache compiled policy");
         }
@@ -70,12 +107,58 @@ impl ArtifactCache {
             .serialize()
             .map_err(|e| std::io::Error::other(format!("{e:#}")))?;
         create_private_dir(&self.dir)?;
+        // Created just now, or there before: either way it must be ours.
+        if let Some(why) = self.refusal() {
+            return Err(std::io::Error::other(why));
+        }
         // Write then rename: a reader never sees half an artifact.
         let mut tmp = tempfile_in(&self.dir)?;
         tmp.1.write_all(&bytes)?;
         tmp.1.sync_all()?;
         std::fs::rename(&tmp.0, self.path(digest_hex))
     }
+}
+
+/// What a cache lookup found.
+pub(crate) enum Lookup {
+    /// The compiled policy.
+    Hit(Component),
+    /// Nothing usable: compile.
+    Miss,
+    /// The directory or the artifact is not safe to load from: compile,
+    /// and tell the user why.
+    Refused(String),
+}
+
+/// Why `path` cannot be trusted as part of the cache: not owned by this
+/// user, or writable by the group or others.
+#[cfg(unix)]
+fn untrusted(path: &Path, meta: &std::fs::Metadata, what: &str) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let me = unsafe { libc::geteuid() };
+    if meta.uid() != me {
+        return Some(format!(
+            "the {what} {} belongs to uid {}, not to this user (uid {me})",
+            path.display(),
+            meta.uid()
+        ));
+    }
+    let mode = meta.mode() & 0o7777;
+    if mode & 0o022 != 0 {
+        return Some(format!(
+            "the {what} {} is writable by other users (mode {mode:04o}; `chmod go-w` it)",
+            path.display()
+        ));
+    }
+    None
+}
+
+/// Elsewhere there is no owner and mode to check; the directory is trusted
+/// as the README says.
+#[cfg(not(unix))]
+fn untrusted(_path: &Path, _meta: &std::fs::Metadata, _what: &str) -> Option<String> {
+    None
 }
 
 fn create_private_dir(dir: &Path) -> std::io::Result<()> {

@@ -97,8 +97,12 @@ pub(crate) fn policy_error(e: p::PolicyError) -> core::PolicyError {
             p::ErrorCode::InvalidValue => core::ErrorCode::InvalidValue,
             p::ErrorCode::UnsupportedKind => core::ErrorCode::UnsupportedKind,
         },
-        field: e.field,
-        message: e.message,
+        // Bounded: the message and field are repeated in errors, logs and
+        // `idem key`'s JSON answer.
+        field: e
+            .field
+            .map(|f| core::text::bounded(&f, core::text::MAX_NAME_BYTES)),
+        message: core::text::bounded(&e.message, core::text::MAX_MESSAGE_BYTES),
     }
 }
 

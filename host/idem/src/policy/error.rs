@@ -33,7 +33,7 @@ pub enum LoadError {
     },
     /// A core WebAssembly module, not yet wrapped into a component.
     #[error(
-        "this is a core WebAssembly module, not a component; build policies with `cargo xtask build-policy` (or wrap the module with `wasm-tools component new`)"
+        "this is a core WebAssembly module, not a component; build policies with `idem build` (or wrap the module with `wasm-tools component new`)"
     )]
     CoreModule,
     /// Native code precompiled outside this host (an ELF file). Only
@@ -48,11 +48,12 @@ pub enum LoadError {
     Invalid(String),
     /// The component imports something. A policy imports nothing.
     #[error(
-        "policy imports `{import}`; policies may import nothing (no WASI: no clock, randomness, environment, files or network)"
+        "policy imports {}; policies may import nothing (no WASI: no clock, randomness, environment, files or network)",
+        imports.iter().map(|i| format!("`{i}`")).collect::<Vec<_>>().join(", ")
     )]
     ForbiddenImport {
-        /// The name of the first import found.
-        import: String,
+        /// Every import the component declares, in its order.
+        imports: Vec<String>,
     },
     /// The component exports the policy interface at a version this host
     /// does not speak.
@@ -121,11 +122,16 @@ pub enum EvalError {
         limit: usize,
     },
     /// The wall-clock backstop interrupted the evaluation.
-    #[error("policy exceeded its wall-clock deadline of {ms} ms")]
+    #[error(
+        "policy exceeded its wall-clock deadline of {deadline_ms} ms (interrupted after {elapsed_ms} ms)"
+    )]
     Deadline {
+        /// The deadline, [`Limits::deadline`](super::Limits::deadline), in
+        /// milliseconds.
+        deadline_ms: u128,
         /// Milliseconds elapsed when it was interrupted, at least the
         /// deadline.
-        ms: u128,
+        elapsed_ms: u128,
     },
     /// The operation is too large to hand to a policy.
     #[error("{0}")]

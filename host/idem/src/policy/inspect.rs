@@ -45,10 +45,14 @@ pub(crate) fn classify(bytes: &[u8]) -> Result<(), LoadError> {
 /// Refuses any import and any export set that is not the policy world.
 pub(crate) fn check_world(engine: &Engine, component: &Component) -> Result<(), LoadError> {
     let ty = component.component_type();
-    if let Some((name, _)) = ty.imports(engine).next() {
-        return Err(LoadError::ForbiddenImport {
-            import: name.to_string(),
-        });
+    // Every import, not the first: a policy built against WASI imports a
+    // dozen interfaces, and the list says where they come from.
+    let imports: Vec<String> = ty
+        .imports(engine)
+        .map(|(name, _)| name.to_string())
+        .collect();
+    if !imports.is_empty() {
+        return Err(LoadError::ForbiddenImport { imports });
     }
     let exports: Vec<String> = ty
         .exports(engine)

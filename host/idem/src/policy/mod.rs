@@ -119,10 +119,22 @@ impl PolicyRuntime {
         }
         inspect::classify(bytes)?;
         let digest = Digest::of_bytes(bytes);
-        let cached = inner
+        let lookup = inner
             .cache
             .as_ref()
-            .and_then(|c| c.load(&inner.wasm_engine, &digest.to_hex()));
+            .map(|c| c.load(&inner.wasm_engine, &digest.to_hex()));
+        let mut cache_warning = None;
+        let cached = match lookup {
+            Some(cache::Lookup::Hit(c)) => Some(c),
+            Some(cache::Lookup::Refused(why)) => {
+                tracing::warn!("not using the compiled-policy cache: {why}");
+                cache_warning = Some(format!(
+                    "not using the compiled-policy cache, compiling instead: {why}"
+                ));
+                None
+            }
+            Some(cache::Lookup::Miss) | None => None,
+        };
         let (component, source) = match cached {
             Some(c) => (c, CodeSource::Cache),
             None => {
@@ -149,6 +161,7 @@ impl PolicyRuntime {
             digest: format!("sha256:{}", digest.to_hex()),
             size: bytes.len(),
             source,
+            cache_warning,
             info: PolicyInfo {
                 name: String::new(),
                 version: String::new(),
@@ -180,6 +193,7 @@ pub struct LoadedPolicy {
     digest: String,
     size: usize,
     source: CodeSource,
+    cache_warning: Option<String>,
     info: PolicyInfo,
     /// Remembered evaluations, shared by the clones of a memoized policy.
     memo: Option<Arc<memo::Memo>>,
@@ -213,6 +227,13 @@ impl LoadedPolicy {
     /// Whether this load compiled the policy or used the cache.
     pub fn code_source(&self) -> CodeSource {
         self.source
+    }
+
+    /// Why this load did not use the compiled-policy cache when one was
+    /// configured and refused (a directory or artifact another user could
+    /// write): a warning for the user, since the policy still loaded.
+    pub fn cache_warning(&self) -> Option<&str> {
+        self.cache_warning.as_deref()
     }
 
     /// The limits evaluations run under.
@@ -376,6 +397,28 @@ impl LoadedPolicy {
     }
 }
 
+/// Whether a trap happened deep in a recursion. A Rust policy's stack lives
+/// in its linear memory (64 KiB, see idem-guest-build) and grows down from
+/// its top: running out of it wraps the stack pointer below zero and traps
+/// as an out-of-bounds access, not as wasmtime's own stack overflow (which
+/// guards only the native stack). A backtrace filled to wasmtime's frame cap
+/// by at most two functions calling each other is that recursion.
+fn deep_recursion(e: &wasmtime::Error) -> bool {
+    /// wasmtime's default cap on the frames a trap's backtrace records.
+    const FRAME_CAP: usize = 20;
+    let Some(trace) = e.downcast_ref::<wasmtime::WasmBacktrace>() else {
+        return false;
+    };
+    let frames = trace.frames();
+    if frames.len() < FRAME_CAP {
+        return false;
+    }
+    let mut functions: Vec<u32> = frames.iter().map(|f| f.func_index()).collect();
+    functions.sort_unstable();
+    functions.dedup();
+    functions.len() <= 2
+}
+
 /// Turns a wasmtime error into the typed reason the evaluation failed.
 fn classify_failure(e: wasmtime::Error, limits: &Limits, started: Instant) -> EvalError {
     if let Some(m) = e.downcast_ref::<MemoryLimitExceeded>() {
@@ -387,10 +430,17 @@ fn classify_failure(e: wasmtime::Error, limits: &Limits, started: Instant) -> Ev
     match e.downcast_ref::<Trap>() {
         Some(Trap::OutOfFuel) => EvalError::OutOfFuel { limit: limits.fuel },
         Some(Trap::Interrupt) => EvalError::Deadline {
-            ms: started
+            deadline_ms: limits.deadline.as_millis(),
+            elapsed_ms: started
                 .elapsed()
                 .as_millis()
                 .max(limits.deadline.as_millis()),
+        },
+        Some(Trap::MemoryOutOfBounds) if deep_recursion(&e) => EvalError::Trap {
+            message: format!(
+                "stack overflow: the policy's stack ran out (unbounded recursion?); wasm trap: {}",
+                Trap::MemoryOutOfBounds
+            ),
         },
         Some(trap) => EvalError::Trap {
             message: match trap {
@@ -398,7 +448,10 @@ fn classify_failure(e: wasmtime::Error, limits: &Limits, started: Instant) -> Ev
                     "wasm `unreachable` executed (a panic in the policy, or a failed allocation)"
                         .to_string()
                 }
-                Trap::StackOverflow => "stack overflow (unbounded recursion?)".to_string(),
+                Trap::StackOverflow => {
+                    "stack overflow: the policy's call stack ran out (unbounded recursion?)"
+                        .to_string()
+                }
                 other => other.to_string(),
             },
         },

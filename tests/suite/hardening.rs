@@ -1,0 +1,223 @@
+//! A hostile or broken policy, and a tampered cache, as the CLI reports
+//! them: bounded echoes of policy text, a cache another user could write
+//! refused, and messages that say what happened.
+
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+use idem_tests::{idem_bin, policy_path};
+
+fn idem(cache: &Path, args: &[&str], stdin: &str) -> Output {
+    use std::io::Write;
+    let mut child = Command::new(idem_bin())
+        .args(args)
+        .env("IDEM_CACHE_DIR", cache)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn key_of(kind: &str, extra: &[&str]) -> Output {
+    let cache = tempfile::tempdir().unwrap();
+    let policy = policy_path("fixture-misbehaving");
+    let mut args = vec!["key", "--policy", policy.to_str().unwrap()];
+    args.extend_from_slice(extra);
+    idem(
+        cache.path(),
+        &args,
+        &format!(r#"{{"kind":"{kind}","tenant":"t","fields":{{}}}}"#),
+    )
+}
+
+#[test]
+fn a_policy_error_is_echoed_bounded() {
+    let out = key_of("huge-error", &[]);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let message = v["error"]["message"].as_str().unwrap();
+    let field = v["error"]["field"].as_str().unwrap();
+    assert!(message.len() < 1100, "{} bytes", message.len());
+    assert!(
+        message.ends_with("…(1048576 bytes)"),
+        "{}",
+        &message[1000..]
+    );
+    assert!(field.len() < 200, "{} bytes", field.len());
+    assert!(field.ends_with("…(10000 bytes)"), "{field}");
+}
+
+#[test]
+fn failures_say_what_happened() {
+    let out = key_of("stack-overflow", &[]);
+    assert_eq!(out.status.code(), Some(4));
+    assert!(
+        text(&out.stderr).contains("stack overflow"),
+        "{}",
+        text(&out.stderr)
+    );
+
+    // Fuel enough for an hour: the wall-clock deadline stops it, and says
+    // which deadline.
+    let out = key_of("loop", &["--fuel", "100000000000"]);
+    assert_eq!(out.status.code(), Some(4));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("exceeded its wall-clock deadline of 1000 ms (interrupted after"),
+        "{stderr}"
+    );
+
+    let cache = tempfile::tempdir().unwrap();
+    let policy = policy_path("fixture-wasi-import");
+    let out = idem(
+        cache.path(),
+        &["describe", "--policy", policy.to_str().unwrap()],
+        "",
+    );
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains(
+            "imports `wasi:clocks/wall-clock@0.2.0`, `wasi:clocks/monotonic-clock@0.2.0`"
+        ),
+        "{stderr}"
+    );
+}
+
+/// A policy that answers "wait" for a duplicate in progress, every time:
+/// the engine waits its rounds, then says the operation is still in
+/// progress (not that the record kept changing).
+#[test]
+fn a_repeated_wait_ends_still_in_progress() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(
+        d.join("op.json"),
+        r#"{"kind":"wait","tenant":"t","fields":{}}"#,
+    )
+    .unwrap();
+    let store = format!("sqlite:{}", d.join("idem.db").display());
+    let policy = policy_path("fixture-misbehaving");
+    let exec = |cmd: &str| {
+        let mut c = Command::new(idem_bin());
+        c.args([
+            "exec",
+            "--policy",
+            policy.to_str().unwrap(),
+            "--store",
+            &store,
+        ])
+        .arg("--op")
+        .arg(d.join("op.json"))
+        .args(["--", "sh", "-c", cmd])
+        .current_dir(d)
+        .env("IDEM_CACHE_DIR", d.join("cache"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+        c
+    };
+    let holder = exec("touch started; while [ ! -e go ]; do sleep 0.05; done")
+        .spawn()
+        .unwrap();
+    while !d.join("started").exists() {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let waiter = exec("echo ran").output().unwrap();
+    std::fs::write(d.join("go"), "").unwrap();
+    let held = holder.wait_with_output().unwrap();
+    assert!(held.status.success(), "{}", text(&held.stderr));
+    let stderr = text(&waiter.stderr);
+    assert_eq!(waiter.status.code(), Some(75), "{stderr}");
+    assert!(
+        stderr.contains("the operation is still in progress"),
+        "{stderr}"
+    );
+    assert_eq!(text(&waiter.stdout), "", "the waiter never ran its command");
+}
+
+#[cfg(unix)]
+#[test]
+fn a_cache_another_user_could_write_is_not_used() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("cache");
+    let policy = policy_path("billing-charge");
+    let cases = idem_tests::workspace_root().join("guest/policies/billing-charge/cases.json");
+    let test = |cache: &Path| {
+        let out = idem(
+            cache,
+            &[
+                "test",
+                "--policy",
+                policy.to_str().unwrap(),
+                cases.to_str().unwrap(),
+            ],
+            "",
+        );
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        (text(&out.stdout), text(&out.stderr))
+    };
+    std::fs::create_dir(&cache).unwrap();
+    std::fs::set_permissions(&cache, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let (stdout, stderr) = test(&cache);
+    assert!(stdout.contains("compiled in"), "{stdout}");
+    assert!(
+        stderr.contains("warning: not using the compiled-policy cache, compiling instead")
+            && stderr.contains("is writable by other users (mode 0777"),
+        "{stderr}"
+    );
+    assert_eq!(
+        std::fs::read_dir(&cache).unwrap().count(),
+        0,
+        "nothing cached in it"
+    );
+
+    // Made private, it caches; the second load comes from it.
+    std::fs::set_permissions(&cache, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let (stdout, stderr) = test(&cache);
+    assert!(
+        stdout.contains("compiled in") && !stderr.contains("warning"),
+        "{stderr}"
+    );
+    let (stdout, _) = test(&cache);
+    assert!(stdout.contains("loaded from cache"), "{stdout}");
+
+    // An artifact others may write is refused, though the directory is fine.
+    let artifact = std::fs::read_dir(&cache)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    std::fs::set_permissions(&artifact, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let (stdout, stderr) = test(&cache);
+    assert!(stdout.contains("compiled in"), "{stdout}");
+    assert!(stderr.contains("the cached artifact"), "{stderr}");
+    std::fs::set_permissions(&artifact, std::fs::Permissions::from_mode(0o600)).unwrap();
+
+    // An artifact another user owns is refused (checkable only where this
+    // test may give a file away, i.e. as root).
+    match std::os::unix::fs::chown(&artifact, Some(4242), None) {
+        Ok(()) => {
+            let (stdout, stderr) = test(&cache);
+            assert!(stdout.contains("compiled in"), "{stdout}");
+            assert!(
+                stderr.contains("belongs to uid 4242, not to this user"),
+                "{stderr}"
+            );
+        }
+        Err(e) => eprintln!("not checking a foreign owner: cannot chown here ({e})"),
+    }
+}
