@@ -12,3 +12,4 @@ mod job;
 mod operators;
 mod ownership;
 mod policy_runtime;
+mod report_cli;

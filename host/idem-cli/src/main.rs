@@ -22,10 +22,13 @@
 mod exit;
 mod input;
 mod policy_args;
+mod record_key;
+mod report_page;
 mod run_flags;
 mod store_args;
 mod subcommand;
 mod user_command;
+mod when;
 
 use std::process::ExitCode;
 
@@ -61,6 +64,12 @@ enum Command {
     Run(subcommand::run::RunArgs),
     /// Show the records a store holds.
     Inspect(subcommand::inspect::InspectArgs),
+    /// Why did it run twice: the duplicates in the attempt log by cause.
+    Report(subcommand::report::ReportArgs),
+    /// List the records waiting for a person (outcome unknown, silent past their lease).
+    Review(subcommand::review::ReviewArgs),
+    /// Settle a record waiting for review: completed, released or rejected.
+    Resolve(subcommand::resolve::ResolveArgs),
     /// Remove records past their retention.
     Gc(subcommand::gc::GcArgs),
     /// Run the nightly billing job twice, overlapping with a pause: a lease lock alone vs idem.
@@ -84,6 +93,9 @@ fn main() -> ExitCode {
         Command::Exec(args) => subcommand::exec::run(args),
         Command::Run(args) => subcommand::run::run(args),
         Command::Inspect(args) => subcommand::inspect::run(args),
+        Command::Report(args) => subcommand::report::run(args),
+        Command::Review(args) => subcommand::review::run(args),
+        Command::Resolve(args) => subcommand::resolve::run(args),
         Command::Gc(args) => subcommand::gc::run(args),
         Command::Demo(args) => subcommand::demo::run(args),
         Command::Migrate(args) => subcommand::migrate::run(args),

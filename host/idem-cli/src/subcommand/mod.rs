@@ -11,5 +11,8 @@ pub mod inspect;
 pub mod key;
 pub mod migrate;
 pub mod new;
+pub mod report;
+pub mod resolve;
+pub mod review;
 pub mod run;
 pub mod test;

@@ -13,10 +13,13 @@
 //! do not recognise is reported as [`Cause::Unrecognised`], never forced
 //! into a class.
 //!
-//! Pure functions over entries: no store access, so the same history gives
-//! the same report on every store.
+//! [`analyse`] is a pure function over entries: no store access, so the
+//! same history gives the same report on every store. [`review`] lists the
+//! records waiting for a person (outcome unknown, or silent past their
+//! lease) with their timelines; `Store::resolve` settles one.
 
 mod classify;
+pub mod review;
 
 use std::collections::{BTreeMap, HashMap};
 

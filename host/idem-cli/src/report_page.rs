@@ -1,0 +1,285 @@
+//! `idem report --html`: one self-contained page (no scripts, no fetches,
+//! no fonts from elsewhere) with a timeline picture — runs as lanes,
+//! attempts as marks coloured by what they got, take-overs and fenced
+//! writes drawn so they stand out — and the causes beside it.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+
+use idem::forensics::{self, Analysis, Cause};
+use idem_store::{AttemptEntry, AttemptEvent};
+
+use crate::when;
+
+/// Escapes text for HTML content and attribute values.
+fn esc(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// The colour of an event's mark, and its legend label.
+fn colour(event: AttemptEvent) -> &'static str {
+    match event {
+        AttemptEvent::Executed => "#2563eb",
+        AttemptEvent::TakenOver => "#ea580c",
+        AttemptEvent::Completed => "#16a34a",
+        AttemptEvent::FailedRetryable | AttemptEvent::FailedPermanent => "#b45309",
+        AttemptEvent::MarkedUnknown => "#7c3aed",
+        AttemptEvent::Fenced => "#dc2626",
+        AttemptEvent::Replayed => "#64748b",
+        AttemptEvent::InProgress | AttemptEvent::Conflict | AttemptEvent::Rejected => "#a16207",
+        AttemptEvent::ResolvedCompleted
+        | AttemptEvent::ResolvedReleased
+        | AttemptEvent::ResolvedRejected => "#0f766e",
+    }
+}
+
+const LANE_H: u32 = 34;
+const LEFT: u32 = 190;
+const WIDTH: u32 = 1000;
+
+/// The page.
+pub fn render(title: &str, analysis: &Analysis, entries: &[AttemptEntry]) -> String {
+    let mut html = String::new();
+    let _ = write!(
+        html,
+        "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
+         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
+         <title>{}</title><style>{STYLE}</style></head><body>\n<h1>{}</h1>\n",
+        esc(title),
+        esc(title)
+    );
+    let _ = write!(
+        html,
+        "<p class=\"meta\">{} entries about {} keys; {} duplicate{}.</p>\n<div class=\"layout\">\n",
+        analysis.entries,
+        analysis.keys,
+        analysis.duplicates.len(),
+        if analysis.duplicates.len() == 1 {
+            ""
+        } else {
+            "s"
+        }
+    );
+    html.push_str(&timeline_svg(analysis, entries));
+    html.push_str(&causes_html(analysis));
+    html.push_str("</div>\n");
+    html.push_str(&legend_html());
+    html.push_str(&runs_html(analysis));
+    html.push_str("</body></html>\n");
+    html
+}
+
+const STYLE: &str = "body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#0f172a}\
+h1{font-size:20px;margin:0 0 4px}h2{font-size:16px;margin:16px 0 8px}\
+.meta{color:#475569;margin:0 0 16px}.layout{display:flex;gap:24px;align-items:flex-start}\
+.causes{min-width:320px;max-width:440px}.cause{border-left:4px solid #94a3b8;padding:4px 10px;margin:0 0 10px}\
+.cause.key-drift{border-color:#dc2626;background:#fef2f2}.cause .n{font-weight:600}\
+.cause p{margin:4px 0;color:#334155;font-size:13px}svg text{font:12px system-ui,sans-serif;fill:#0f172a}\
+table{border-collapse:collapse;margin-top:8px}td,th{padding:3px 10px;border-bottom:1px solid #e2e8f0;text-align:left}\
+.legend span{display:inline-block;margin-right:14px}.legend i{display:inline-block;width:10px;height:10px;border-radius:5px;margin-right:4px;vertical-align:middle}";
+
+/// Who an entry is lane-wise: its caller, or the run that held its fence.
+fn lanes(entries: &[AttemptEntry]) -> (Vec<String>, Vec<Option<usize>>) {
+    let owners: HashMap<(String, u64), String> = entries
+        .iter()
+        .filter(|e| e.event.starts_execution())
+        .filter_map(|e| Some(((e.key.to_string(), e.fence), forensics::caller_of(e)?)))
+        .collect();
+    let mut names: Vec<String> = Vec::new();
+    let mut first_seen: Vec<(u64, String)> = Vec::new();
+    let lane_of: Vec<Option<String>> = entries
+        .iter()
+        .map(|e| {
+            if e.event == AttemptEvent::MarkedUnknown {
+                // Done to the holder's record by whoever found it lost.
+                return None;
+            }
+            forensics::caller_of(e).or_else(|| owners.get(&(e.key.to_string(), e.fence)).cloned())
+        })
+        .collect();
+    for (e, lane) in entries.iter().zip(&lane_of) {
+        if let Some(name) = lane
+            && !first_seen.iter().any(|(_, n)| n == name)
+        {
+            first_seen.push((e.at_ms, name.clone()));
+        }
+    }
+    first_seen.sort();
+    names.extend(first_seen.into_iter().map(|(_, n)| n));
+    let index = lane_of
+        .iter()
+        .map(|l| l.as_ref().and_then(|n| names.iter().position(|m| m == n)))
+        .collect();
+    (names, index)
+}
+
+fn timeline_svg(_analysis: &Analysis, entries: &[AttemptEntry]) -> String {
+    let (names, lane) = lanes(entries);
+    let height = 40 + LANE_H * names.len().max(1) as u32 + 30;
+    let (t0, t1) = entries.iter().fold((u64::MAX, 0u64), |(lo, hi), e| {
+        (lo.min(e.at_ms), hi.max(e.at_ms))
+    });
+    let span = t1.saturating_sub(t0).max(1) as f64;
+    let x =
+        |t: u64| LEFT as f64 + (t.saturating_sub(t0) as f64 / span) * f64::from(WIDTH - LEFT - 20);
+    let mut svg = String::new();
+    let _ = writeln!(
+        svg,
+        "<svg class=\"timeline\" role=\"img\" aria-label=\"attempts by run over time\" \
+         width=\"{WIDTH}\" height=\"{height}\" viewBox=\"0 0 {WIDTH} {height}\" xmlns=\"http://www.w3.org/2000/svg\">"
+    );
+    for (i, name) in names.iter().enumerate() {
+        let y = 40 + LANE_H * i as u32;
+        let _ = writeln!(
+            svg,
+            "<rect x=\"0\" y=\"{}\" width=\"{WIDTH}\" height=\"{LANE_H}\" fill=\"{}\"/>\
+             <text x=\"8\" y=\"{}\" class=\"lane\">{}</text>",
+            y,
+            if i % 2 == 0 { "#f8fafc" } else { "#ffffff" },
+            y + LANE_H / 2 + 4,
+            esc(name)
+        );
+    }
+    if entries.is_empty() {
+        svg.push_str("<text x=\"20\" y=\"60\">the log is empty for this selection</text>\n");
+    } else {
+        let _ = writeln!(
+            svg,
+            "<text x=\"{LEFT}\" y=\"24\">{}</text><text x=\"{}\" y=\"24\" text-anchor=\"end\">{}</text>",
+            when::utc(t0),
+            WIDTH - 20,
+            when::utc(t1)
+        );
+    }
+    for (e, lane) in entries.iter().zip(lane) {
+        let Some(lane) = lane else { continue };
+        let cx = x(e.at_ms);
+        let cy = f64::from(40 + LANE_H * lane as u32 + LANE_H / 2);
+        let tip = format!(
+            "{} {} fence {} at {}{}",
+            e.event,
+            e.key,
+            e.fence,
+            when::utc(e.at_ms),
+            e.detail
+                .as_deref()
+                .map(|d| format!(": {d}"))
+                .unwrap_or_default()
+        );
+        let fill = colour(e.event);
+        let mark = match e.event {
+            AttemptEvent::Fenced => format!(
+                "<path class=\"mark fenced\" d=\"M{a} {b}L{c} {d}M{a} {d}L{c} {b}\" stroke=\"{fill}\" stroke-width=\"3\"/>",
+                a = cx - 6.0,
+                b = cy - 6.0,
+                c = cx + 6.0,
+                d = cy + 6.0
+            ),
+            AttemptEvent::TakenOver => format!(
+                "<path class=\"mark take-over\" d=\"M{cx} {}L{} {cy}L{cx} {}L{} {cy}Z\" fill=\"{fill}\"/>",
+                cy - 8.0,
+                cx + 8.0,
+                cy + 8.0,
+                cx - 8.0
+            ),
+            _ => format!(
+                "<circle class=\"mark {}\" cx=\"{cx:.1}\" cy=\"{cy:.1}\" r=\"5\" fill=\"{fill}\"/>",
+                e.event
+            ),
+        };
+        let _ = writeln!(svg, "<g><title>{}</title>{mark}</g>", esc(&tip));
+    }
+    svg.push_str("</svg>\n");
+    svg
+}
+
+fn causes_html(a: &Analysis) -> String {
+    let mut out = String::from("<section class=\"causes\"><h2>Why it ran twice</h2>\n");
+    if a.duplicates.is_empty() {
+        out.push_str("<p>No duplicates: every key was asked for once.</p>\n");
+    }
+    for (cause, n) in a.causes() {
+        let _ = write!(
+            out,
+            "<div class=\"cause {}\"><span class=\"n\">{n}</span> {}{}",
+            cause.as_str(),
+            esc(cause.describe()),
+            if cause == Cause::KeyDrift {
+                " <strong>(not prevented)</strong>"
+            } else {
+                ""
+            }
+        );
+        for d in a.duplicates.iter().filter(|d| d.cause == cause).take(2) {
+            let _ = write!(
+                out,
+                "<p><code>{}</code>: {}</p>",
+                esc(&d.key.to_string().chars().take(24).collect::<String>()),
+                esc(&d.explanation)
+            );
+        }
+        out.push_str("</div>\n");
+    }
+    out.push_str("</section>\n");
+    out
+}
+
+fn legend_html() -> String {
+    let mut out = String::from("<p class=\"legend\">");
+    for (label, event) in [
+        ("executed", AttemptEvent::Executed),
+        ("taken over", AttemptEvent::TakenOver),
+        ("completed", AttemptEvent::Completed),
+        ("failed", AttemptEvent::FailedRetryable),
+        ("sent to review", AttemptEvent::MarkedUnknown),
+        ("fenced (late write refused)", AttemptEvent::Fenced),
+        ("replayed", AttemptEvent::Replayed),
+        (
+            "in progress / conflict / rejected",
+            AttemptEvent::InProgress,
+        ),
+        ("resolved by a person", AttemptEvent::ResolvedCompleted),
+    ] {
+        let _ = write!(
+            out,
+            "<span><i style=\"background:{}\"></i>{label}</span>",
+            colour(event)
+        );
+    }
+    out.push_str("</p>\n");
+    out
+}
+
+fn runs_html(a: &Analysis) -> String {
+    let mut out = String::from(
+        "<h2>Runs</h2><table><tr><th>run</th><th>trigger</th><th>first</th><th>last</th>\
+         <th>executed</th><th>replayed</th><th>fenced</th><th>refused</th></tr>\n",
+    );
+    for r in &a.runs {
+        let _ = writeln!(
+            out,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            esc(&r.run),
+            esc(r.trigger.as_deref().unwrap_or("-")),
+            when::utc(r.first_ms),
+            when::utc(r.last_ms),
+            r.executed,
+            r.replayed,
+            r.fenced,
+            r.refused
+        );
+    }
+    out.push_str("</table>\n");
+    out
+}

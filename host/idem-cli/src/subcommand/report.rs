@@ -1,0 +1,268 @@
+//! `idem report`: why did it run twice — the duplicates in the attempt log
+//! by cause, the runs involved, the busiest keys; one key's timeline with
+//! `--key`; a self-contained page with `--html`.
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+
+use clap::Args;
+use idem::forensics::{self, Analysis};
+use idem_store::{AttemptEntry, AttemptFilter, Store};
+use serde_json::json;
+
+use crate::exit::{Failure, SUCCESS};
+use crate::store_args::{StoreArgs, runtime};
+use crate::{record_key, report_page, when};
+
+/// `idem report`'s flags.
+#[derive(Args, Debug)]
+pub struct ReportArgs {
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// Only entries at or after this time: a UTC timestamp
+    /// (2026-11-30T02:00:00Z), ms since the epoch, or a duration back from
+    /// now (24h).
+    #[arg(long, value_name = "T")]
+    pub since: Option<String>,
+    /// Only entries before this time (same forms as --since).
+    #[arg(long, value_name = "T")]
+    pub until: Option<String>,
+    /// Only the keys this run asked for (with every run's entries on them).
+    #[arg(long, value_name = "ID")]
+    pub run_id: Option<String>,
+    /// Only this namespace.
+    #[arg(long)]
+    pub namespace: Option<String>,
+    /// One key's whole timeline (its 64 hex characters or a prefix that
+    /// names one record, optionally as NAMESPACE/KEY).
+    #[arg(long, value_name = "KEY")]
+    pub key: Option<String>,
+    /// JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// Also write a self-contained page with a timeline picture to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub html: Option<PathBuf>,
+}
+
+/// Runs `idem report`.
+pub fn run(args: ReportArgs) -> Result<u8, Failure> {
+    runtime()?.block_on(async {
+        let store = args.store.open_existing().await?;
+        let now = store.clock().now_ms();
+        let since = args
+            .since
+            .as_deref()
+            .map(|t| when::parse(t, now).map_err(|e| Failure::input(format!("--since: {e}"))))
+            .transpose()?;
+        let until = args
+            .until
+            .as_deref()
+            .map(|t| when::parse(t, now).map_err(|e| Failure::input(format!("--until: {e}"))))
+            .transpose()?;
+        let read_err = |e| Failure::input(format!("cannot read {}: {e}", args.store.shown()));
+        let mut filter = AttemptFilter {
+            namespace: args.namespace.clone(),
+            since_ms: since,
+            until_ms: until,
+            ..AttemptFilter::default()
+        };
+        let focus = match &args.key {
+            Some(text) => {
+                let view = record_key::find(
+                    store.as_ref(),
+                    text,
+                    args.namespace.as_deref(),
+                    &args.store.shown(),
+                )
+                .await?;
+                filter.key = Some(view.record.key.clone());
+                Some(view)
+            }
+            None => None,
+        };
+        let mut entries = read_all(store.as_ref(), filter).await.map_err(read_err)?;
+        if let Some(run) = &args.run_id {
+            let keys: BTreeSet<_> = entries
+                .iter()
+                .filter(|e| forensics::caller_of(e).as_deref() == Some(run.as_str()))
+                .map(|e| e.key.clone())
+                .collect();
+            entries.retain(|e| keys.contains(&e.key));
+        }
+        let analysis = forensics::analyse(&entries);
+        let title = format!("idem report: {}", args.store.shown());
+        if let Some(path) = &args.html {
+            let page = report_page::render(&title, &analysis, &entries);
+            std::fs::write(path, page)
+                .map_err(|e| Failure::input(format!("cannot write {}: {e}", path.display())))?;
+        }
+        if args.json {
+            let mut out = serde_json::to_value(&analysis).expect("an analysis serialises");
+            out["store"] = json!(args.store.shown());
+            out["since_ms"] = json!(since);
+            out["until_ms"] = json!(until);
+            if focus.is_some() {
+                out["timeline"] = entries.iter().map(entry_json).collect();
+            }
+            println!("{out:#}");
+        } else if let Some(view) = &focus {
+            print_timeline(&view.record.key.to_string(), &analysis, &entries);
+        } else {
+            print_report(&args.store.shown(), since, until, &analysis);
+        }
+        if let Some(path) = &args.html {
+            eprintln!("idem: wrote {}", path.display());
+        }
+        Ok(SUCCESS)
+    })
+}
+
+/// Every entry `filter` selects, read in pages (a long log never has to
+/// fit one query).
+pub async fn read_all(
+    store: &dyn Store,
+    mut filter: AttemptFilter,
+) -> Result<Vec<AttemptEntry>, idem_store::StoreError> {
+    const PAGE: u32 = 10_000;
+    filter.limit = Some(PAGE);
+    let mut out = Vec::new();
+    loop {
+        let page = store.attempts(filter.clone()).await?;
+        let full = page.len() == PAGE as usize;
+        filter.after_id = page.last().map(|e| e.id).or(filter.after_id);
+        out.extend(page);
+        if !full {
+            return Ok(out);
+        }
+    }
+}
+
+/// One entry as JSON.
+pub fn entry_json(e: &AttemptEntry) -> serde_json::Value {
+    json!({
+        "id": e.id,
+        "key": e.key.to_string(),
+        "fence": e.fence,
+        "event": e.event.as_str(),
+        "at_ms": e.at_ms,
+        "at": when::utc(e.at_ms),
+        "run_id": e.holder.as_ref().and_then(|h| h.run_id.clone()),
+        "trigger": e.holder.as_ref().and_then(|h| h.trigger.clone()),
+        "attempt": e.holder.as_ref().and_then(|h| h.attempt),
+        "host": e.holder.as_ref().map(|h| h.host.clone()),
+        "pid": e.holder.as_ref().map(|h| h.pid),
+        "policy": e.policy_digest,
+        "operation": e.operation_digest.map(|d| d.to_hex()),
+        "actor": e.actor,
+        "detail": e.detail,
+    })
+}
+
+/// A short form of a `namespace/key` for tables.
+fn short_key(key: &str) -> String {
+    match key.split_once('/') {
+        Some((ns, hex)) => format!("{ns}/{}…", &hex[..hex.len().min(12)]),
+        None => key.to_string(),
+    }
+}
+
+fn print_report(store: &str, since: Option<u64>, until: Option<u64>, a: &Analysis) {
+    let window = match (since, until) {
+        (None, None) => "the whole log".to_string(),
+        (s, u) => format!(
+            "{} to {}",
+            s.map_or("the start".into(), when::utc),
+            u.map_or("now".into(), when::utc)
+        ),
+    };
+    println!(
+        "{store}: {} attempt-log entries about {} keys ({window})",
+        a.entries, a.keys
+    );
+    println!();
+    if a.duplicates.is_empty() {
+        println!("no duplicates: every key was asked for once");
+    } else {
+        println!("duplicates by cause:");
+        for (cause, n) in a.causes() {
+            let caught = if cause == forensics::Cause::KeyDrift {
+                "  (NOT prevented: two keys)"
+            } else {
+                ""
+            };
+            println!("  {n:>5}  {}{caught}", cause.describe());
+            for d in a.duplicates.iter().filter(|d| d.cause == cause).take(2) {
+                println!(
+                    "         e.g. {}: {}",
+                    short_key(&d.key.to_string()),
+                    d.explanation
+                );
+            }
+        }
+    }
+    if !a.runs.is_empty() {
+        println!();
+        println!(
+            "{:<28} {:<10} {:<21} {:<21} {:>8} {:>8} {:>6} {:>7}",
+            "run", "trigger", "first", "last", "executed", "replayed", "fenced", "refused"
+        );
+        for r in &a.runs {
+            println!(
+                "{:<28} {:<10} {:<21} {:<21} {:>8} {:>8} {:>6} {:>7}",
+                r.run,
+                r.trigger.as_deref().unwrap_or("-"),
+                when::utc(r.first_ms),
+                when::utc(r.last_ms),
+                r.executed,
+                r.replayed,
+                r.fenced,
+                r.refused
+            );
+        }
+    }
+    if !a.busiest.is_empty() {
+        println!();
+        println!("keys asked for most:");
+        for (key, asks) in &a.busiest {
+            println!("  {asks:>5}  {key}");
+        }
+    }
+}
+
+fn print_timeline(key: &str, a: &Analysis, entries: &[AttemptEntry]) {
+    println!("{key}");
+    match a.duplicates.first() {
+        Some(d) => println!("cause: {} — {}", d.cause.describe(), d.explanation),
+        None => println!("asked for once: no duplicate"),
+    }
+    println!();
+    println!(
+        "{:<21} {:<18} {:>7} {:<32} detail",
+        "time", "event", "fence", "who"
+    );
+    let mut sorted: Vec<&AttemptEntry> = entries.iter().collect();
+    sorted.sort_by_key(|e| (e.at_ms, e.id));
+    for e in sorted {
+        let who = match (&e.holder, &e.actor) {
+            (_, Some(actor)) => format!("{actor} (by hand)"),
+            (Some(h), None) => format!(
+                "{} {} #{} {}:{}",
+                h.run_id.as_deref().unwrap_or("-"),
+                h.trigger.as_deref().unwrap_or("-"),
+                h.attempt.map_or("-".into(), |a| a.to_string()),
+                h.host,
+                h.pid
+            ),
+            (None, None) => "(the holder of that fence)".into(),
+        };
+        println!(
+            "{:<21} {:<18} {:>7} {:<32} {}",
+            when::utc(e.at_ms),
+            e.event.as_str(),
+            e.fence,
+            who,
+            e.detail.as_deref().unwrap_or("")
+        );
+    }
+}

@@ -1,0 +1,105 @@
+//! `idem review`: the records waiting for a person (outcome unknown, or in
+//! progress past their lease), each with its timeline; `idem resolve`
+//! settles one.
+
+use clap::Args;
+use idem::forensics::review::waiting_for_review;
+use serde_json::json;
+
+use crate::exit::{Failure, SUCCESS};
+use crate::store_args::{StoreArgs, runtime};
+use crate::subcommand::report::entry_json;
+use crate::when;
+
+/// `idem review`'s flags.
+#[derive(Args, Debug)]
+pub struct ReviewArgs {
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// Only this namespace.
+    #[arg(long)]
+    pub namespace: Option<String>,
+    /// At most this many records.
+    #[arg(long, default_value_t = 100)]
+    pub limit: usize,
+    /// JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Runs `idem review`.
+pub fn run(args: ReviewArgs) -> Result<u8, Failure> {
+    runtime()?.block_on(async {
+        let store = args.store.open_existing().await?;
+        let waiting = waiting_for_review(store.as_ref(), args.namespace.as_deref(), args.limit)
+            .await
+            .map_err(|e| Failure::input(format!("cannot read {}: {e}", args.store.shown())))?;
+        if args.json {
+            let out: Vec<serde_json::Value> = waiting
+                .iter()
+                .map(|w| {
+                    let r = &w.view.record;
+                    json!({
+                        "key": r.key.to_string(),
+                        "state": r.state.as_str(),
+                        "fence": r.fence,
+                        "attempts": r.attempts,
+                        "why": w.why,
+                        "updated_ms": r.updated_ms,
+                        "holder": {
+                            "run_id": r.holder.run_id, "trigger": r.holder.trigger,
+                            "host": r.holder.host, "pid": r.holder.pid,
+                        },
+                        "timeline": w.timeline.iter().map(entry_json).collect::<Vec<_>>(),
+                    })
+                })
+                .collect();
+            println!("{:#}", serde_json::Value::Array(out));
+            return Ok(SUCCESS);
+        }
+        if waiting.is_empty() {
+            println!("nothing waits for review in {}", args.store.shown());
+            return Ok(SUCCESS);
+        }
+        println!(
+            "{} record{} waiting for review in {}:",
+            waiting.len(),
+            if waiting.len() == 1 { "" } else { "s" },
+            args.store.shown()
+        );
+        for w in &waiting {
+            let r = &w.view.record;
+            println!();
+            println!("{} (fence {}, attempt {})", r.key, r.fence, r.attempts);
+            println!("  {}", w.why);
+            println!(
+                "  last held by {} {} on {}:{}",
+                r.holder.run_id.as_deref().unwrap_or("-"),
+                r.holder.trigger.as_deref().unwrap_or("-"),
+                r.holder.host,
+                r.holder.pid
+            );
+            for e in &w.timeline {
+                let who = e
+                    .holder
+                    .as_ref()
+                    .map(|h| h.run_id.clone().unwrap_or(format!("{}:{}", h.host, h.pid)))
+                    .unwrap_or_else(|| "(holder of that fence)".into());
+                println!(
+                    "    {}  {:<18} fence {:<6} {}{}",
+                    when::utc(e.at_ms),
+                    e.event.as_str(),
+                    e.fence,
+                    who,
+                    e.detail.as_deref().map(|d| format!(": {d}")).unwrap_or_default()
+                );
+            }
+            println!(
+                "  settle: idem resolve --store {} {} (--completed | --release | --reject) --reason TEXT",
+                args.store.shown(),
+                r.key
+            );
+        }
+        Ok(SUCCESS)
+    })
+}

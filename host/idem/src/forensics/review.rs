@@ -1,0 +1,83 @@
+//! The review queue: records waiting for a person, with their timelines,
+//! for `idem review` and a service's own admin screen. Settling one is
+//! [`Store::resolve`](idem_store::Store::resolve).
+
+use idem_store::{
+    AttemptEntry, AttemptFilter, ListFilter, RecordKey, RecordState, RecordView, Store, StoreError,
+};
+
+/// A record waiting for review, and what the log says about it.
+#[derive(Debug, Clone)]
+pub struct Waiting {
+    /// The record (outcome-unknown, or in progress past its lease).
+    pub view: RecordView,
+    /// Why it waits, for people.
+    pub why: &'static str,
+    /// Its attempt-log entries, oldest first.
+    pub timeline: Vec<AttemptEntry>,
+}
+
+/// Whether a record waits for a person: its outcome is unknown, or its
+/// holder's lease expired with no end recorded (the holder may have done
+/// the effect).
+pub fn waits_for_review(view: &RecordView) -> Option<&'static str> {
+    match view.record.state {
+        RecordState::OutcomeUnknown => {
+            Some("outcome unknown: the holder may or may not have done the effect")
+        }
+        RecordState::InProgress if view.lease_remaining_ms == 0 => {
+            Some("in progress past its lease: the holder went silent mid-effect")
+        }
+        _ => None,
+    }
+}
+
+/// The records waiting for review (in `namespace`, or all), most recently
+/// changed first, at most `limit`, each with its timeline.
+pub async fn waiting_for_review(
+    store: &dyn Store,
+    namespace: Option<&str>,
+    limit: usize,
+) -> Result<Vec<Waiting>, StoreError> {
+    let mut views = Vec::new();
+    for state in [RecordState::OutcomeUnknown, RecordState::InProgress] {
+        views.extend(
+            store
+                .list(ListFilter {
+                    namespace: namespace.map(str::to_string),
+                    state: Some(state),
+                    ..ListFilter::default()
+                })
+                .await?,
+        );
+    }
+    views.sort_by_key(|v| std::cmp::Reverse(v.record.updated_ms));
+    let mut out = Vec::new();
+    for view in views {
+        if out.len() >= limit {
+            break;
+        }
+        let Some(why) = waits_for_review(&view) else {
+            continue;
+        };
+        let timeline = timeline(store, &view.record.key).await?;
+        out.push(Waiting {
+            view,
+            why,
+            timeline,
+        });
+    }
+    Ok(out)
+}
+
+/// One key's attempt-log entries, oldest first.
+pub async fn timeline(store: &dyn Store, key: &RecordKey) -> Result<Vec<AttemptEntry>, StoreError> {
+    let mut entries = store
+        .attempts(AttemptFilter {
+            key: Some(key.clone()),
+            ..AttemptFilter::default()
+        })
+        .await?;
+    entries.sort_by_key(|e| (e.at_ms, e.id));
+    Ok(entries)
+}
