@@ -13,3 +13,4 @@ mod operators;
 mod ownership;
 mod policy_runtime;
 mod report_cli;
+mod report_page;

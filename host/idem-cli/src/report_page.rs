@@ -1,5 +1,6 @@
 //! `idem report --html`: one self-contained page (no scripts, no fetches,
-//! no fonts from elsewhere) with a timeline picture — runs as lanes,
+//! no fonts from elsewhere; its Content-Security-Policy forbids them, so a
+//! browser would say so if one crept in) with a timeline picture — runs as lanes,
 //! attempts as marks coloured by what they got, take-overs and fenced
 //! writes drawn so they stand out — and the causes beside it.
 
@@ -55,6 +56,7 @@ pub fn render(title: &str, analysis: &Analysis, entries: &[AttemptEntry]) -> Str
         html,
         "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
+         <meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'\">\
          <title>{}</title><style>{STYLE}</style></head><body>\n<h1>{}</h1>\n",
         esc(title),
         esc(title)

@@ -117,19 +117,13 @@ impl Execution {
     /// Records the outcome; the record becomes final (replayed to every
     /// duplicate until its retention ends).
     pub async fn complete(self, outcome: Outcome) -> Result<(), EngineError> {
-        Ok(self
-            .store
-            .complete(&self.claim.key, self.claim.fence, outcome)
-            .await?)
+        self.end(Ending::Completed, outcome).await
     }
 
     /// Records a failure: retryable (the policy may re-execute) or permanent
     /// (final, replayed).
     pub async fn fail(self, retryable: bool, outcome: Outcome) -> Result<(), EngineError> {
-        Ok(self
-            .store
-            .fail(&self.claim.key, self.claim.fence, retryable, outcome)
-            .await?)
+        self.end(Ending::Failed { retryable }, outcome).await
     }
 
     /// [`Execution::complete`] or [`Execution::fail`], as `ending` says.
@@ -138,6 +132,37 @@ impl Execution {
             Ending::Completed => self.complete(outcome).await,
             Ending::Failed { retryable } => self.fail(retryable, outcome).await,
         }
+    }
+
+    /// Writes the end under the fence, in a span, counted.
+    async fn end(self, ending: Ending, outcome: Outcome) -> Result<(), EngineError> {
+        use tracing::Instrument;
+        let span = tracing::debug_span!(
+            "idem.finish",
+            key = %self.claim.key,
+            fence = self.claim.fence,
+            ending = super::telemetry::ending(ending),
+            result = tracing::field::Empty,
+        );
+        async {
+            let result = match ending {
+                Ending::Completed => {
+                    self.store
+                        .complete(&self.claim.key, self.claim.fence, outcome)
+                        .await
+                }
+                Ending::Failed { retryable } => {
+                    self.store
+                        .fail(&self.claim.key, self.claim.fence, retryable, outcome)
+                        .await
+                }
+            }
+            .map_err(EngineError::from);
+            super::telemetry::finished(ending, &result);
+            result
+        }
+        .instrument(span)
+        .await
     }
 
     /// What the store writes when this execution ends so (for

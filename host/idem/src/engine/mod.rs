@@ -41,6 +41,7 @@
 mod answer_log;
 mod execution;
 mod run_once;
+pub(crate) mod telemetry;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -291,7 +292,7 @@ impl Engine {
         keyed: KeyedDerivation,
     ) -> Result<Begin, EngineError> {
         let request = self.claim_request(op, &keyed);
-        self.settle(op, keyed, request, None).await
+        self.settle_traced(op, keyed, request, None).await
     }
 
     /// The first round of [`Engine::begin_derived`] for many operations in
@@ -333,7 +334,32 @@ impl Engine {
             request,
             first,
         } = claimed;
-        self.settle(&op, keyed, request, Some(first)).await
+        self.settle_traced(&op, keyed, request, Some(first)).await
+    }
+
+    /// [`Engine::settle`] in a span, counted and timed.
+    async fn settle_traced(
+        &self,
+        op: &Operation,
+        keyed: KeyedDerivation,
+        request: ClaimRequest,
+        first: Option<Result<ClaimOutcome, StoreError>>,
+    ) -> Result<Begin, EngineError> {
+        use tracing::Instrument;
+        let started = std::time::Instant::now();
+        let span = tracing::debug_span!(
+            "idem.begin",
+            key = %request.key,
+            fence = tracing::field::Empty,
+            answer = tracing::field::Empty,
+        );
+        async {
+            let result = self.settle(op, keyed, request, first).await;
+            telemetry::begun(&result, started);
+            result
+        }
+        .instrument(span)
+        .await
     }
 
     /// Records how many executions ended, in one store call
@@ -347,6 +373,7 @@ impl Engine {
         ended: Vec<(Execution, Ending, Outcome)>,
     ) -> Result<Vec<Result<(), EngineError>>, EngineError> {
         let count = ended.len();
+        let endings: Vec<Ending> = ended.iter().map(|(_, ending, _)| *ending).collect();
         let finishes = ended
             .into_iter()
             .map(|(execution, ending, outcome)| execution.into_finish(ending, outcome))
@@ -355,7 +382,12 @@ impl Engine {
         let results = one_answer_each(results, count, "finishes")?;
         Ok(results
             .into_iter()
-            .map(|r| r.map_err(EngineError::from))
+            .zip(endings)
+            .map(|(r, ending)| {
+                let r = r.map_err(EngineError::from);
+                telemetry::finished(ending, &r);
+                r
+            })
             .collect())
     }
 

@@ -205,6 +205,16 @@ impl Analysis {
             .collect()
     }
 
+    /// Sets the `idem_duplicates{cause}` gauges (the `metrics` facade) to
+    /// this analysis's counts, every cause included (0 when absent): call it
+    /// after analysing a window of the log, e.g. from a periodic job.
+    pub fn publish_metrics(&self) {
+        for cause in Cause::ALL {
+            metrics::gauge!("idem_duplicates", "cause" => cause.as_str())
+                .set(self.count(cause) as f64);
+        }
+    }
+
     /// One line per cause for a summary (`1 duplicate prevented: take-over
     /// after a pause or crash (…)`), empty when nothing ran twice.
     pub fn summary_lines(&self) -> Vec<String> {

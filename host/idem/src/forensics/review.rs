@@ -3,7 +3,8 @@
 //! [`Store::resolve`](idem_store::Store::resolve).
 
 use idem_store::{
-    AttemptEntry, AttemptFilter, ListFilter, RecordKey, RecordState, RecordView, Store, StoreError,
+    AttemptEntry, AttemptFilter, ListFilter, RecordKey, RecordState, RecordView, ResolveRequest,
+    Store, StoreError,
 };
 
 /// A record waiting for review, and what the log says about it.
@@ -80,4 +81,27 @@ pub async fn timeline(store: &dyn Store, key: &RecordKey) -> Result<Vec<AttemptE
         .await?;
     entries.sort_by_key(|e| (e.at_ms, e.id));
     Ok(entries)
+}
+
+/// Settles a record waiting for review ([`Store::resolve`]) in a span,
+/// counted (`idem_resolution_total{resolution}`): what `idem resolve` and a
+/// service's admin screen call.
+pub async fn resolve(store: &dyn Store, request: ResolveRequest) -> Result<RecordView, StoreError> {
+    use tracing::Instrument;
+    let resolution = request.resolution.event().as_str();
+    let span = tracing::info_span!(
+        "idem.resolve",
+        key = %request.key,
+        fence = request.observed_fence,
+        resolution,
+        by = %request.by,
+    );
+    let result = store.resolve(request).instrument(span).await;
+    let outcome = if result.is_ok() { "ok" } else { "refused" };
+    metrics::counter!("idem_resolution_total", "resolution" => resolution, "result" => outcome)
+        .increment(1);
+    if let Ok(view) = &result {
+        tracing::info!(key = %view.record.key, fence = view.record.fence, state = view.record.state.as_str(), "resolved");
+    }
+    result
 }
