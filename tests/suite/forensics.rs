@@ -313,3 +313,67 @@ async fn the_log_holds_every_answer() {
         cleanup.run().await;
     }
 }
+
+// What a service's metrics recorder is told: begins by answer, their
+// latency, finishes by ending and result.
+#[test]
+fn the_engine_counts_through_the_metrics_facade() {
+    use idem::engine::{Begin, Engine, EngineOptions};
+    use idem::store::Outcome;
+    use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    metrics::with_local_recorder(&recorder, || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(async {
+                let store = Arc::new(MemoryStore::new(StoreOptions::default()));
+                let engine = Engine::new(load("billing-charge"), store, EngineOptions::default());
+                let op = Job::new(1).operation(0, &RunSpec::new("r", Trigger::Scheduled, 0));
+                let Begin::Execute(execution) = engine.begin(&op).await.unwrap() else {
+                    panic!("a fresh key executes");
+                };
+                execution.complete(Outcome::new(0, "ok")).await.unwrap();
+                assert!(matches!(engine.begin(&op).await.unwrap(), Begin::Replay(_)));
+                engine.flush_log().await;
+            });
+    });
+    let seen: Vec<(String, Vec<String>, DebugValue)> = snapshotter
+        .snapshot()
+        .into_vec()
+        .into_iter()
+        .map(|(key, _, _, value)| {
+            let key = key.key();
+            let labels = key
+                .labels()
+                .map(|l| format!("{}={}", l.key(), l.value()))
+                .collect();
+            (key.name().to_string(), labels, value)
+        })
+        .collect();
+    let counter = |name: &str, labels: &[&str]| {
+        seen.iter()
+            .find(|(n, l, _)| n == name && l.iter().map(String::as_str).eq(labels.iter().copied()))
+            .map(|(_, _, v)| v)
+    };
+    assert_eq!(
+        counter("idem_begin_total", &["answer=execute"]),
+        Some(&DebugValue::Counter(1)),
+        "{seen:?}"
+    );
+    assert_eq!(
+        counter("idem_begin_total", &["answer=replay"]),
+        Some(&DebugValue::Counter(1))
+    );
+    assert_eq!(
+        counter("idem_finish_total", &["ending=completed", "result=ok"]),
+        Some(&DebugValue::Counter(1))
+    );
+    match counter("idem_begin_seconds", &[]) {
+        Some(DebugValue::Histogram(samples)) => assert_eq!(samples.len(), 2),
+        other => panic!("the begin latency: {other:?}"),
+    }
+}
