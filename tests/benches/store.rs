@@ -7,6 +7,9 @@
 //! against raw `INSERT … ON CONFLICT` + `UPDATE` statements on the same
 //! server, one connection per caller.
 //!
+//! Then the attempt log's cost: the same engine with the log on and off
+//! (`StoreOptions::attempt_log`), interleaved.
+//!
 //! `cargo bench -p idem-tests --bench store`
 
 use std::sync::Arc;
@@ -87,11 +90,24 @@ fn raw_begin_complete(c: &mut rusqlite::Connection, n: u64) {
 /// Operations per second for `callers` concurrent callers doing `per_caller`
 /// begin+complete each through the engine.
 fn engine_rate(callers: u64, per_caller: u64, rt: &tokio::runtime::Runtime) -> f64 {
+    engine_rate_logged(callers, per_caller, true, rt)
+}
+
+/// [`engine_rate`] with the attempt log on or off.
+fn engine_rate_logged(
+    callers: u64,
+    per_caller: u64,
+    attempt_log: bool,
+    rt: &tokio::runtime::Runtime,
+) -> f64 {
     let dir = tempfile::tempdir().unwrap();
     let store = SqliteStore::open(
         &dir.path().join("idem.db"),
         SqliteOptions::default(),
-        StoreOptions::default(),
+        StoreOptions {
+            attempt_log,
+            ..StoreOptions::default()
+        },
     )
     .unwrap();
     let engine = Arc::new(Engine::new(
@@ -172,11 +188,29 @@ fn engine_rate_pg(
     per_caller: u64,
     rt: &tokio::runtime::Runtime,
 ) -> f64 {
+    engine_rate_pg_logged(url, schema, callers, per_caller, true, rt)
+}
+
+/// [`engine_rate_pg`] with the attempt log on or off.
+fn engine_rate_pg_logged(
+    url: &str,
+    schema: &str,
+    callers: u64,
+    per_caller: u64,
+    attempt_log: bool,
+    rt: &tokio::runtime::Runtime,
+) -> f64 {
     rt.block_on(async {
         let url = format!("{url}?idem_schema={schema}&idem_pool_size=40&sslmode=disable");
-        let store = idem::store::open(&url, StoreOptions::default())
-            .await
-            .unwrap();
+        let store = idem::store::open(
+            &url,
+            StoreOptions {
+                attempt_log,
+                ..StoreOptions::default()
+            },
+        )
+        .await
+        .unwrap();
         let engine = Arc::new(Engine::new(
             load("billing-charge"),
             store,
@@ -291,10 +325,52 @@ fn main() {
         let (e, f) = (median(e), median(f));
         println!("{callers:>8} {e:>14.0} {f:>14.0} {:>7.2}x", e / f);
     }
+    println!(
+        "\nthe attempt log's cost on SQLite: begin+complete with the log / without, medians of {rounds} rounds"
+    );
+    println!(
+        "{:>8} {:>14} {:>14} {:>8}",
+        "callers", "log ops/s", "no-log ops/s", "ratio"
+    );
+    for callers in [1u64, 8] {
+        let per = (total / callers).max(1);
+        let mut on = Vec::new();
+        let mut off = Vec::new();
+        for _ in 0..rounds {
+            on.push(engine_rate_logged(callers, per, true, &rt));
+            off.push(engine_rate_logged(callers, per, false, &rt));
+        }
+        let (on, off) = (median(on), median(off));
+        println!("{callers:>8} {on:>14.0} {off:>14.0} {:>7.2}x", on / off);
+    }
     let Ok(url) = std::env::var("IDEM_TEST_POSTGRES_URL") else {
         println!("PostgreSQL: skipped (set IDEM_TEST_POSTGRES_URL to measure it)");
         return;
     };
+    println!(
+        "\nthe attempt log's cost on PostgreSQL: with the log / without, medians of {rounds} rounds"
+    );
+    println!(
+        "{:>8} {:>14} {:>14} {:>8}",
+        "callers", "log ops/s", "no-log ops/s", "ratio"
+    );
+    for callers in [1u64, 8] {
+        let per = (total / callers).max(1);
+        let mut on = Vec::new();
+        let mut off = Vec::new();
+        for round in 0..rounds {
+            for (log, rates) in [(true, &mut on), (false, &mut off)] {
+                let schema = format!(
+                    "idem_bench_log_{}_{callers}_{round}_{log}",
+                    std::process::id()
+                );
+                rates.push(engine_rate_pg_logged(&url, &schema, callers, per, log, &rt));
+                drop_schema(&url, &schema, &rt);
+            }
+        }
+        let (on, off) = (median(on), median(off));
+        println!("{callers:>8} {on:>14.0} {off:>14.0} {:>7.2}x", on / off);
+    }
     println!(
         "\nbegin+complete on PostgreSQL ({url}), medians of {rounds} rounds, {total} ops each"
     );

@@ -112,7 +112,7 @@ impl RecordBackend for MemoryStore {
         if let Some(record) = step.record {
             state.records.insert(call.key, *record);
         }
-        if let Some(entry) = step.entry {
+        if let Some(entry) = step.entry.filter(|_| self.options.attempt_log) {
             state.append(entry, now);
         }
         step.answer
@@ -162,6 +162,9 @@ impl RecordBackend for MemoryStore {
 
     async fn append(&self, entries: Vec<AttemptEntry>) -> Result<(), StoreError> {
         let (mut state, _now) = self.lock();
+        if !self.options.attempt_log {
+            return Ok(());
+        }
         for entry in entries {
             let at = entry.at_ms;
             state.append(entry, at);

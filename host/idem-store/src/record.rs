@@ -404,6 +404,13 @@ pub struct StoreOptions {
     pub clock: StoreClock,
     /// Largest outcome body accepted (default 64 KiB).
     pub max_outcome_bytes: usize,
+    /// Whether this process writes the attempt log (default: yes). Off, its
+    /// claims, ends and answers leave no entries: `idem report` cannot say
+    /// why they ran twice, and `idem review` shows their records without a
+    /// timeline. For a caller that cannot spare the log's cost (see
+    /// `docs/benchmarks.md`: within a few percent of a begin+complete on
+    /// both stores); the records and their guarantees are the same.
+    pub attempt_log: bool,
 }
 
 impl Default for StoreOptions {
@@ -411,6 +418,7 @@ impl Default for StoreOptions {
         StoreOptions {
             clock: StoreClock::system(),
             max_outcome_bytes: DEFAULT_MAX_OUTCOME_BYTES,
+            attempt_log: true,
         }
     }
 }

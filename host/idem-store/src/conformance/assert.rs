@@ -76,6 +76,7 @@ where
     let fixture = factory(StoreOptions {
         clock: clock.store_clock(),
         max_outcome_bytes,
+        ..StoreOptions::default()
     })
     .await;
     (fixture, clock)

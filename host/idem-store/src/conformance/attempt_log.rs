@@ -511,3 +511,96 @@ where
         "{name}"
     );
 }
+
+/// With the attempt log off (`StoreOptions::attempt_log`), every path
+/// works as before and writes no entry: the fast paths, the batches, a
+/// refused late write, a resolution, answers.
+pub async fn attempt_log_off_writes_no_entries<F, Fut>(factory: &F)
+where
+    F: Fn(StoreOptions) -> Fut,
+    Fut: Future<Output = Fixture>,
+{
+    let clock = crate::ManualClock::new(START_MS);
+    let fx = factory(StoreOptions {
+        clock: clock.store_clock(),
+        attempt_log: false,
+        ..StoreOptions::default()
+    })
+    .await;
+    let store = fx.store.as_ref();
+    let name = store.describe();
+    let a = claimed(store, request(&key(1), 1, 1_000, 60_000, 1)).await;
+    store
+        .complete(&key(1), a.fence, Outcome::new(0, "ok"))
+        .await
+        .expect("complete");
+    let batch = store
+        .claim_many(vec![
+            request(&key(2), 1, 1_000, 60_000, 1),
+            request(&key(3), 1, 1_000, 60_000, 1),
+        ])
+        .await
+        .expect("claim a batch");
+    let fences: Vec<u64> = batch
+        .iter()
+        .map(|r| match r {
+            Ok(crate::ClaimOutcome::Claimed(c)) => c.fence,
+            other => panic!("{name}: {other:?}"),
+        })
+        .collect();
+    let finished = store
+        .finish_many(vec![
+            Finish {
+                key: key(2),
+                fence: fences[0],
+                ending: Ending::Completed,
+                outcome: Outcome::new(0, "2"),
+            },
+            Finish {
+                key: key(3),
+                fence: fences[1],
+                ending: Ending::Completed,
+                outcome: Outcome::new(0, "3"),
+            },
+        ])
+        .await
+        .expect("finish a batch");
+    assert!(finished.iter().all(Result::is_ok), "{name}: {finished:?}");
+    let b = claimed(store, request(&key(4), 1, 1_000, 60_000, 1)).await;
+    clock.advance(ms(1_000));
+    let c = store
+        .take_over(&key(4), b.fence, ms(1_000), holder(2))
+        .await
+        .expect("take over");
+    assert_fenced(
+        store
+            .complete(&key(4), b.fence, Outcome::new(0, "late"))
+            .await,
+        b.fence,
+        c.fence,
+    );
+    clock.advance(ms(1_000));
+    store
+        .resolve(resolution(&key(4), c.fence, Resolution::Release))
+        .await
+        .expect("resolve");
+    store
+        .log_answers(vec![answer(
+            &key(1),
+            a.fence,
+            AttemptEvent::Replayed,
+            2,
+            START_MS,
+        )])
+        .await
+        .expect("answers");
+    assert_eq!(
+        log(store, AttemptFilter::default()).await,
+        vec![],
+        "{name}: the log is off"
+    );
+    assert_eq!(
+        view(store, &key(3)).await.record.state,
+        RecordState::Completed
+    );
+}

@@ -39,8 +39,8 @@ use std::future::Future;
 
 pub use assert::{POLICY, START_MS, fingerprint, holder, key, request};
 pub use attempt_log::{
-    attempt_log_follows_every_change, gc_removes_attempt_entries_with_their_records,
-    resolution_settles_review_once,
+    attempt_log_follows_every_change, attempt_log_off_writes_no_entries,
+    gc_removes_attempt_entries_with_their_records, resolution_settles_review_once,
 };
 pub use batches::{claim_many_is_claims_in_order, finish_many_is_finishes_in_order};
 pub use factories::{
@@ -98,6 +98,7 @@ macro_rules! for_each_conformance_check {
             attempt_log_follows_every_change,
             gc_removes_attempt_entries_with_their_records,
             resolution_settles_review_once,
+            attempt_log_off_writes_no_entries,
         }
     };
 }

@@ -31,7 +31,7 @@ use crate::record::ClaimRequest;
 /// order: `position` (1-based), `now_ms`, `current_epoch`,
 /// `inserted_fence` (when this statement inserted the row), the record the
 /// snapshot held, and in debug builds the inserted row (`ins_*`).
-pub(super) fn claim_sql(s: &str, fence_seq: &str) -> String {
+pub(super) fn claim_sql(s: &str, fence_seq: &str, log: bool) -> String {
     let now = NOW.replace("$1", "$13").replace("$2", "$14");
     let columns = codec::column_list("");
     let r_columns = codec::column_list("r.");
@@ -74,9 +74,8 @@ pub(super) fn claim_sql(s: &str, fence_seq: &str) -> String {
            SELECT {fresh} \
            FROM (SELECT * FROM u ORDER BY u.namespace COLLATE \"C\", u.key) u CROSS JOIN ok \
            ON CONFLICT (namespace, key) DO NOTHING \
-           RETURNING {}), \
-         lg AS (INSERT INTO {s}.attempts ({}) SELECT {} \
-           FROM ins JOIN u ON u.namespace = ins.namespace AND u.key = ins.key) \
+           RETURNING {}) \
+         {} \
          SELECT u.i AS position, c.ms AS now_ms, (SELECT epoch FROM m) AS current_epoch, \
            ins.fence AS inserted_fence{inserted}, {r_columns} \
          FROM u CROSS JOIN c \
@@ -84,8 +83,16 @@ pub(super) fn claim_sql(s: &str, fence_seq: &str) -> String {
          LEFT JOIN {s}.records r ON r.namespace = u.namespace AND r.key = u.key \
          ORDER BY u.i",
         logged_columns(""),
-        codec::attempt_column_list(),
-        logged_entry("ins.", "'executed'", "ins.created", "u.op_digest"),
+        if log {
+            format!(
+                ", lg AS (INSERT INTO {s}.attempts ({}) SELECT {} \
+                 FROM ins JOIN u ON u.namespace = ins.namespace AND u.key = ins.key)",
+                codec::attempt_column_list(),
+                logged_entry("ins.", "'executed'", "ins.created", "u.op_digest"),
+            )
+        } else {
+            String::new()
+        },
     )
 }
 

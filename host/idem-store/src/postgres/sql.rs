@@ -59,8 +59,9 @@ pub(super) struct Sql {
 }
 
 impl Sql {
-    /// Every statement of the store whose (checked) schema is `schema`.
-    pub(super) fn new(schema: &str) -> Sql {
+    /// Every statement of the store whose (checked) schema is `schema`;
+    /// without `log`, the one-statement writes leave the attempt log out.
+    pub(super) fn new(schema: &str, log: bool) -> Sql {
         let s = quote(schema);
         let fence_seq = format!("'{s}.fence_seq'");
         let epoch_seq = format!("'{s}.epoch_seq'");
@@ -108,10 +109,18 @@ impl Sql {
         // The fresh claim's `executed` entry, from the inserted row `ins`
         // and the operation digest `$op`.
         let log_fresh = |op: &str| {
+            let entry = if log {
+                format!(
+                    "lg AS (INSERT INTO {s}.attempts ({attempt_columns}) \
+                     SELECT {} FROM ins), ",
+                    logged_entry("ins.", "'executed'", "ins.created", op),
+                )
+            } else {
+                // The parameter is still bound: keep its type known.
+                format!("lg AS (SELECT {op}), ")
+            };
             format!(
-                "lg AS (INSERT INTO {s}.attempts ({attempt_columns}) \
-                 SELECT {} FROM ins) SELECT {} FROM ins",
-                logged_entry("ins.", "'executed'", "ins.created", op),
+                "{entry}x AS (SELECT 1) SELECT {} FROM ins",
                 written_columns("", "fence, created"),
             )
         };
@@ -149,7 +158,7 @@ impl Sql {
                 NOW.replace("$1", "$13").replace("$2", "$14"),
                 log_fresh("$17::bytea"),
             ),
-            batch_claim: batch_claim::claim_sql(&s, &fence_seq),
+            batch_claim: batch_claim::claim_sql(&s, &fence_seq, log),
             get: format!(
                 "SELECT n.ms, {r_columns} FROM (SELECT {now34} AS ms) n \
                  LEFT JOIN {s}.records r ON r.namespace = $1 AND r.key = $2"
@@ -216,16 +225,15 @@ impl Sql {
             job_release: format!("DELETE FROM {s}.job_leases WHERE job = $1 AND fence = $2"),
             // A holder's completion or failure in one autocommit statement;
             // when it changes nothing, the locked path finds out why.
-            finish_batch: batch_finish::finish_sql(&s),
+            finish_batch: batch_finish::finish_sql(&s, log),
             finish_fast: format!(
                 "WITH n AS (SELECT {NOW} AS ms), \
-                 w AS (UPDATE {s}.records AS r SET {} FROM n WHERE {} RETURNING {}), \
-                 lg AS (INSERT INTO {s}.attempts ({attempt_columns}) SELECT {} FROM w) \
-                 SELECT {} FROM w",
+                 w AS (UPDATE {s}.records AS r SET {} FROM n WHERE {} RETURNING {}) \
+                 {} SELECT {} FROM w",
                 finished_values("$5::text", "$6::int4", "$7::bytea", "$8::text"),
                 held_by("$3", "$4", "$9"),
                 logged_columns("r."),
-                logged_entry("w.", "w.state", "w.updated", "NULL::bytea"),
+                log_finished(&s, log),
                 written_columns("", "fence, updated"),
             ),
             insert_logged: format!(
@@ -394,6 +402,19 @@ pub(super) fn logged_entry(table: &str, event: &str, at: &str, operation_digest:
     )
 }
 
+/// The attempt-log CTE of a finish whose updated rows are `w` (nothing
+/// without `log`), to sit between the update and the final `SELECT`.
+pub(super) fn log_finished(s: &str, log: bool) -> String {
+    if !log {
+        return String::new();
+    }
+    format!(
+        ", lg AS (INSERT INTO {s}.attempts ({}) SELECT {} FROM w)",
+        codec::attempt_column_list(),
+        logged_entry("w.", "w.state", "w.updated", "NULL::bytea"),
+    )
+}
+
 /// What a fast write returns: in debug builds the whole row (prefixed by
 /// `table`), for the operations layer to check against the machine; else
 /// only `release`.
@@ -479,7 +500,7 @@ mod tests {
     /// reach them except as a bound parameter.
     #[test]
     fn the_schema_is_the_only_interpolation() {
-        let (a, b) = (Sql::new("svc_a"), Sql::new("svc_b"));
+        let (a, b) = (Sql::new("svc_a", true), Sql::new("svc_b", true));
         for ((name, a), (_, b)) in statements(&a).into_iter().zip(statements(&b)) {
             assert_eq!(a.replace("\"svc_a\"", "\"svc_b\""), b, "{name}");
             assert!(!a.replace("\"svc_a\"", "").contains("svc_a"), "{name}: {a}");

@@ -60,7 +60,7 @@ impl PostgresStore {
         let store = PostgresStore {
             inner: Arc::new(Inner {
                 pool,
-                sql: Sql::new(&url.schema),
+                sql: Sql::new(&url.schema, options.attempt_log),
                 name: url.redacted().to_string(),
                 url,
                 options,

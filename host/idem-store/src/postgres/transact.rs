@@ -124,7 +124,11 @@ impl Inner {
                 return Err(refused);
             }
         };
-        let entry = step.entry.as_ref().map(|e| AttemptRow::of(e, now_ms));
+        let entry = step
+            .entry
+            .as_ref()
+            .filter(|_| self.options.attempt_log)
+            .map(|e| AttemptRow::of(e, now_ms));
         let Some(record) = step.record else {
             // No record change: an entry alone (a refused late write) is
             // committed; nothing at all is rolled back.
@@ -435,6 +439,9 @@ impl RecordBackend for PostgresStore {
 
     async fn append(&self, entries: Vec<AttemptEntry>) -> Result<(), StoreError> {
         let inner = &self.inner;
+        if !inner.options.attempt_log {
+            return Ok(());
+        }
         let rows: Vec<AttemptRow> = entries.iter().map(|e| AttemptRow::of(e, e.at_ms)).collect();
         let namespaces: Vec<&str> = rows.iter().map(|r| r.namespace.as_str()).collect();
         let keys: Vec<&[u8]> = rows.iter().map(|r| r.key.as_slice()).collect();

@@ -71,7 +71,7 @@ impl Inner {
         if let Some(record) = &step.record {
             self.save(tx, record)?;
         }
-        if let Some(entry) = &step.entry {
+        if let Some(entry) = step.entry.as_ref().filter(|_| self.options.attempt_log) {
             self.append_entry(tx, entry, now)?;
         }
         Ok(step.answer)
@@ -185,6 +185,9 @@ impl RecordBackend for SqliteStore {
     }
 
     async fn append(&self, entries: Vec<AttemptEntry>) -> Result<(), StoreError> {
+        if !self.inner.options.attempt_log {
+            return Ok(());
+        }
         self.blocking(move |inner| {
             inner.write("logging answers", |tx, _now| {
                 for entry in &entries {
