@@ -6,9 +6,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use clap::Args;
+use idem::forensics;
 use idem::policy::{PolicyRuntime, RuntimeConfig, default_cache_dir};
 use idem_sim::{Fault, Guard, Report, Scenario, simulate};
-use idem_store::{ManualClock, SqliteOptions, SqliteStore, StoreOptions};
+use idem_store::{AttemptFilter, ManualClock, SqliteOptions, SqliteStore, Store, StoreOptions};
 use serde_json::json;
 
 use crate::exit::{Failure, SUCCESS};
@@ -107,15 +108,18 @@ pub fn run(args: DemoArgs) -> Result<u8, Failure> {
         .enable_all()
         .build()
         .map_err(|e| Failure::input(format!("cannot start the async runtime: {e}")))?;
-    let (lock, idem) = rt
+    let (lock, idem, analysis) = rt
         .block_on(async {
             let lock = simulate(&scenario, &Guard::LockOnly, &clock).await?;
+            let store: Arc<dyn Store> = Arc::new(store);
             let guard = Guard::Idem {
                 policy,
-                store: Arc::new(store),
+                store: store.clone(),
             };
             let idem = simulate(&scenario, &guard, &clock).await?;
-            Ok::<_, idem_sim::SimError>((lock, idem))
+            // Why the job ran twice, from the attempt log it left.
+            let log = store.attempts(AttemptFilter::default()).await?;
+            Ok::<_, idem_sim::SimError>((lock, idem, forensics::analyse(&log)))
         })
         .map_err(|e| Failure::input(format!("the simulation failed: {e}")))?;
 
@@ -135,11 +139,15 @@ pub fn run(args: DemoArgs) -> Result<u8, Failure> {
                 "fenced_writes": idem.counters.fenced_writes,
                 "replays": idem.counters.replays,
                 "outcome_unknown": idem.counters.outcome_unknown,
+                "causes": analysis.causes().iter().map(|(c, n)| json!({"cause": c, "count": n})).collect::<Vec<_>>(),
             },
         });
         println!("{out}");
     } else {
         print_table(&scenario, &lock, &idem);
+        for line in analysis.summary_lines() {
+            println!("why: {line}");
+        }
     }
     Ok(SUCCESS)
 }
