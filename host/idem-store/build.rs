@@ -8,7 +8,10 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 fn main() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations");
+    // Read when the script runs, not when it was compiled: a target dir
+    // shared between checkouts must not embed another checkout's files.
+    let manifest = std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR");
+    let root = Path::new(&manifest).join("migrations");
     println!("cargo:rerun-if-changed={}", root.display());
     let mut out = String::new();
     for (dialect, constant) in [("sqlite", "SQLITE"), ("postgres", "POSTGRES")] {
