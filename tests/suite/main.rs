@@ -8,3 +8,4 @@ mod fleet;
 mod job;
 mod ownership;
 mod policy_runtime;
+mod run_cli;
