@@ -62,7 +62,7 @@ impl OperationSource for OpsFile {
     fn read(&self) -> Result<SourceRead, String> {
         let mut file = self.file.try_clone().map_err(|e| e.to_string())?;
         file.seek(SeekFrom::Start(0)).map_err(|e| e.to_string())?;
-        let limits = self.limits.clone();
+        let limits = self.limits;
         let run = self.run.clone();
         let mut lines = Lines {
             reader: BufReader::with_capacity(64 * 1024, file),

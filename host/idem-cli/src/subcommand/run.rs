@@ -117,11 +117,7 @@ pub fn run(args: RunArgs) -> Result<u8, Failure> {
     if args.wait_for_peers == Some(Some(Duration::ZERO)) {
         return Err(Failure::input("--wait-for-peers must be more than 0"));
     }
-    let ops = OpsFile::open(
-        &args.ops,
-        policy.limits().operation.clone(),
-        args.run.clone(),
-    )?;
+    let ops = OpsFile::open(&args.ops, policy.limits().operation, args.run.clone())?;
     let skip_file = match &args.skip_invalid {
         Some(path) => Some(SkipFile::create(path)?),
         None => None,
@@ -237,10 +233,10 @@ impl SkipFile {
     fn write(&self, line: u64, input: &str, error: &str) {
         let entry = serde_json::json!({ "line": line, "error": error, "input": input });
         let mut out = self.out.lock().expect("skip file lock");
-        if out.error.is_none() {
-            if let Err(e) = writeln!(out.writer, "{entry}") {
-                out.error = Some(e);
-            }
+        if out.error.is_none()
+            && let Err(e) = writeln!(out.writer, "{entry}")
+        {
+            out.error = Some(e);
         }
     }
 

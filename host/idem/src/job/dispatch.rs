@@ -156,7 +156,9 @@ type Ended = (End, Option<String>);
 
 /// Settles one begun operation: runs the effect if this run holds it, and
 /// with `wait_for_peers`, waits for one a live peer holds and begins it
-/// again. Gives up its slot (`permit`) when it ends or starts waiting.
+/// again. Gives up its slot (`permit`) when its effect is over (before its
+/// end is recorded: recording needs no slot, and a slot freed at once lets
+/// the next claims overlap the recording) or when it starts waiting.
 async fn settle<E: Effect>(
     shared: &Shared<E>,
     op: Operation,
@@ -164,16 +166,14 @@ async fn settle<E: Effect>(
     begun: Result<Begin, EngineError>,
     permit: OwnedSemaphorePermit,
 ) -> Ended {
-    let ended = match begun {
+    match begun {
         Ok(Begin::InProgress { key, .. }) if shared.wait_for_peers.is_some() => {
             drop(permit);
-            return wait_for_peer(shared, op, key).await;
+            wait_for_peer(shared, op, key).await
         }
-        Ok(Begin::Execute(execution)) => run_held(shared, op, execution).await,
+        Ok(Begin::Execute(execution)) => run_held(shared, op, execution, permit).await,
         other => not_executed(other, key),
-    };
-    drop(permit);
-    ended
+    }
 }
 
 /// Waits (holding no slot) until the peer holding `key` ends its claim,
@@ -199,13 +199,11 @@ async fn wait_for_peer<E: Effect>(shared: &Shared<E>, op: Operation, key: Record
         .acquire_owned()
         .await
         .expect("the semaphore is never closed");
-    let ended = match shared.engine.begin(&op).await {
-        Ok(Begin::Execute(execution)) => run_held(shared, op, execution).await,
+    match shared.engine.begin(&op).await {
+        Ok(Begin::Execute(execution)) => run_held(shared, op, execution, permit).await,
         // Held again by someone (a peer took it over): the wait is over.
         other => not_executed(other, key.digest),
-    };
-    drop(permit);
-    ended
+    }
 }
 
 /// An operation this run does not execute (its key is `key`): how it ended.
@@ -235,12 +233,13 @@ fn not_executed(begun: Result<Begin, EngineError>, key: Digest) -> Ended {
     }
 }
 
-/// Runs the effect of an operation this run holds and records its end
-/// through the finisher.
+/// Runs the effect of an operation this run holds, gives up its slot, and
+/// records its end through the finisher.
 async fn run_held<E: Effect>(
     shared: &Shared<E>,
     op: Operation,
     execution: crate::engine::Execution,
+    permit: OwnedSemaphorePermit,
 ) -> Ended {
     let key = execution.key_hex();
     let finisher = &shared.finisher;
@@ -248,7 +247,10 @@ async fn run_held<E: Effect>(
         &*shared.effect,
         op,
         execution,
-        async |execution, ending, outcome| finisher.finish(execution, ending, outcome).await,
+        async |execution, ending, outcome| {
+            drop(permit);
+            finisher.finish(execution, ending, outcome).await
+        },
     )
     .await;
     match performed {

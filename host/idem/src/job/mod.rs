@@ -203,6 +203,8 @@ impl JobRunner {
         let plan = {
             let (engine, source) = (self.engine.clone(), source.clone());
             let (ownership, observer) = (self.options.ownership.clone(), self.observer.clone());
+            // A large error ends the run, once: its size costs nothing.
+            #[allow(clippy::result_large_err)]
             tokio::task::spawn_blocking(move || {
                 plan::plan(&engine, &*source, on_invalid, ownership.as_ref(), &observer)
             })

@@ -66,7 +66,7 @@ impl Plan {
     }
 
     fn push_valid(&mut self, owned: bool) {
-        if self.valid % 64 == 0 {
+        if self.valid.is_multiple_of(64) {
             self.owned.push(0);
         }
         if owned {
@@ -99,6 +99,8 @@ pub(crate) enum OnInvalid {
 /// second read needs. With `ownership`, an operation is this worker's when
 /// it owns its partition among the members asked for (the store registers
 /// exactly those: see [`super::ownership::join`]).
+// A large error ends the run, once: its size costs nothing.
+#[allow(clippy::result_large_err)]
 pub(crate) fn plan(
     engine: &Engine,
     source: &dyn OperationSource,
