@@ -115,6 +115,7 @@ async fn a_job_run_twice_runs_each_effect_once() {
         let event = match event {
             JobEvent::Started { operations } => format!("started {operations}"),
             JobEvent::Ended { end, .. } => format!("{end:?}"),
+            JobEvent::Skipped { position, .. } => format!("skipped {position}"),
             JobEvent::Warning(message) => format!("warning {message}"),
         };
         seen.lock().unwrap().push(event);
@@ -296,8 +297,9 @@ async fn a_held_job_lease_or_a_refused_operation_runs_nothing() {
     );
     match runner.run(ops, charging(&ledger)).await {
         Err(JobError::Derive {
-            index: 5,
+            position: 5,
             error: EngineError::Refused(_),
+            ..
         }) => {}
         other => panic!("expected a refusal of operation 5, got {other:?}"),
     }

@@ -14,3 +14,4 @@ mod ownership;
 mod policy_runtime;
 mod report_cli;
 mod report_page;
+mod run_cli;

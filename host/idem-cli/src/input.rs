@@ -18,3 +18,12 @@ pub fn read_op_bytes(path: &PathBuf) -> Result<Vec<u8>, Failure> {
             .map_err(|e| Failure::input(format!("cannot read {}: {e}", path.display())))
     }
 }
+
+/// Input text as a message shows it: at most 200 characters, in backticks.
+pub fn shown(text: &str) -> String {
+    const MAX: usize = 200;
+    match text.char_indices().nth(MAX) {
+        Some((cut, _)) => format!("`{}…`", &text[..cut]),
+        None => format!("`{text}`"),
+    }
+}

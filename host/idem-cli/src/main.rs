@@ -2,7 +2,9 @@
 //!
 //! One module per subcommand ([`subcommand`]); the flag groups several
 //! share ([`policy_args`], [`store_args`], [`run_flags`]); the user's command
-//! under a claim ([`user_command`]).
+//! under a claim ([`user_command`]), or long-lived workers fed one operation
+//! a line ([`worker`]); the operations file read line by line, twice
+//! ([`ops_file`]).
 //!
 //! Exit statuses are defined, each with its meaning, in [`exit`]; in short:
 //! [`exit::SUCCESS`] 0; [`exit::INCOMPLETE`] 1 (a test case failed, some
@@ -21,6 +23,7 @@
 
 mod exit;
 mod input;
+mod ops_file;
 mod policy_args;
 mod record_key;
 mod report_page;
@@ -29,6 +32,7 @@ mod store_args;
 mod subcommand;
 mod user_command;
 mod when;
+mod worker;
 
 use std::process::ExitCode;
 

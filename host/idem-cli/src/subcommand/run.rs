@@ -18,23 +18,34 @@
 //! `--job-lease NAME`: a job-level lease taken first; when another live run
 //! holds it, the run exits at once with [`exit::JOB_LEASE_HELD`]. Efficiency
 //! only: nothing above depends on it.
+//!
+//! The operations file is read twice, line by line ([`OpsFile`]): once to
+//! check every line, once to run them; memory does not grow with the file.
+//! `--worker` feeds long-lived workers instead of starting the command per
+//! operation ([`WorkerPool`]).
 
-use std::io::IsTerminal;
+use std::fs::File;
+use std::io::{BufWriter, IsTerminal, Write};
 use std::num::NonZeroUsize;
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use clap::Args;
-use idem::engine::{Engine, EngineError};
-use idem::job::{JobError, JobEvent, JobLeaseOptions, JobOptions, JobRunner, Ownership, Summary};
-use idem_core::Operation;
+use idem::engine::Engine;
+use idem::job::{
+    Effect, JobError, JobEvent, JobLeaseOptions, JobOptions, JobRunner, Ownership, Summary,
+};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::exit::{self, Failure, engine_failure};
-use crate::input::read_op_bytes;
+use crate::input::shown;
+use crate::ops_file::OpsFile;
 use crate::policy_args::PolicyArgs;
 use crate::run_flags::{OwnershipFlags, RunFlags};
 use crate::store_args::{StoreArgs, runtime};
 use crate::user_command::UserCommand;
+use crate::worker::WorkerPool;
 
 /// `idem run`'s flags.
 #[derive(Args, Debug)]
@@ -67,7 +78,25 @@ pub struct RunArgs {
     /// Print the summary as JSON.
     #[arg(long)]
     pub json: bool,
-    /// The command run for each operation; it reads the operation on stdin.
+    /// Start CMD once per --concurrency slot and feed it one operation per
+    /// line on stdin, reading one result line per operation from its
+    /// stdout (the worker protocol: see the README), instead of starting
+    /// CMD for each operation.
+    #[arg(long)]
+    pub worker: bool,
+    /// Write the lines that are not valid operations (or that the policy
+    /// refuses or fails to derive) to FILE, one JSON object each with the
+    /// line number, the error and the input, and run the rest; without it
+    /// one such line stops the run before anything is claimed.
+    #[arg(long, value_name = "FILE")]
+    pub skip_invalid: Option<PathBuf>,
+    /// Wait for the operations another live run holds (up to MAX each, e.g.
+    /// `10m`; without MAX, as long as the other run's claim stays live) and
+    /// report how they ended, instead of counting them in progress.
+    #[arg(long, value_name = "MAX", num_args = 0..=1, value_parser = humantime::parse_duration)]
+    pub wait_for_peers: Option<Option<Duration>>,
+    /// The command run for each operation; it reads the operation on stdin
+    /// (with --worker: the worker, fed every operation).
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<String>,
 }
@@ -75,24 +104,6 @@ pub struct RunArgs {
 /// Runs `idem run`.
 pub fn run(args: RunArgs) -> Result<u8, Failure> {
     let policy = args.policy.load()?;
-    let bytes = read_op_bytes(&args.ops)?;
-    let text = String::from_utf8(bytes)
-        .map_err(|_| Failure::input(format!("{} is not UTF-8", args.ops.display())))?;
-    // Read every operation before running any: bad input stops the run
-    // before it changes anything (the runner then derives them all first).
-    let limits = policy.limits().operation;
-    let mut ops = Vec::new();
-    let mut lines = Vec::new();
-    for (i, line) in text.lines().enumerate() {
-        if line.trim().is_empty() {
-            continue;
-        }
-        let mut op = Operation::from_json(line, &limits)
-            .map_err(|e| Failure::input(format!("{} line {}: {e}", args.ops.display(), i + 1)))?;
-        args.run.apply(&mut op);
-        ops.push(op);
-        lines.push(i + 1);
-    }
     let at_least_one = |n: usize, flag: &str| {
         NonZeroUsize::new(n).ok_or_else(|| Failure::input(format!("{flag} must be at least 1")))
     };
@@ -103,6 +114,14 @@ pub fn run(args: RunArgs) -> Result<u8, Failure> {
     if args.ownership.job_lease.is_some() && args.ownership.job_lease_ttl.is_zero() {
         return Err(Failure::input("--job-lease-ttl must be more than 0"));
     }
+    if args.wait_for_peers == Some(Some(Duration::ZERO)) {
+        return Err(Failure::input("--wait-for-peers must be more than 0"));
+    }
+    let ops = OpsFile::open(&args.ops, policy.limits().operation, args.run.clone())?;
+    let skip_file = match &args.skip_invalid {
+        Some(path) => Some(SkipFile::create(path)?),
+        None => None,
+    };
     let group = args
         .ownership
         .group
@@ -124,22 +143,41 @@ pub fn run(args: RunArgs) -> Result<u8, Failure> {
                 args.run.run_id.as_deref(),
             )
         }),
-    };
-    let command = UserCommand {
-        argv: args.command.clone(),
-        forward_stdout: false,
-        held_stdout: None,
-        op_on_stdin: true,
-        permanent_exit_codes: args.run.permanent_exit_codes.clone(),
+        skip_invalid: skip_file.is_some(),
+        wait_for_peers: args.wait_for_peers.map(|max| max.unwrap_or(Duration::MAX)),
     };
     runtime()?.block_on(async {
         let store = args.store.open().await?;
         let engine = Engine::new(policy, store, args.run.engine_options());
         let progress = progress_bar();
-        let runner = JobRunner::new(engine, options).on_event(report_to(progress.clone()));
-        let ran = runner.run(ops, command).await;
+        let runner = JobRunner::new(engine, options)
+            .on_event(report_to(progress.clone(), skip_file.clone()));
+        let ran = if args.worker {
+            let pool = WorkerPool::new(
+                args.command.clone(),
+                concurrency.get(),
+                args.run.permanent_exit_codes.clone(),
+            );
+            let ran = run_through(&runner, ops, pool.clone()).await;
+            for complaint in pool.shutdown().await {
+                eprintln!("idem: {complaint}");
+            }
+            ran
+        } else {
+            let command = UserCommand {
+                argv: args.command.clone(),
+                forward_stdout: false,
+                held_stdout: None,
+                op_on_stdin: true,
+                permanent_exit_codes: args.run.permanent_exit_codes.clone(),
+            };
+            run_through(&runner, ops, command).await
+        };
         progress.finish_and_clear();
-        let summary = ran.map_err(|e| job_failure(e, &args, &lines))?;
+        let summary = ran.map_err(|e| job_failure(e, &args))?;
+        if let Some(skip_file) = &skip_file {
+            skip_file.finish(summary.skipped)?;
+        }
         print_summary(
             &summary,
             &args,
@@ -151,6 +189,71 @@ pub fn run(args: RunArgs) -> Result<u8, Failure> {
             exit::INCOMPLETE
         })
     })
+}
+
+async fn run_through<E: Effect>(
+    runner: &JobRunner,
+    ops: OpsFile,
+    effect: E,
+) -> Result<Summary, JobError> {
+    runner.run_source(ops, effect).await
+}
+
+/// `--skip-invalid FILE`: each skipped line as a JSON object, written as
+/// the lines are checked (before anything runs).
+#[derive(Clone)]
+struct SkipFile {
+    path: PathBuf,
+    out: Arc<Mutex<SkipOut>>,
+}
+
+struct SkipOut {
+    writer: BufWriter<File>,
+    error: Option<std::io::Error>,
+}
+
+impl SkipFile {
+    /// Creates (or empties) the file up front: a path that cannot be
+    /// written stops the run before anything is checked or claimed.
+    fn create(path: &PathBuf) -> Result<SkipFile, Failure> {
+        let file = File::create(path).map_err(|e| {
+            Failure::input(format!(
+                "cannot write --skip-invalid {}: {e}",
+                path.display()
+            ))
+        })?;
+        Ok(SkipFile {
+            path: path.clone(),
+            out: Arc::new(Mutex::new(SkipOut {
+                writer: BufWriter::new(file),
+                error: None,
+            })),
+        })
+    }
+
+    fn write(&self, line: u64, input: &str, error: &str) {
+        let entry = serde_json::json!({ "line": line, "error": error, "input": input });
+        let mut out = self.out.lock().expect("skip file lock");
+        if out.error.is_none()
+            && let Err(e) = writeln!(out.writer, "{entry}")
+        {
+            out.error = Some(e);
+        }
+    }
+
+    /// Flushes; a write that failed is an error now, after the run (the
+    /// lines are skipped either way, and the summary counts them).
+    fn finish(&self, skipped: u64) -> Result<(), Failure> {
+        let mut out = self.out.lock().expect("skip file lock");
+        let flushed = out.writer.flush();
+        match out.error.take().map_or(flushed, Err) {
+            Ok(()) => Ok(()),
+            Err(e) => Err(Failure::input(format!(
+                "{skipped} lines were skipped but --skip-invalid {} could not be written: {e}",
+                self.path.display()
+            ))),
+        }
+    }
 }
 
 /// A progress bar on a terminal; hidden otherwise.
@@ -167,8 +270,12 @@ fn progress_bar() -> ProgressBar {
 }
 
 /// What the run says as it goes: each operation moves the bar, and the
-/// ends that deserve a word, and warnings, go to stderr.
-fn report_to(progress: ProgressBar) -> impl Fn(JobEvent<'_>) + Send + Sync + 'static {
+/// ends that deserve a word, and warnings, go to stderr; skipped lines go
+/// to the skip file and a line on stderr.
+fn report_to(
+    progress: ProgressBar,
+    skip_file: Option<SkipFile>,
+) -> impl Fn(JobEvent<'_>) + Send + Sync + 'static {
     move |event| match event {
         JobEvent::Started { operations } => progress.set_length(operations as u64),
         JobEvent::Ended { note, .. } => {
@@ -177,30 +284,51 @@ fn report_to(progress: ProgressBar) -> impl Fn(JobEvent<'_>) + Send + Sync + 'st
             }
             progress.inc(1);
         }
+        JobEvent::Skipped {
+            position,
+            input,
+            error,
+        } => {
+            eprintln!("idem: skipped line {position}: {error}");
+            if let Some(skip_file) = &skip_file {
+                skip_file.write(position, input, error);
+            }
+        }
         JobEvent::Warning(message) => eprintln!("idem: {message}"),
     }
 }
 
-/// The exit status and message for a run that stopped before it started.
-fn job_failure(e: JobError, args: &RunArgs, lines: &[usize]) -> Failure {
+/// The exit status and message for a run that stopped before it started;
+/// a bad line is named by its number and, once parsed, its operation.
+fn job_failure(e: JobError, args: &RunArgs) -> Failure {
+    let file = args.ops.display();
     match e {
+        JobError::Unreadable {
+            position, error, ..
+        } => Failure::input(format!("{file} line {position}: {error}")),
         JobError::Derive {
-            index,
-            error: EngineError::Refused(r),
-        } => Failure {
-            code: exit::POLICY_REFUSED,
-            message: format!(
-                "{} line {}: the policy refused it: {r}",
-                args.ops.display(),
-                lines[index]
-            ),
-        },
-        JobError::Derive { error, .. } => engine_failure(error),
+            position,
+            operation,
+            error,
+        } => {
+            let failure = engine_failure(error);
+            Failure {
+                code: failure.code,
+                message: format!(
+                    "{file} line {position} {}: {}",
+                    shown(&operation),
+                    failure.message
+                ),
+            }
+        }
         held @ JobError::JobLeaseHeld { .. } => Failure {
             code: exit::JOB_LEASE_HELD,
             message: held.to_string(),
         },
-        other @ (JobError::JobLease { .. } | JobError::Membership { .. }) => Failure::input(other),
+        other @ (JobError::JobLease { .. }
+        | JobError::Membership { .. }
+        | JobError::MembershipMismatch { .. }
+        | JobError::Source(_)) => Failure::input(other),
     }
 }
 
@@ -222,6 +350,14 @@ fn print_summary(summary: &Summary, args: &RunArgs, ownership_group: Option<&str
         summary.fenced,
         summary.unknown
     );
+    let extra = [
+        ("policy failed", summary.policy_failed),
+        ("skipped", summary.skipped),
+        ("not run", summary.not_run),
+    ];
+    for (what, n) in extra.iter().filter(|(_, n)| *n > 0) {
+        println!("{what} {n}");
+    }
     if let Some(group) = ownership_group {
         println!(
             "ownership: group {group}, not owned {}, stale epoch {}",

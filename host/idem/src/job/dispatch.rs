@@ -2,42 +2,63 @@
 //! each claimed operation's effect in a task of its own, count the ends.
 
 use std::sync::Arc;
+use std::time::Duration;
 
-use idem_core::{KeyedDerivation, Operation};
-use idem_store::{RecordState, StoreError};
-use tokio::sync::Semaphore;
+use idem_core::{Digest, Operation};
+use idem_store::{RecordKey, RecordState, StoreError};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio::task::{JoinError, JoinSet};
 
 use super::effect::{Effect, Performed, run_effect_recording};
 use super::event::{JobEvent, Observer};
+use super::feed::Fed;
 use super::finisher::Finisher;
+use super::peers;
 use super::summary::{End, Summary};
-use crate::engine::{Begin, Claimed, Engine, EngineError};
+use crate::engine::{Begin, Engine, EngineError};
 
-/// How many operations run at once and how many store calls batch.
+/// How many operations run at once, how many store calls batch, and how
+/// long an operation a peer holds is waited for.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Limits {
     pub(crate) concurrency: usize,
     pub(crate) claim_batch: usize,
     pub(crate) finish_batch: usize,
+    pub(crate) wait_for_peers: Option<Duration>,
 }
 
-/// Runs every operation through `effect`, at most `concurrency` at once.
-/// Only operations about to start are claimed: a claim's lease runs from
-/// the claim, so none waits for a free slot while claimed.
+/// What one operation's task shares with the others.
+struct Shared<E> {
+    engine: Arc<Engine>,
+    finisher: Finisher,
+    effect: Arc<E>,
+    permits: Arc<Semaphore>,
+    wait_for_peers: Option<Duration>,
+}
+
+/// Runs every operation `fed` through `effect`, at most `concurrency` at
+/// once, and returns the tally and how many operations it took. Only
+/// operations about to start are claimed: a claim's lease runs from the
+/// claim, so none waits for a free slot while claimed.
 pub(crate) async fn run_all<E: Effect>(
     engine: Arc<Engine>,
-    ops: Vec<(Operation, KeyedDerivation)>,
+    mut fed: mpsc::Receiver<Fed>,
     effect: Arc<E>,
     limits: Limits,
     observer: &Observer,
-) -> Summary {
+) -> (Summary, u64) {
     let permits = Arc::new(Semaphore::new(limits.concurrency));
     let mut tasks = JoinSet::new();
-    let finisher = Arc::new(Finisher::start(engine.clone(), limits.finish_batch));
+    let shared = Arc::new(Shared {
+        finisher: Finisher::start(engine.clone(), limits.finish_batch),
+        engine: engine.clone(),
+        effect,
+        permits: permits.clone(),
+        wait_for_peers: limits.wait_for_peers,
+    });
     let mut summary = Summary::default();
-    let mut pending = ops.into_iter().peekable();
-    while pending.peek().is_some() {
+    let mut taken: u64 = 0;
+    loop {
         // Count what has finished so far.
         while let Some(joined) = tasks.try_join_next() {
             count(&mut summary, joined, observer);
@@ -58,9 +79,23 @@ pub(crate) async fn run_all<E: Effect>(
                 Err(_) => break,
             }
         }
-        let batch: Vec<_> = pending.by_ref().take(held.len()).collect();
+        // The next operations, as many as can start: at least one (waiting
+        // for the second read if need be), more if they are ready.
+        let Some(first) = fed.recv().await else {
+            break;
+        };
+        let mut batch = vec![first];
+        while batch.len() < held.len() {
+            match fed.try_recv() {
+                Ok(next) => batch.push(next),
+                Err(_) => break,
+            }
+        }
         held.truncate(batch.len());
+        taken += batch.len() as u64;
         let size = batch.len();
+        // Each operation's key, for the notes that name it.
+        let keys: Vec<Digest> = batch.iter().map(|(_, keyed)| keyed.key).collect();
         let claimed = match engine.claim_batch(batch).await {
             Ok(claimed) => claimed,
             Err(e) => {
@@ -75,12 +110,13 @@ pub(crate) async fn run_all<E: Effect>(
                 continue;
             }
         };
-        for (claimed, permit) in claimed.into_iter().zip(held) {
-            let (engine, finisher, effect) = (engine.clone(), finisher.clone(), effect.clone());
+        for ((claimed, permit), key) in claimed.into_iter().zip(held).zip(keys) {
+            let shared = shared.clone();
             let observer = observer.clone();
             tasks.spawn(async move {
-                let (end, note) = one(&engine, &finisher, claimed, &*effect).await;
-                drop(permit);
+                let op = claimed.operation().clone();
+                let begun = shared.engine.begin_claimed(claimed).await;
+                let (end, note) = settle(&shared, op, key, begun, permit).await;
                 // Said as it happens, counted when the main loop collects it.
                 observer(JobEvent::Ended {
                     end,
@@ -93,7 +129,7 @@ pub(crate) async fn run_all<E: Effect>(
     while let Some(joined) = tasks.join_next().await {
         count(&mut summary, joined, observer);
     }
-    summary
+    (summary, taken)
 }
 
 /// Counts a finished task's operation (already reported by the task); a
@@ -114,45 +150,113 @@ fn ended(summary: &mut Summary, end: End, note: Option<&str>, observer: &Observe
     summary.count(end);
 }
 
-/// One claimed operation: settle the claim, run the effect if this run
-/// holds it, record its end through the finisher. The note says why, for
-/// the ends that deserve a word.
-async fn one<E: Effect>(
-    engine: &Engine,
-    finisher: &Finisher,
-    claimed: Claimed,
-    effect: &E,
-) -> (End, Option<String>) {
-    let op = claimed.operation().clone();
-    let execution = match engine.begin_claimed(claimed).await {
-        Ok(Begin::Execute(e)) => e,
-        Ok(Begin::Replay(r)) if r.state == RecordState::Completed => return (End::Replayed, None),
-        Ok(Begin::Replay(_)) => return (End::ReplayedFailure, None),
-        Ok(Begin::InProgress { .. }) => return (End::InProgress, None),
+/// How one operation ended; the note says why, for the ends that deserve
+/// a word.
+type Ended = (End, Option<String>);
+
+/// Settles one begun operation: runs the effect if this run holds it, and
+/// with `wait_for_peers`, waits for one a live peer holds and begins it
+/// again. Gives up its slot (`permit`) when its effect is over (before its
+/// end is recorded: recording needs no slot, and a slot freed at once lets
+/// the next claims overlap the recording) or when it starts waiting.
+async fn settle<E: Effect>(
+    shared: &Shared<E>,
+    op: Operation,
+    key: Digest,
+    begun: Result<Begin, EngineError>,
+    permit: OwnedSemaphorePermit,
+) -> Ended {
+    match begun {
+        Ok(Begin::InProgress { key, .. }) if shared.wait_for_peers.is_some() => {
+            drop(permit);
+            wait_for_peer(shared, op, key).await
+        }
+        Ok(Begin::Execute(execution)) => run_held(shared, op, execution, permit).await,
+        other => not_executed(other, key),
+    }
+}
+
+/// Waits (holding no slot) until the peer holding `key` ends its claim,
+/// then takes a slot and begins the operation again: a replay, or what the
+/// policy decides for a failure or a lapsed claim.
+async fn wait_for_peer<E: Effect>(shared: &Shared<E>, op: Operation, key: RecordKey) -> Ended {
+    let max = shared.wait_for_peers.unwrap_or_default();
+    tracing::debug!(key = %key.digest, "in progress: waiting for the live run holding it");
+    match peers::still_held_after(shared.engine.store(), &key, max).await {
+        Ok(false) => {}
+        Ok(true) => {
+            let note = format!(
+                "key {}: still in progress elsewhere after waiting {max:?}",
+                key.digest
+            );
+            return (End::InProgress, Some(note));
+        }
+        Err(e) => return (End::Unknown, Some(format!("key {}: {e}", key.digest))),
+    }
+    let permit = shared
+        .permits
+        .clone()
+        .acquire_owned()
+        .await
+        .expect("the semaphore is never closed");
+    match shared.engine.begin(&op).await {
+        Ok(Begin::Execute(execution)) => run_held(shared, op, execution, permit).await,
+        // Held again by someone (a peer took it over): the wait is over.
+        other => not_executed(other, key.digest),
+    }
+}
+
+/// An operation this run does not execute (its key is `key`): how it ended.
+fn not_executed(begun: Result<Begin, EngineError>, key: Digest) -> Ended {
+    match begun {
+        Ok(Begin::Execute(_)) => unreachable!("executions are run, not reported"),
+        Ok(Begin::Replay(r)) if r.state == RecordState::Completed => (End::Replayed, None),
+        Ok(Begin::Replay(_)) => (End::ReplayedFailure, None),
+        Ok(Begin::InProgress { .. }) => (End::InProgress, None),
         Ok(Begin::Conflict { key, reason, .. }) => {
             let note = format!("conflict on key {}: {reason}", key.digest);
-            return (End::Conflict, Some(note));
+            (End::Conflict, Some(note))
         }
         Ok(Begin::Rejected { key, reason, .. }) => {
             let note = format!("rejected key {}: {reason}", key.digest);
-            return (End::Rejected, Some(note));
+            (End::Rejected, Some(note))
         }
         Err(EngineError::Store(e @ StoreError::StaleEpoch { .. })) => {
             let note = format!("not run, ownership moved on: {e}");
-            return (End::StaleEpoch, Some(note));
+            (End::StaleEpoch, Some(note))
         }
-        Err(e) => return (End::Unknown, Some(e.to_string())),
-    };
+        Err(e @ EngineError::Policy(_)) => (
+            End::PolicyFailed,
+            Some(format!("key {key}: on a duplicate, {e}")),
+        ),
+        Err(e) => (End::Unknown, Some(e.to_string())),
+    }
+}
+
+/// Runs the effect of an operation this run holds, gives up its slot, and
+/// records its end through the finisher.
+async fn run_held<E: Effect>(
+    shared: &Shared<E>,
+    op: Operation,
+    execution: crate::engine::Execution,
+    permit: OwnedSemaphorePermit,
+) -> Ended {
     let key = execution.key_hex();
-    let performed =
-        run_effect_recording(effect, op, execution, async |execution, ending, outcome| {
+    let finisher = &shared.finisher;
+    let performed = run_effect_recording(
+        &*shared.effect,
+        op,
+        execution,
+        async |execution, ending, outcome| {
+            drop(permit);
             finisher.finish(execution, ending, outcome).await
-        })
-        .await;
+        },
+    )
+    .await;
     match performed {
         Ok(Performed::Completed) => (End::Executed, None),
         Ok(Performed::Failed { .. }) => (End::Failed, None),
-        Ok(Performed::NotStarted { reason }) => (End::Failed, Some(reason)),
+        Ok(Performed::NotStarted { reason }) => (End::Failed, Some(format!("key {key}: {reason}"))),
         Ok(Performed::Unknown { reason }) => (
             End::Unknown,
             Some(format!("key {key}: {reason}; outcome unknown")),

@@ -26,6 +26,17 @@ pub enum JobEvent<'a> {
         /// Why, for an operator.
         note: Option<&'a str>,
     },
+    /// An entry was skipped as invalid (with
+    /// [`super::JobOptions::skip_invalid`]), while the operations were
+    /// checked, before anything was claimed.
+    Skipped {
+        /// Where it is in the source.
+        position: u64,
+        /// The entry: as read, or the operation as canonical JSON.
+        input: &'a str,
+        /// Why it is invalid.
+        error: &'a str,
+    },
     /// Something an operator should know that does not stop the job: a
     /// batch claim failed (its operations then end [`End::Unknown`]), the
     /// job lease was lost or could not be released.
@@ -45,6 +56,9 @@ pub(crate) fn log_events() -> Observer {
             note: Some(note),
         } => tracing::warn!(?end, "{note}"),
         JobEvent::Started { .. } | JobEvent::Ended { .. } => {}
+        JobEvent::Skipped {
+            position, error, ..
+        } => tracing::warn!(position, "skipped: {error}"),
         JobEvent::Warning(message) => tracing::warn!("{message}"),
     })
 }

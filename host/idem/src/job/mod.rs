@@ -4,19 +4,29 @@
 //!
 //! A run, in order:
 //!
-//! 1. derives every operation's key (a refusal stops the run before it
-//!    changes anything: [`JobError::Derive`]);
+//! 1. reads every operation from its [`OperationSource`] and derives its
+//!    key (a refusal stops the run before it changes anything:
+//!    [`JobError::Derive`]; or, with [`JobOptions::skip_invalid`], the
+//!    entry is reported and skipped), keeping a few bytes per operation;
 //! 2. takes the job lease when asked ([`JobLeaseOptions`]; another live
 //!    run holding it stops this one: [`JobError::JobLeaseHeld`]) and
 //!    renews it while the run goes on;
 //! 3. with [`Ownership`], registers the membership, keeps the operations
 //!    this worker owns, and makes every claim carry the ownership epoch;
-//! 4. claims the operations that can start now (free concurrency slots, up
-//!    to the claim batch) in one store call, runs each one's [`Effect`] in
+//! 4. reads the operations again (each derived again and checked against
+//!    the first read), claims those that can start now (free concurrency
+//!    slots, up to the claim batch) in one store call, runs each one's [`Effect`] in
 //!    a task of its own while heartbeating its claim, and records the ends
 //!    in batches (every end that arrived while the previous store call was
 //!    in flight, none held back to wait for more);
-//! 5. releases the job lease and returns the [`Summary`].
+//! 5. with [`JobOptions::wait_for_peers`], waits for the operations another
+//!    live run holds and reports how they ended;
+//! 6. releases the job lease and returns the [`Summary`].
+//!
+//! Memory: between the two reads the runner keeps about nine bytes per
+//! operation, and while it runs, only the operations in flight and a
+//! bounded queue of the next ones; a job of millions of operations from a
+//! file ([`OperationSource`]) runs in constant memory.
 //!
 //! A re-run executes only what had not completed; whatever it finds
 //! completed is replayed, never run again. The job lease is an efficiency
@@ -59,13 +69,18 @@ mod dispatch;
 mod effect;
 mod error;
 mod event;
+mod feed;
 mod finisher;
 mod lease;
 mod ownership;
+mod peers;
+mod plan;
+mod source;
 mod summary;
 
 use std::num::NonZeroUsize;
 use std::sync::Arc;
+use std::time::Duration;
 
 use idem_core::Operation;
 
@@ -76,6 +91,7 @@ pub use error::JobError;
 pub use event::JobEvent;
 pub use lease::JobLeaseOptions;
 pub use ownership::Ownership;
+pub use source::{ListSource, OperationSource, SourceItem, SourceRead, Unreadable};
 pub use summary::{End, Summary};
 
 /// How a [`JobRunner`] runs its operations.
@@ -95,6 +111,17 @@ pub struct JobOptions {
     pub ownership: Option<Ownership>,
     /// Take this job lease first (default: none).
     pub job_lease: Option<JobLeaseOptions>,
+    /// Skip the entries that are not valid operations (unparsable, or the
+    /// policy refuses or fails to derive them), reporting each as a
+    /// [`JobEvent::Skipped`], and run the rest; by default one stops the
+    /// run before anything is claimed.
+    pub skip_invalid: bool,
+    /// Wait for the operations another live run holds, up to this long for
+    /// each (`Duration::MAX`: as long as the holder's claim stays live),
+    /// then begin them again and report how they ended (a replay, a
+    /// failure, or what the policy decides for a claim that lapsed). By
+    /// default (`None`) they end [`End::InProgress`] at once.
+    pub wait_for_peers: Option<Duration>,
 }
 
 impl Default for JobOptions {
@@ -106,6 +133,8 @@ impl Default for JobOptions {
             finish_batch: BATCH,
             ownership: None,
             job_lease: None,
+            skip_invalid: false,
+            wait_for_peers: None,
         }
     }
 }
@@ -148,19 +177,40 @@ impl JobRunner {
     /// Runs `operations` through `effect`; see the [module](self) for the
     /// order of things. An error means the run stopped before claiming
     /// anything; single operations' failures are counted in the summary.
+    /// Positions in errors and events are indexes into `operations`.
     pub async fn run<E: Effect>(
         &self,
         operations: Vec<Operation>,
         effect: E,
     ) -> Result<Summary, JobError> {
-        let mut derived = Vec::with_capacity(operations.len());
-        for (index, op) in operations.into_iter().enumerate() {
-            let keyed = self
-                .engine
-                .derive(&op)
-                .map_err(|error| JobError::Derive { index, error })?;
-            derived.push((op, keyed));
-        }
+        self.run_source(ListSource::new(operations), effect).await
+    }
+
+    /// [`JobRunner::run`] over operations read from `source` (twice: see
+    /// the [module](self)), holding a few bytes per operation.
+    pub async fn run_source<S: OperationSource, E: Effect>(
+        &self,
+        source: S,
+        effect: E,
+    ) -> Result<Summary, JobError> {
+        let source: Arc<dyn OperationSource> = Arc::new(source);
+        let on_invalid = if self.options.skip_invalid {
+            plan::OnInvalid::Skip
+        } else {
+            plan::OnInvalid::Stop
+        };
+        // The first read is file I/O and policy calls: a blocking thread's.
+        let plan = {
+            let (engine, source) = (self.engine.clone(), source.clone());
+            let (ownership, observer) = (self.options.ownership.clone(), self.observer.clone());
+            // A large error ends the run, once: its size costs nothing.
+            #[allow(clippy::result_large_err)]
+            tokio::task::spawn_blocking(move || {
+                plan::plan(&engine, &*source, on_invalid, ownership.as_ref(), &observer)
+            })
+            .await
+            .map_err(|e| JobError::Source(format!("checking the operations failed: {e}")))??
+        };
         let store = self.engine.store().clone();
         // Every operation is derived before the job lease is taken: bad
         // input never holds the lease.
@@ -168,18 +218,15 @@ impl JobRunner {
             Some(options) => Some((lease::acquire(&store, options).await?, options.ttl)),
             None => None,
         };
-        let mut not_owned = 0;
         let mut engine_options = self.engine.options().clone();
         if let Some(ownership) = &self.options.ownership {
             // As `idem run` always did, a failure here leaves a job lease
             // just taken to expire by itself rather than releasing it.
-            let (token, others) = ownership::claim_share(&store, ownership, &mut derived).await?;
-            not_owned = others;
-            engine_options.ownership = Some(token);
+            engine_options.ownership = Some(ownership::join(&store, ownership).await?);
         }
         let engine = self.engine_with(engine_options);
         (self.observer)(JobEvent::Started {
-            operations: derived.len(),
+            operations: plan.to_run(),
         });
         let heartbeat = job_lease
             .as_ref()
@@ -188,11 +235,17 @@ impl JobRunner {
             concurrency: self.options.concurrency.get(),
             claim_batch: self.options.claim_batch.get(),
             finish_batch: self.options.finish_batch.get(),
+            wait_for_peers: self.options.wait_for_peers,
         };
+        let (not_owned, skipped, planned) = (plan.not_owned(), plan.skipped(), plan.to_run());
+        // Enough queued for two full claim batches: the next batch is
+        // ready when a slot frees, and no more is held.
+        let queue = 2 * limits.claim_batch.min(limits.concurrency);
+        let (fed, feeder) = feed::start(engine.clone(), source, plan, queue);
         let engine = Arc::new(engine);
-        let ran = dispatch::run_all(
+        let (mut ran, taken) = dispatch::run_all(
             engine.clone(),
-            derived,
+            fed,
             Arc::new(effect),
             limits,
             &self.observer,
@@ -200,13 +253,30 @@ impl JobRunner {
         .await;
         // Every answer the run got into the attempt log before it reports.
         engine.flush_log().await;
+        // Whatever stopped the second read, what was planned and never
+        // taken was not run.
+        ran.not_run = (planned as u64).saturating_sub(taken);
+        let why = match feeder.await {
+            Ok(feed::FeedEnd { stopped }) => stopped.map(|(_, why)| why),
+            Err(e) => Some(format!("reading the operations failed: {e}")),
+        };
+        if let Some(why) = why {
+            (self.observer)(JobEvent::Warning(&format!(
+                "{why}; {} operations not run",
+                ran.not_run
+            )));
+        }
         if let Some(heartbeat) = heartbeat {
             heartbeat.abort();
         }
         if let Some((lease, _)) = &job_lease {
             lease::release(&store, lease, &self.observer).await;
         }
-        Ok(Summary { not_owned, ..ran })
+        Ok(Summary {
+            not_owned,
+            skipped,
+            ..ran
+        })
     }
 
     /// This runner's engine with other options (the ownership epoch).

@@ -8,7 +8,6 @@
 
 use std::sync::Arc;
 
-use idem_core::{KeyedDerivation, Operation};
 use idem_store::{OwnershipToken, Store};
 
 use super::error::JobError;
@@ -35,16 +34,25 @@ impl Ownership {
             member: shard.to_string(),
         }
     }
+
+    /// The members as a sorted set: what the store registers.
+    fn set(&self) -> Vec<String> {
+        let mut set = self.members.clone();
+        set.sort();
+        set.dedup();
+        set
+    }
 }
 
-/// Registers the membership, keeps the operations this worker owns under
-/// it, and returns the token every claim must carry and how many were
-/// someone else's.
-pub(crate) async fn claim_share(
+/// Registers the membership and returns the token every claim must carry.
+/// The runner chose this worker's share from the members asked for, while
+/// it checked the operations; rendezvous hashing ignores order and
+/// repeats, so the share holds exactly when the store registered the same
+/// set, which is checked here.
+pub(crate) async fn join(
     store: &Arc<dyn Store>,
     ownership: &Ownership,
-    derived: &mut Vec<(Operation, KeyedDerivation)>,
-) -> Result<(OwnershipToken, u64), JobError> {
+) -> Result<OwnershipToken, JobError> {
     let group = &ownership.group;
     let joined = store
         .join_membership(group, &ownership.members)
@@ -54,12 +62,15 @@ pub(crate) async fn claim_share(
             error,
         })?;
     tracing::info!(group = %group, epoch = joined.epoch, member = %ownership.member, "joined");
-    // Ownership from the membership the store returned: the one the epoch
-    // stands for.
-    let before = derived.len();
-    derived.retain(|(_, keyed)| {
-        idem_core::ownership::owns(&keyed.partition, &ownership.member, &joined.members)
-    });
-    let not_owned = (before - derived.len()) as u64;
-    Ok((joined.token(), not_owned))
+    let mut held = joined.members.clone();
+    held.sort();
+    held.dedup();
+    if held != ownership.set() {
+        return Err(JobError::MembershipMismatch {
+            group: group.clone(),
+            asked: ownership.set(),
+            held,
+        });
+    }
+    Ok(joined.token())
 }

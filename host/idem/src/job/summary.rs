@@ -28,6 +28,9 @@ pub enum End {
     /// The store refused the claim: the membership moved on since this run
     /// registered it, so this run may no longer own the partition. Not run.
     StaleEpoch,
+    /// The policy failed while deciding what a duplicate gets (a trap, a
+    /// limit, an unsafe decision): nothing ran.
+    PolicyFailed,
 }
 
 /// How a job's operations ended, counted. Serialised as `idem run --json`
@@ -55,6 +58,15 @@ pub struct Summary {
     pub stale_epoch: u64,
     /// Owned by another worker (partitioned ownership): not this run's.
     pub not_owned: u64,
+    /// The policy failed on a duplicate (`on-duplicate` trapped, ran out of
+    /// a limit, or answered unsafely): nothing ran.
+    pub policy_failed: u64,
+    /// Entries skipped as invalid (not an operation, or the policy refused
+    /// or failed to derive it), with [`super::JobOptions::skip_invalid`].
+    pub skipped: u64,
+    /// Operations this run should have run but never reached: the source
+    /// changed after it was checked (a warning says where).
+    pub not_run: u64,
 }
 
 impl Summary {
@@ -70,13 +82,14 @@ impl Summary {
             End::Fenced => &mut self.fenced,
             End::Unknown => &mut self.unknown,
             End::StaleEpoch => &mut self.stale_epoch,
+            End::PolicyFailed => &mut self.policy_failed,
         };
         *counter += 1;
     }
 
     /// Whether every operation this run owned is completed (executed now or
-    /// replayed): nothing is left for a re-run. Operations owned by other
-    /// workers do not count.
+    /// replayed): nothing is left for a re-run, and nothing was skipped.
+    /// Operations owned by other workers do not count.
     pub fn all_completed(&self) -> bool {
         self.in_progress
             + self.conflicts
@@ -85,6 +98,9 @@ impl Summary {
             + self.fenced
             + self.unknown
             + self.stale_epoch
+            + self.policy_failed
+            + self.skipped
+            + self.not_run
             == 0
     }
 }
