@@ -33,6 +33,7 @@ use std::time::Duration;
 
 use clap::Args;
 use idem::engine::Engine;
+use idem::forensics;
 use idem::job::{
     Effect, JobError, JobEvent, JobLeaseOptions, JobOptions, JobRunner, Ownership, Summary,
 };
@@ -148,6 +149,8 @@ pub fn run(args: RunArgs) -> Result<u8, Failure> {
     };
     runtime()?.block_on(async {
         let store = args.store.open().await?;
+        let (started_ms, log_store) = (store.clock().now_ms(), store.clone());
+        let namespace = policy.info().namespace.clone();
         let engine = Engine::new(policy, store, args.run.engine_options());
         let progress = progress_bar();
         let runner = JobRunner::new(engine, options)
@@ -183,6 +186,29 @@ pub fn run(args: RunArgs) -> Result<u8, Failure> {
             &args,
             membership.is_some().then_some(group.as_str()),
         );
+        let asked_before = summary.replayed
+            + summary.in_progress
+            + summary.conflicts
+            + summary.rejected
+            + summary.fenced;
+        if !args.json && asked_before > 0 {
+            // Why this run found work asked for before: from the log.
+            match forensics::explain_this_process(
+                log_store.as_ref(),
+                Some(&namespace),
+                started_ms,
+                WHY_KEYS,
+            )
+            .await
+            {
+                Ok(analysis) => {
+                    for line in analysis.summary_lines() {
+                        println!("why: {line}");
+                    }
+                }
+                Err(e) => eprintln!("idem: could not read the attempt log to say why: {e}"),
+            }
+        }
         Ok(if summary.all_completed() {
             exit::SUCCESS
         } else {
@@ -331,6 +357,10 @@ fn job_failure(e: JobError, args: &RunArgs) -> Failure {
         | JobError::Source(_)) => Failure::input(other),
     }
 }
+
+/// How many keys asked for before a run's summary looks up, at most (one
+/// read of each key's timeline).
+const WHY_KEYS: usize = 1_000;
 
 /// The closing summary: one JSON object with `--json`, else a line (and a
 /// line about ownership when the run had a share).

@@ -19,6 +19,7 @@
 //! lease) with their timelines; `Store::resolve` settles one.
 
 mod classify;
+mod explain;
 pub mod review;
 
 use std::collections::{BTreeMap, HashMap};
@@ -27,6 +28,7 @@ use idem_store::{AttemptEntry, AttemptEvent, Digest, RecordKey};
 use serde::Serialize;
 
 use classify::classify_key;
+pub use explain::explain_this_process;
 
 /// Why an operation was asked for more than once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
