@@ -360,9 +360,8 @@ fn a_killed_run_re_run_by_hand_is_named_a_manual_rerun() {
         assert_eq!(rerun.status.code(), Some(1), "c2 went to review");
         // The summary says why it found work asked for before.
         assert!(
-            text(&rerun.stdout).contains(
-                "why: 2 duplicates prevented: a manual re-run after a partial failure"
-            ),
+            text(&rerun.stdout)
+                .contains("why: 2 duplicates prevented: a manual re-run after a partial failure"),
             "{}",
             text(&rerun.stdout)
         );

@@ -1,0 +1,176 @@
+//! The layer and its settings.
+
+use std::sync::Arc;
+
+use http::{HeaderName, Method, StatusCode};
+use idem::engine::Engine;
+use idem::store::{DEFAULT_MAX_OUTCOME_BYTES, Ending};
+
+use crate::service::IdempotencyService;
+use crate::stored::DEFAULT_REPLAYED_HEADERS;
+
+/// Whose request it is: the operation's tenant, which scopes the key.
+#[derive(Debug, Clone)]
+pub(crate) enum Tenant {
+    /// Every request belongs to this tenant.
+    Fixed(String),
+    /// The tenant is this request header's value (a request without it is
+    /// refused with 400).
+    Header(HeaderName),
+}
+
+/// Everything a request needs to know, shared by every clone of the service.
+#[derive(Clone)]
+pub(crate) struct Config {
+    pub engine: Engine,
+    pub tenant: Tenant,
+    pub key_header: HeaderName,
+    pub methods: Vec<Method>,
+    pub body_limit: usize,
+    pub max_stored_bytes: usize,
+    pub replayed_headers: Vec<HeaderName>,
+    pub ending: fn(StatusCode) -> Ending,
+    pub kind: String,
+}
+
+/// A tower [`Layer`](tower::Layer) running matching requests through an
+/// idem [`Engine`]; see the [crate](crate) documentation.
+///
+/// The engine's policy sees each request as an operation of kind
+/// [`KIND`](crate::KIND) with the fields `idempotency_key` (the header,
+/// absent when the request has none), `method`, `path` (with the query)
+/// and `body_sha256` (absent for an empty body), which is what the
+/// `http-idempotency-key` example policy reads.
+#[derive(Clone)]
+pub struct IdempotencyLayer {
+    config: Arc<Config>,
+}
+
+impl std::fmt::Debug for IdempotencyLayer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let c = &self.config;
+        f.debug_struct("IdempotencyLayer")
+            .field("policy", &c.engine.policy().digest())
+            .field("tenant", &c.tenant)
+            .field("key_header", &c.key_header)
+            .field("methods", &c.methods)
+            .field("body_limit", &c.body_limit)
+            .field("max_stored_bytes", &c.max_stored_bytes)
+            .field("replayed_headers", &c.replayed_headers)
+            .finish_non_exhaustive()
+    }
+}
+
+/// How a handler's response is recorded unless
+/// [`IdempotencyLayer::ending`] says otherwise: 1xx–3xx completed (replayed
+/// to every duplicate); 4xx failed for good (the request was refused, and a
+/// duplicate is refused the same way, by replay); 5xx failed and retryable
+/// (the server's fault: the policy may let a duplicate re-execute, as
+/// `http-idempotency-key` does).
+pub fn default_ending(status: StatusCode) -> Ending {
+    if status.is_server_error() {
+        Ending::Failed { retryable: true }
+    } else if status.is_client_error() {
+        Ending::Failed { retryable: false }
+    } else {
+        Ending::Completed
+    }
+}
+
+impl IdempotencyLayer {
+    /// A layer deduplicating through `engine` (its policy and store), for
+    /// the tenant `default`, on `POST` and `PATCH`, with a 1 MiB body limit.
+    pub fn new(engine: Engine) -> Self {
+        IdempotencyLayer {
+            config: Arc::new(Config {
+                engine,
+                tenant: Tenant::Fixed("default".into()),
+                key_header: HeaderName::from_static(crate::IDEMPOTENCY_KEY),
+                methods: vec![Method::POST, Method::PATCH],
+                body_limit: 1024 * 1024,
+                max_stored_bytes: DEFAULT_MAX_OUTCOME_BYTES,
+                replayed_headers: DEFAULT_REPLAYED_HEADERS
+                    .iter()
+                    .map(|h| HeaderName::from_static(h))
+                    .collect(),
+                ending: default_ending,
+                kind: crate::KIND.into(),
+            }),
+        }
+    }
+
+    fn with(mut self, change: impl FnOnce(&mut Config)) -> Self {
+        change(Arc::make_mut(&mut self.config));
+        self
+    }
+
+    /// Every request belongs to `tenant` (the key's scope).
+    pub fn tenant(self, tenant: impl Into<String>) -> Self {
+        let tenant = tenant.into();
+        self.with(|c| c.tenant = Tenant::Fixed(tenant))
+    }
+
+    /// The tenant is the value of the request header `name` (set by an
+    /// authenticating proxy, say); a matching request without it is refused
+    /// with 400.
+    pub fn tenant_header(self, name: HeaderName) -> Self {
+        self.with(|c| c.tenant = Tenant::Header(name))
+    }
+
+    /// The header carrying the client's key (default `Idempotency-Key`).
+    pub fn key_header(self, name: HeaderName) -> Self {
+        self.with(|c| c.key_header = name)
+    }
+
+    /// The methods that go through the policy (default `POST` and `PATCH`);
+    /// every other request passes straight to the handler.
+    pub fn methods(self, methods: impl IntoIterator<Item = Method>) -> Self {
+        let methods = methods.into_iter().collect();
+        self.with(|c| c.methods = methods)
+    }
+
+    /// The largest request body read, in bytes (default 1 MiB); past it the
+    /// answer is 413 and nothing runs.
+    pub fn body_limit(self, bytes: usize) -> Self {
+        self.with(|c| c.body_limit = bytes)
+    }
+
+    /// The largest stored response (status line excluded: headers and body),
+    /// in bytes (default 64 KiB, the stores' default limit). A larger
+    /// response reaches its client whole, and duplicates are replayed its
+    /// status and headers with a problem body saying it was too large to
+    /// keep.
+    pub fn max_stored_bytes(self, bytes: usize) -> Self {
+        self.with(|c| c.max_stored_bytes = bytes)
+    }
+
+    /// The response headers stored with the body and replayed (default
+    /// [`DEFAULT_REPLAYED_HEADERS`]). The policy contract names no headers,
+    /// so the host keeps this fixed list of headers that describe the body
+    /// or the created resource; never cookies or anything per-connection.
+    pub fn replayed_headers(self, names: impl IntoIterator<Item = HeaderName>) -> Self {
+        let names = names.into_iter().collect();
+        self.with(|c| c.replayed_headers = names)
+    }
+
+    /// How a handler's response status is recorded (default
+    /// [`default_ending`]). Whether a duplicate then gets it replayed or
+    /// re-executed is the policy's decision.
+    pub fn ending(self, ending: fn(StatusCode) -> Ending) -> Self {
+        self.with(|c| c.ending = ending)
+    }
+
+    /// The operation kind the policy sees (default [`KIND`](crate::KIND)).
+    pub fn kind(self, kind: impl Into<String>) -> Self {
+        let kind = kind.into();
+        self.with(|c| c.kind = kind)
+    }
+}
+
+impl<S> tower::Layer<S> for IdempotencyLayer {
+    type Service = IdempotencyService<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        IdempotencyService::new(inner, self.config.clone())
+    }
+}

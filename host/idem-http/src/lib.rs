@@ -1,0 +1,63 @@
+//! # idem-http: the `Idempotency-Key` header as a tower layer
+//!
+//! [`IdempotencyLayer`] runs every matching request (by default `POST` and
+//! `PATCH`) through an idem policy — `http-idempotency-key` by default — as
+//! the IETF httpapi `Idempotency-Key` draft and Stripe describe:
+//!
+//! | the request | the answer |
+//! |---|---|
+//! | a key the policy has not seen | the handler runs once, with a [`FencedKey`] extension; its response is stored |
+//! | no key, where the policy requires one | `400`, nothing runs |
+//! | the key reused with another method, path or body | `422` (the policy's status) |
+//! | the first request with the key still in flight | `409` with `Retry-After` |
+//! | a completed request's key | its stored status, [replayed headers](IdempotencyLayer::replayed_headers) and body, with `Idempotent-Replayed: true` |
+//! | a body past the [limit](IdempotencyLayer::body_limit) | `413` |
+//!
+//! Every error is an RFC 9457 `application/problem+json` body ([`problem`]).
+//! The request body is read once, bounded, hashed into the operation's
+//! `body_sha256`, and handed on to the handler as it came.
+//!
+//! The layer never decides what a duplicate gets: the policy does. It records
+//! how the handler ended ([`IdempotencyLayer::ending`]: by default 2xx/3xx
+//! completed, 4xx failed for good, 5xx failed and retryable), and the policy's
+//! `on-duplicate` decides whether that is replayed or re-executed. The
+//! handler runs in a task of its own, heartbeating the claim, so a client
+//! that hangs up does not cancel an effect half way: its end is still
+//! recorded, and the retry gets it.
+//!
+//! ```no_run
+//! # async fn example(engine: idem::engine::Engine) {
+//! use axum::{Extension, Router, routing::post};
+//! use idem_http::{FencedKey, IdempotencyLayer};
+//!
+//! async fn charge(Extension(claim): Extension<FencedKey>, body: String) -> String {
+//!     // Hand claim.key and claim.fence to the payment provider.
+//!     format!("charged under {} at fence {}", claim.key, claim.fence)
+//! }
+//!
+//! let app: Router = Router::new()
+//!     .route("/charges", post(charge))
+//!     .layer(IdempotencyLayer::new(engine).tenant("shop"));
+//! # }
+//! ```
+
+#![warn(missing_docs)]
+
+mod body;
+mod layer;
+mod operation;
+pub mod problem;
+mod service;
+mod stored;
+
+pub use layer::{IdempotencyLayer, default_ending};
+pub use operation::KIND;
+pub use service::{FencedKey, IdempotencyService, ResponseBody};
+pub use stored::DEFAULT_REPLAYED_HEADERS;
+
+/// The request header carrying the client's key (`Idempotency-Key`).
+pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
+
+/// The response header marking a replayed response (`Idempotent-Replayed:
+/// true`, as Stripe sends it).
+pub const IDEMPOTENT_REPLAYED: &str = "idempotent-replayed";

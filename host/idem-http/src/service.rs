@@ -1,0 +1,422 @@
+//! The service the layer wraps around a handler: one request through the
+//! engine.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http::request::Parts;
+use http::{HeaderValue, Request, Response, StatusCode, header};
+use http_body::Body;
+use http_body_util::combinators::UnsyncBoxBody;
+use http_body_util::{BodyExt, Full};
+use idem::core::ErrorCode;
+use idem::engine::{Begin, EngineError, Execution, Replay, spawn_heartbeat};
+use idem::store::{Ending, Outcome};
+use tower::Service;
+
+use crate::body::read_bounded;
+use crate::layer::Config;
+use crate::operation::operation;
+use crate::problem::{self, Problem};
+use crate::stored;
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The body of every response the layer sends: the handler's own, passed
+/// through or buffered, or one the layer wrote (a replay, a problem).
+pub type ResponseBody = UnsyncBoxBody<Bytes, BoxError>;
+
+/// A finished body of `bytes`.
+pub(crate) fn full(bytes: Bytes) -> ResponseBody {
+    Full::new(bytes)
+        .map_err(|never: Infallible| match never {})
+        .boxed_unsync()
+}
+
+/// The claim a request holds while its handler runs, handed to the handler
+/// as a request extension: pass `key` and `fence` on to whatever performs
+/// the effect, so it can deduplicate by the key and refuse a deposed
+/// holder's lower fence.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FencedKey {
+    /// The idempotency key the host derived (64 hex characters), not the
+    /// client's header: scoped by tenant and policy namespace.
+    pub key: String,
+    /// The fencing token of this attempt.
+    pub fence: u64,
+    /// Which attempt under the key (1 for the first).
+    pub attempt: u32,
+    /// Whether an earlier attempt under the key may have had its effect.
+    pub take_over: bool,
+}
+
+/// The [`IdempotencyLayer`](crate::IdempotencyLayer)'s service around the
+/// handler `S`.
+#[derive(Clone)]
+pub struct IdempotencyService<S> {
+    inner: S,
+    config: Arc<Config>,
+}
+
+impl<S> std::fmt::Debug for IdempotencyService<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IdempotencyService").finish_non_exhaustive()
+    }
+}
+
+impl<S> IdempotencyService<S> {
+    pub(crate) fn new(inner: S, config: Arc<Config>) -> Self {
+        IdempotencyService { inner, config }
+    }
+}
+
+impl<S, B, ResB> Service<Request<B>> for IdempotencyService<S>
+where
+    S: Service<Request<B>, Response = Response<ResB>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+    B: Body + From<Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+    B::Data: Send,
+    ResB: Body<Data = Bytes> + Send + 'static,
+    ResB::Error: Into<BoxError>,
+{
+    type Response = Response<ResponseBody>;
+    type Error = S::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, S::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request<B>) -> Self::Future {
+        // The service polled ready is the one that must be called: take it,
+        // leave a fresh clone for the next request.
+        let fresh = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, fresh);
+        let config = self.config.clone();
+        if !config.methods.contains(request.method()) {
+            return Box::pin(async move {
+                let response = inner.call(request).await?;
+                Ok(response.map(|b| b.map_err(Into::into).boxed_unsync()))
+            });
+        }
+        Box::pin(deduplicated(config, inner, request))
+    }
+}
+
+/// A matching request: read the body, ask the engine, then run the handler
+/// or answer for it.
+async fn deduplicated<S, B, ResB>(
+    config: Arc<Config>,
+    inner: S,
+    request: Request<B>,
+) -> Result<Response<ResponseBody>, S::Error>
+where
+    S: Service<Request<B>, Response = Response<ResB>> + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+    B: Body + From<Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+    B::Data: Send,
+    ResB: Body<Data = Bytes> + Send + 'static,
+    ResB::Error: Into<BoxError>,
+{
+    let (parts, body) = request.into_parts();
+    let body = match read_bounded(&parts.headers, body, config.body_limit).await {
+        Ok(body) => body,
+        Err(problem) => return Ok(problem.into_response()),
+    };
+    let op = match operation(&config, &parts, &body) {
+        Ok(op) => op,
+        Err(problem) => return Ok(problem.into_response()),
+    };
+    let begin = match config.engine.begin(&op).await {
+        Ok(begin) => begin,
+        Err(e) => return Ok(engine_problem(&config, e).into_response()),
+    };
+    let answer = match begin {
+        Begin::Execute(execution) => return execute(config, inner, parts, body, execution).await,
+        Begin::Replay(replay) => return Ok(replay_response(&replay)),
+        Begin::InProgress {
+            retry_after_ms,
+            reason,
+            ..
+        } => {
+            let problem = Problem::new(
+                StatusCode::CONFLICT,
+                "request-in-flight",
+                "A request with this Idempotency-Key is still being processed",
+                reason,
+            );
+            problem.retry_after_ms(retry_after_ms.unwrap_or(1000))
+        }
+        Begin::Conflict { status, reason, .. } => Problem::new(
+            policy_status(status),
+            "key-reused",
+            "The Idempotency-Key was used for a different request",
+            reason,
+        ),
+        Begin::Rejected {
+            status,
+            reason,
+            retry_after_ms,
+            marked_unknown,
+            ..
+        } => {
+            let problem = if marked_unknown {
+                Problem::new(
+                    policy_status(status),
+                    "needs-review",
+                    "An earlier attempt's outcome is unknown and needs review",
+                    reason,
+                )
+            } else {
+                Problem::new(
+                    policy_status(status),
+                    "rejected",
+                    "The policy rejected this duplicate request",
+                    reason,
+                )
+            };
+            match retry_after_ms {
+                Some(ms) => problem.retry_after_ms(ms),
+                None => problem,
+            }
+        }
+    };
+    Ok(answer.into_response())
+}
+
+/// What a handler's run came to, once its task ended.
+type HandlerEnd<E> =
+    Result<Result<(http::response::Parts, Result<Bytes, BoxError>), E>, tokio::task::JoinError>;
+
+/// Runs the handler under the held claim and records how it ended. Both
+/// happen in a task of their own: a client that hangs up drops this future,
+/// but not the effect half way, nor the record of its end.
+async fn execute<S, B, ResB>(
+    config: Arc<Config>,
+    mut inner: S,
+    mut parts: Parts,
+    body: Bytes,
+    execution: Execution,
+) -> Result<Response<ResponseBody>, S::Error>
+where
+    S: Service<Request<B>, Response = Response<ResB>> + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+    B: Body + From<Bytes> + Send + 'static,
+    ResB: Body<Data = Bytes> + Send + 'static,
+    ResB::Error: Into<BoxError>,
+{
+    parts.extensions.insert(FencedKey {
+        key: execution.key_hex(),
+        fence: execution.fence(),
+        attempt: execution.attempt(),
+        take_over: execution.is_take_over(),
+    });
+    let request = Request::from_parts(parts, B::from(body));
+    let task = tokio::spawn(async move {
+        let heartbeat = spawn_heartbeat(&execution);
+        // The handler in a task of its own, so that a panic in it is a
+        // JoinError here rather than the loss of the claim's bookkeeping.
+        let handler = tokio::spawn(async move {
+            let response = inner.call(request).await?;
+            let (parts, body) = response.into_parts();
+            let bytes = body
+                .collect()
+                .await
+                .map(|c| c.to_bytes())
+                .map_err(Into::into);
+            Ok((parts, bytes))
+        });
+        let ended: HandlerEnd<S::Error> = handler.await;
+        heartbeat.abort();
+        record(&config, execution, ended).await
+    });
+    match task.await {
+        Ok(answer) => answer,
+        Err(e) => {
+            tracing::error!(error = %e, "the task recording a request's end failed");
+            Ok(unknown_outcome("the task running the request failed").into_response())
+        }
+    }
+}
+
+/// Records the handler's end under the claim's fence and answers the
+/// client with the handler's response. An end whose effect is unknown (a
+/// panic, an error from the service, a body that broke off) is not
+/// recorded: the claim stays until its lease ends, and then the policy
+/// decides what a retry gets (never a blind re-run).
+async fn record<E>(
+    config: &Config,
+    execution: Execution,
+    ended: HandlerEnd<E>,
+) -> Result<Response<ResponseBody>, E> {
+    let (parts, bytes) = match ended {
+        Ok(Ok((parts, Ok(bytes)))) => (parts, bytes),
+        Ok(Ok((_, Err(e)))) => {
+            tracing::warn!(key = %execution.key(), error = %e, "the handler's response body broke off; its outcome is unknown");
+            return Ok(unknown_outcome("the handler's response body broke off").into_response());
+        }
+        Ok(Err(e)) => return Err(e),
+        Err(e) => {
+            tracing::warn!(key = %execution.key(), error = %e, "the handler failed; its outcome is unknown");
+            return Ok(unknown_outcome("the handler failed").into_response());
+        }
+    };
+    let status = parts.status;
+    let ending = (config.ending)(status);
+    let mut stored = stored::encode(&parts.headers, &config.replayed_headers, &bytes);
+    if stored.len() > config.max_stored_bytes {
+        stored = too_large_to_keep(config, status, bytes.len());
+    }
+    let outcome = Outcome {
+        status: i32::from(status.as_u16()),
+        body: stored,
+        error: matches!(ending, Ending::Failed { .. }).then(|| format!("HTTP {status}")),
+    };
+    let key = execution.key().clone();
+    match execution.finish(ending, outcome).await {
+        Ok(()) => {}
+        // The handler's effect happened under this fence; downstream was
+        // handed the fence and could refuse it. The client gets what the
+        // handler answered; duplicates get what the store holds.
+        Err(EngineError::Fenced(e)) => {
+            tracing::warn!(%key, error = %e, "deposed while the handler ran: its response was not recorded")
+        }
+        Err(e) => {
+            tracing::error!(%key, error = %e, "recording the handler's response failed; the claim stays until its lease ends")
+        }
+    }
+    Ok(Response::from_parts(parts, full(bytes)))
+}
+
+/// What is stored instead of a response too large to keep: its status
+/// stays; a problem body says why the rest is missing.
+fn too_large_to_keep(config: &Config, status: StatusCode, size: usize) -> Vec<u8> {
+    let problem = Problem::new(
+        status,
+        "response-not-kept",
+        "The original response was too large to keep for replay",
+        format!(
+            "the original response, with a body of {size} bytes, was more than the {} bytes kept for replay; its status is this response's status",
+            config.max_stored_bytes
+        ),
+    );
+    let mut headers = http::HeaderMap::new();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(problem::CONTENT_TYPE),
+    );
+    stored::encode(&headers, &[header::CONTENT_TYPE], &problem.to_bytes())
+}
+
+/// A stored response, replayed.
+fn replay_response(replay: &Replay) -> Response<ResponseBody> {
+    let status = u16::try_from(replay.outcome.status)
+        .ok()
+        .and_then(|s| StatusCode::from_u16(s).ok());
+    let decoded = stored::decode(&replay.outcome.body);
+    let (Some(status), Ok((headers, body))) = (status, decoded) else {
+        let why = match stored::decode(&replay.outcome.body) {
+            Err(stored::NotAResponse(why)) => why,
+            Ok(_) => "its status is not an HTTP status",
+        };
+        return Problem::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "stored-outcome-unreadable",
+            "The stored response cannot be replayed",
+            format!("the outcome stored under this key is not a response this layer stored: {why}"),
+        )
+        .into_response();
+    };
+    let mut response = Response::new(full(body));
+    *response.status_mut() = status;
+    *response.headers_mut() = headers;
+    response
+        .headers_mut()
+        .insert(crate::IDEMPOTENT_REPLAYED, HeaderValue::from_static("true"));
+    response
+}
+
+/// The policy's status for a refusal (the engine's safety gate keeps it in
+/// 400..=599).
+fn policy_status(status: u16) -> StatusCode {
+    StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+}
+
+/// A 500 for a request whose handler's outcome is unknown.
+fn unknown_outcome(what: &str) -> Problem {
+    Problem::new(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "outcome-unknown",
+        "Whether the request took effect is unknown",
+        format!(
+            "{what}; the key stays held until its lease ends, then the policy decides what a retry gets"
+        ),
+    )
+}
+
+/// The problem for an engine error before anything ran.
+fn engine_problem(config: &Config, e: EngineError) -> Problem {
+    match e {
+        EngineError::Refused(refusal) => {
+            let missing_key = refusal.code == ErrorCode::MissingField
+                && refusal.field.as_deref() == Some("idempotency_key");
+            let problem = if missing_key {
+                Problem::new(
+                    StatusCode::BAD_REQUEST,
+                    "missing-idempotency-key",
+                    "The request needs an Idempotency-Key header",
+                    format!(
+                        "the request has no `{}` header, and the policy requires one",
+                        config.key_header
+                    ),
+                )
+            } else {
+                Problem::new(
+                    StatusCode::BAD_REQUEST,
+                    "refused-by-policy",
+                    "The policy refused the request",
+                    refusal.message.clone(),
+                )
+            };
+            let problem = problem.with("code", refusal.code.as_str());
+            match refusal.field {
+                Some(field) => problem.with("field", field),
+                None => problem,
+            }
+        }
+        EngineError::Operation(e) => Problem::new(
+            StatusCode::BAD_REQUEST,
+            "invalid-request",
+            "The request cannot be deduplicated",
+            e.to_string(),
+        ),
+        EngineError::Policy(e) => {
+            tracing::error!(error = %e, "the idempotency policy failed");
+            Problem::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "policy-failed",
+                "The idempotency policy failed",
+                e.to_string(),
+            )
+        }
+        EngineError::Fenced(e) | EngineError::Store(e) => {
+            tracing::error!(error = %e, "the idempotency store failed");
+            Problem::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "store-unavailable",
+                "The idempotency store is unavailable",
+                format!("the idempotency store failed: {e}"),
+            )
+            .retry_after_ms(1000)
+        }
+    }
+}
