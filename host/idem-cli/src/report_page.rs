@@ -4,7 +4,6 @@
 //! attempts as marks coloured by what they got, take-overs and fenced
 //! writes drawn so they stand out — and the causes beside it.
 
-use std::collections::HashMap;
 use std::fmt::Write as _;
 
 use idem::forensics::{self, Analysis, Cause};
@@ -91,25 +90,11 @@ h1{font-size:20px;margin:0 0 4px}h2{font-size:16px;margin:16px 0 8px}\
 table{border-collapse:collapse;margin-top:8px}td,th{padding:3px 10px;border-bottom:1px solid #e2e8f0;text-align:left}\
 .legend span{display:inline-block;margin-right:14px}.legend i{display:inline-block;width:10px;height:10px;border-radius:5px;margin-right:4px;vertical-align:middle}";
 
-/// Who an entry is lane-wise: its caller, or the run that held its fence.
+/// The lanes (runs, in the order they first appear) and each entry's lane
+/// ([`forensics::runs_of`]: its caller, or the run that held its fence).
 fn lanes(entries: &[AttemptEntry]) -> (Vec<String>, Vec<Option<usize>>) {
-    let owners: HashMap<(String, u64), String> = entries
-        .iter()
-        .filter(|e| e.event.starts_execution())
-        .filter_map(|e| Some(((e.key.to_string(), e.fence), forensics::caller_of(e)?)))
-        .collect();
-    let mut names: Vec<String> = Vec::new();
+    let lane_of = forensics::runs_of(entries);
     let mut first_seen: Vec<(u64, String)> = Vec::new();
-    let lane_of: Vec<Option<String>> = entries
-        .iter()
-        .map(|e| {
-            if e.event == AttemptEvent::MarkedUnknown {
-                // Done to the holder's record by whoever found it lost.
-                return None;
-            }
-            forensics::caller_of(e).or_else(|| owners.get(&(e.key.to_string(), e.fence)).cloned())
-        })
-        .collect();
     for (e, lane) in entries.iter().zip(&lane_of) {
         if let Some(name) = lane
             && !first_seen.iter().any(|(_, n)| n == name)
@@ -118,7 +103,7 @@ fn lanes(entries: &[AttemptEntry]) -> (Vec<String>, Vec<Option<usize>>) {
         }
     }
     first_seen.sort();
-    names.extend(first_seen.into_iter().map(|(_, n)| n));
+    let names: Vec<String> = first_seen.into_iter().map(|(_, n)| n).collect();
     let index = lane_of
         .iter()
         .map(|l| l.as_ref().and_then(|n| names.iter().position(|m| m == n)))

@@ -6,6 +6,7 @@ use idem_store::{ListFilter, RecordView};
 use serde_json::json;
 
 use crate::exit::{Failure, INCOMPLETE, SUCCESS};
+use crate::record_key;
 use crate::store_args::{StoreArgs, runtime};
 
 /// `idem inspect`'s flags.
@@ -63,27 +64,20 @@ fn record_json(v: &RecordView) -> serde_json::Value {
     })
 }
 
-/// The `KEY` argument: lower-case hex, 1 to 64 characters.
-fn key_prefix(text: &str) -> Result<String, Failure> {
-    let prefix = text.to_ascii_lowercase();
-    if prefix.is_empty() || prefix.len() > 64 || !prefix.bytes().all(|b| b.is_ascii_hexdigit()) {
-        let shown: String = text.chars().take(80).collect();
-        return Err(Failure::input(format!(
-            "`{shown}` is not a key: a key is 64 hex characters, and any prefix of it (like the 16 the table shows) names it"
-        )));
-    }
-    Ok(prefix)
-}
-
 /// Runs `idem inspect`.
 pub fn run(args: InspectArgs) -> Result<u8, Failure> {
-    let wanted = args.key.as_deref().map(key_prefix).transpose()?;
+    // KEY, or NAMESPACE/KEY as reports print it (the same rule as
+    // `report --key` and `resolve`).
+    let (key_namespace, wanted) = match args.key.as_deref().map(record_key::parse).transpose()? {
+        Some((namespace, prefix)) => (namespace, Some(prefix)),
+        None => (None, None),
+    };
     runtime()?.block_on(async {
         let store = args.store.open_existing().await?;
         // One more than asked for, to tell a listing cut at --limit from
         // one that holds everything.
         let filter = ListFilter {
-            namespace: args.namespace.clone(),
+            namespace: key_namespace.or_else(|| args.namespace.clone()),
             state: args.state,
             limit: if wanted.is_some() {
                 None

@@ -322,19 +322,14 @@ impl Activity {
 pub(crate) type Spans = HashMap<String, Activity>;
 
 fn run_spans(entries: &[AttemptEntry]) -> Spans {
-    let owners = fence_owners(entries);
     let ended: std::collections::HashSet<(&RecordKey, u64)> = entries
         .iter()
         .filter(|e| classify::ends_attempt(e.event))
         .map(|e| (&e.key, e.fence))
         .collect();
     let mut spans: Spans = HashMap::new();
-    for entry in entries.iter().filter(|e| acted_by_holder(e)) {
-        let Some(run) =
-            caller_of(entry).or_else(|| owners.get(&(&entry.key, entry.fence)).cloned())
-        else {
-            continue;
-        };
+    for (entry, run) in entries.iter().zip(runs_of(entries)) {
+        let Some(run) = run else { continue };
         let span = spans.entry(run).or_insert(Activity {
             first_ms: entry.at_ms,
             last_ms: entry.at_ms,
@@ -352,11 +347,22 @@ fn run_spans(entries: &[AttemptEntry]) -> Spans {
     spans
 }
 
-/// Whether the entry is something its holder did: a mark-unknown names the
-/// record's holder but was done to it, by whoever found it lost (that
-/// caller's answer is its own entry).
-fn acted_by_holder(entry: &AttemptEntry) -> bool {
-    entry.event != AttemptEvent::MarkedUnknown
+/// For each entry, the run (or process, see [`caller_of`]) whose act it
+/// is: its caller; for a refused write, which names only its fence, the
+/// run that was issued the fence; `None` for a mark-unknown, which names
+/// the record's holder but was done to it by whoever found it lost (that
+/// caller's answer is an entry of its own).
+pub fn runs_of(entries: &[AttemptEntry]) -> Vec<Option<String>> {
+    let owners = fence_owners(entries);
+    entries
+        .iter()
+        .map(|e| {
+            if e.event == AttemptEvent::MarkedUnknown {
+                return None;
+            }
+            caller_of(e).or_else(|| owners.get(&(&e.key, e.fence)).cloned())
+        })
+        .collect()
 }
 
 /// Who holds each (key, fence): the caller of the entry that issued it.
@@ -369,18 +375,10 @@ fn fence_owners(entries: &[AttemptEntry]) -> HashMap<(&RecordKey, u64), String> 
 }
 
 fn run_summaries(entries: &[AttemptEntry]) -> Vec<RunSummary> {
-    let owners = fence_owners(entries);
     let mut runs: Vec<RunSummary> = Vec::new();
     let mut index: HashMap<String, usize> = HashMap::new();
-    for entry in entries.iter().filter(|e| acted_by_holder(e)) {
-        // A refused write names only its fence: its run issued the fence.
-        let run = match caller_of(entry) {
-            Some(run) => run,
-            None => match owners.get(&(&entry.key, entry.fence)) {
-                Some(run) => run.clone(),
-                None => continue,
-            },
-        };
+    for (entry, run) in entries.iter().zip(runs_of(entries)) {
+        let Some(run) = run else { continue };
         let i = *index.entry(run.clone()).or_insert_with(|| {
             runs.push(RunSummary {
                 run,
