@@ -100,6 +100,17 @@ fn engine_rate_logged(
     attempt_log: bool,
     rt: &tokio::runtime::Runtime,
 ) -> f64 {
+    engine_rate_with(callers, per_caller, attempt_log, true, rt)
+}
+
+/// [`engine_rate`] with the attempt log and group commit on or off.
+fn engine_rate_with(
+    callers: u64,
+    per_caller: u64,
+    attempt_log: bool,
+    group_commit: bool,
+    rt: &tokio::runtime::Runtime,
+) -> f64 {
     let dir = tempfile::tempdir().unwrap();
     let store = SqliteStore::open(
         &dir.path().join("idem.db"),
@@ -113,9 +124,79 @@ fn engine_rate_logged(
     let engine = Arc::new(Engine::new(
         load("billing-charge"),
         Arc::new(store),
-        EngineOptions::default(),
+        grouping(group_commit),
     ));
     rt.block_on(drive(engine, callers, per_caller))
+}
+
+/// Engine options with group commit on (the default) or off.
+fn grouping(on: bool) -> EngineOptions {
+    grouping_in_flight(on, None)
+}
+
+/// [`grouping`] with `in_flight` store calls of a kind at once (the
+/// default when `None`).
+fn grouping_in_flight(on: bool, in_flight: Option<usize>) -> EngineOptions {
+    let mut options = EngineOptions::default();
+    options.group_commit.enabled = on;
+    if let Some(n) = in_flight {
+        options.group_commit.max_in_flight = n;
+    }
+    options
+}
+
+/// The batched floor: one thread claiming `batch` fresh keys in one
+/// transaction, then completing them in one more: the writes group commit
+/// makes for `batch` waiting callers, without an engine.
+fn raw_batched_rate(total: u64, batch: u64) -> f64 {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("raw.db");
+    let mut c = raw_connection(&path);
+    c.execute_batch(SCHEMA).unwrap();
+    let start = Instant::now();
+    let mut n = 0u64;
+    while n < total {
+        let ns: Vec<u64> = (n..(n + batch).min(total)).collect();
+        n += ns.len() as u64;
+        let tx = c
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+            .unwrap();
+        let mut fences = Vec::with_capacity(ns.len());
+        for &n in &ns {
+            let key = idem::core::Digest::of_bytes(&n.to_be_bytes()).0;
+            let now = 1_800_000_000_000i64 + n as i64;
+            let fence: i64 = tx
+                .prepare_cached("UPDATE fence_seq SET last = last + 1 WHERE id = 1 RETURNING last")
+                .unwrap()
+                .query_row([], |r| r.get(0))
+                .unwrap();
+            tx.prepare_cached(
+                "INSERT INTO records VALUES ('billing', ?1, 'sha256:x', ?1, 'c1', 'in-progress', ?2, ?3, 1, ?4, ?4, 86400000, ?3,
+                 NULL, NULL, NULL, 'run', 'scheduled', 1, 'host', 1)",
+            )
+            .unwrap()
+            .execute(rusqlite::params![&key[..], fence, now + 300_000, now])
+            .unwrap();
+            fences.push((key, fence, now));
+        }
+        tx.commit().unwrap();
+        let tx = c
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+            .unwrap();
+        for (key, fence, now) in fences {
+            let changed = tx
+                .prepare_cached(
+                    "UPDATE records SET state = 'completed', outcome_status = 0, outcome_body = ?1, updated = ?2, retain_until = ?2 + retention_ms
+                     WHERE namespace = 'billing' AND key = ?3 AND fence = ?4 AND state = 'in-progress'",
+                )
+                .unwrap()
+                .execute(rusqlite::params![&b"receipt"[..], now, &key[..], fence])
+                .unwrap();
+            assert_eq!(changed, 1);
+        }
+        tx.commit().unwrap();
+    }
+    total as f64 / start.elapsed().as_secs_f64()
 }
 
 /// `callers` concurrent tasks doing `per_caller` fresh begin+complete each;
@@ -200,6 +281,34 @@ fn engine_rate_pg_logged(
     attempt_log: bool,
     rt: &tokio::runtime::Runtime,
 ) -> f64 {
+    engine_rate_pg_with(url, schema, callers, per_caller, attempt_log, true, rt)
+}
+
+/// [`engine_rate_pg`] with the attempt log and group commit on or off.
+fn engine_rate_pg_with(
+    url: &str,
+    schema: &str,
+    callers: u64,
+    per_caller: u64,
+    attempt_log: bool,
+    group_commit: bool,
+    rt: &tokio::runtime::Runtime,
+) -> f64 {
+    let options = grouping(group_commit);
+    engine_rate_pg_options(url, schema, callers, per_caller, attempt_log, options, rt)
+}
+
+/// [`engine_rate_pg`] with the attempt log on or off and these engine
+/// options.
+fn engine_rate_pg_options(
+    url: &str,
+    schema: &str,
+    callers: u64,
+    per_caller: u64,
+    attempt_log: bool,
+    engine_options: EngineOptions,
+    rt: &tokio::runtime::Runtime,
+) -> f64 {
     rt.block_on(async {
         let url = format!("{url}?idem_schema={schema}&idem_pool_size=40&sslmode=disable");
         let store = idem::store::open(
@@ -211,11 +320,7 @@ fn engine_rate_pg_logged(
         )
         .await
         .unwrap();
-        let engine = Arc::new(Engine::new(
-            load("billing-charge"),
-            store,
-            EngineOptions::default(),
-        ));
+        let engine = Arc::new(Engine::new(load("billing-charge"), store, engine_options));
         drive(engine, callers, per_caller).await
     })
 }
@@ -326,6 +431,43 @@ fn main() {
         println!("{callers:>8} {e:>14.0} {f:>14.0} {:>7.2}x", e / f);
     }
     println!(
+        "\ngroup commit on SQLite: 32 callers with it, against 1 caller, 32 callers without, and a raw loop committing 32 claims (then their 32 completions) per transaction; medians of {rounds} rounds"
+    );
+    {
+        let mut one = Vec::new();
+        let mut on = Vec::new();
+        let mut off = Vec::new();
+        let mut raw = Vec::new();
+        for _ in 0..rounds {
+            one.push(engine_rate_with(1, total, true, true, &rt));
+            on.push(engine_rate_with(
+                32,
+                (4 * total / 32).max(1),
+                true,
+                true,
+                &rt,
+            ));
+            off.push(engine_rate_with(
+                32,
+                (4 * total / 32).max(1),
+                true,
+                false,
+                &rt,
+            ));
+            raw.push(raw_batched_rate(4 * total, 32));
+        }
+        let (one, on, off, raw) = (median(one), median(on), median(off), median(raw));
+        println!(
+            "  1 caller {one:.0} ops/s; 32 callers {on:.0} ops/s with group commit, {off:.0} without; raw 32 per transaction {raw:.0} ops/s"
+        );
+        println!(
+            "  32 grouped / 1 caller {:.2}x (target >= 10x); / 32 ungrouped {:.2}x; / raw batched {:.2}x (target >= 0.5x)",
+            on / one,
+            on / off,
+            on / raw
+        );
+    }
+    println!(
         "\nthe attempt log's cost on SQLite: begin+complete with the log / without, medians of {rounds} rounds"
     );
     println!(
@@ -370,6 +512,51 @@ fn main() {
         }
         let (on, off) = (median(on), median(off));
         println!("{callers:>8} {on:>14.0} {off:>14.0} {:>7.2}x", on / off);
+    }
+    println!(
+        "\ngroup commit on PostgreSQL: 32 callers with it, against 1 caller and 32 callers without; medians of {rounds} rounds"
+    );
+    {
+        // Grouped with 1, 4 and 8 store calls of a kind in flight, and not.
+        let settings: [(u64, Option<usize>); 5] = [
+            (1, Some(1)),
+            (32, Some(1)),
+            (32, Some(4)),
+            (32, Some(8)),
+            (32, None),
+        ];
+        let mut rates: Vec<Vec<f64>> = vec![Vec::new(); settings.len()];
+        for round in 0..rounds {
+            for (i, (callers, in_flight)) in settings.iter().enumerate() {
+                let schema = format!("idem_bench_gc_{}_{i}_{round}", std::process::id());
+                let per = if *callers == 1 {
+                    total
+                } else {
+                    (4 * total / 32).max(1)
+                };
+                let options = grouping_in_flight(in_flight.is_some(), *in_flight);
+                rates[i].push(engine_rate_pg_options(
+                    &url, &schema, *callers, per, true, options, &rt,
+                ));
+                drop_schema(&url, &schema, &rt);
+            }
+        }
+        let r: Vec<f64> = rates.into_iter().map(median).collect();
+        let (one, off) = (r[0], r[4]);
+        println!(
+            "  1 caller {one:.0} ops/s; 32 callers: without group commit {off:.0} ops/s; grouped with 1 call in flight {:.0}, 4 {:.0}, 8 {:.0}",
+            r[1], r[2], r[3]
+        );
+        println!(
+            "  32 callers / 1 caller: without {:.2}x; grouped 1/4/8 in flight {:.2}x / {:.2}x / {:.2}x (target >= 3x); grouped / without {:.2}x / {:.2}x / {:.2}x",
+            off / one,
+            r[1] / one,
+            r[2] / one,
+            r[3] / one,
+            r[1] / off,
+            r[2] / off,
+            r[3] / off
+        );
     }
     println!(
         "\nbegin+complete on PostgreSQL ({url}), medians of {rounds} rounds, {total} ops each"

@@ -71,13 +71,18 @@ fn new_build_test_from_outside_the_workspace() {
             Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
                 .args(["test", "--quiet", "--manifest-path"])
                 .arg(dir.join(name).join("Cargo.toml"))
-                .env("CARGO_TARGET_DIR", cargo_target()),
+                .arg("--")
+                .arg("--nocapture")
+                .env("CARGO_TARGET_DIR", cargo_target())
+                .env("IDEM_BIN", idem_bin())
+                .env("IDEM_CACHE_DIR", dir.join("cache"))
+                .env_remove("IDEM_SDK"),
         );
-        assert!(
-            text(&native.stdout).contains("test result: ok. 1 passed"),
-            "{}",
-            text(&native.stdout)
-        );
+        // Natively and against the built component, in the host.
+        let out = text(&native.stdout);
+        assert!(out.contains("test result: ok. 2 passed"), "{out}");
+        assert!(!out.contains("SKIPPED"), "{out}");
+        assert!(out.contains(" passed, 0 failed"), "{out}");
     }
     // Without --out, the component lands in the crate's target directory,
     // and the path printed is where it is.

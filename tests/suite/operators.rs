@@ -155,6 +155,62 @@ fn a_policy_refusal_or_failure_leaves_no_store_behind() {
         !env.db().exists(),
         "a store was created for an operation the policy could not key"
     );
+
+    // `idem run` too: every line is derived before the store is opened, so
+    // a refusal on the last line leaves no store file (and runs nothing).
+    let ops = env.write(
+        "ops.jsonl",
+        &format!(
+            "{}\n{}\n",
+            op("i1"),
+            r#"{"kind":"charge","tenant":"acme","fields":{"invoice_id":"i2"}}"#
+        ),
+    );
+    let policy = policy_path("billing-charge");
+    let out = env
+        .idem(&[
+            "run",
+            "--policy",
+            policy.to_str().unwrap(),
+            "--store",
+            &env.store(),
+            "--ops",
+            ops.to_str().unwrap(),
+            "--",
+            "sh",
+            "-c",
+            "echo ran >> ran",
+        ])
+        .output()
+        .unwrap();
+    fails_with(&out, 3, "line 2");
+    assert!(!env.path("ran").exists());
+    assert!(
+        !env.db().exists(),
+        "idem run created a store before finding a line it could not key"
+    );
+    // And a store that cannot be opened is named, after the lines were
+    // read, with nothing run.
+    let out = env
+        .idem(&[
+            "run",
+            "--policy",
+            policy.to_str().unwrap(),
+            "--store",
+            &format!("sqlite:{}/no/such/dir/idem.db", env.dir.path().display()),
+            "--ops",
+            env.write("one.jsonl", &format!("{}\n", op("i1")))
+                .to_str()
+                .unwrap(),
+            "--",
+            "sh",
+            "-c",
+            "echo ran >> ran",
+        ])
+        .output()
+        .unwrap();
+    fails_with(&out, 2, "does not exist");
+    assert!(!env.path("ran").exists());
 }
 
 #[test]
@@ -320,4 +376,54 @@ fn buffered_stdout_is_released_once_the_outcome_is_recorded() {
 
 fn op_two() -> String {
     op("i2")
+}
+
+/// On PostgreSQL too, the commands that only read never create anything:
+/// a mistyped `?idem_schema=` is an error naming the store, and the schema
+/// is not created (`idem migrate` would).
+#[test]
+fn read_only_commands_never_create_a_postgres_schema() {
+    let Some(url) = idem_tests::postgres_url("read_only_commands_never_create_a_postgres_schema")
+    else {
+        return;
+    };
+    let env = Env::new();
+    let schema = idem_store::conformance::fresh_schema();
+    let store = format!("{url}?idem_schema={schema}&sslmode=disable");
+    for command in [
+        vec!["inspect"],
+        vec!["report"],
+        vec!["review"],
+        vec!["resolve", &"ab".repeat(32), "--release", "--reason", "x"],
+    ] {
+        let mut args = command.clone();
+        args.extend(["--store", &store]);
+        let out = env.idem(&args).output().unwrap();
+        fails_with(
+            &out,
+            2,
+            "does not exist: this command only reads, and neither creates nor upgrades a store",
+        );
+    }
+    let exists = tokio::runtime::Runtime::new().unwrap().block_on(async {
+        let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        tokio::spawn(conn);
+        client
+            .query_one(
+                "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)",
+                &[&schema],
+            )
+            .await
+            .unwrap()
+            .get::<_, bool>(0)
+    });
+    assert!(!exists, "a read-only command created schema {schema}");
+    // `idem migrate` creates it; then the same commands read it.
+    let out = env.idem(&["migrate", "--store", &store]).output().unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let out = env.idem(&["inspect", "--store", &store]).output().unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    idem_store::conformance::drop_postgres_schema(&store);
 }

@@ -20,14 +20,28 @@ pub struct StoreArgs {
 impl StoreArgs {
     /// Opens the store (creating and migrating a SQLite file when needed).
     pub async fn open(&self) -> Result<Arc<dyn Store>, Failure> {
-        idem_store::open(&self.store, StoreOptions::default())
+        self.open_with(StoreOptions::default()).await
+    }
+
+    async fn open_with(&self, options: StoreOptions) -> Result<Arc<dyn Store>, Failure> {
+        idem_store::open(&self.store, options)
             .await
             .map_err(|e| Failure::input(format!("cannot open store {}: {e}", self.shown())))
     }
 
+    /// The store, to be opened (created, migrated) on first use: `idem run`
+    /// reads and derives every operation first. A malformed URL is refused
+    /// now.
+    pub fn deferred(&self) -> Result<Arc<dyn Store>, Failure> {
+        idem_store::Deferred::new(&self.store, StoreOptions::default())
+            .map(|store| Arc::new(store) as Arc<dyn Store>)
+            .map_err(|e| Failure::input(format!("cannot open store {}: {e}", self.shown())))
+    }
+
     /// Opens a store that must already exist, for commands that only read
-    /// (`inspect`): a mistyped SQLite path is an error naming it, never a
-    /// new empty store that then reports "0 records".
+    /// (`inspect`, `report`, `review`): a mistyped SQLite path or
+    /// PostgreSQL schema is an error naming it, never a new empty store
+    /// that then reports "0 records"; nothing is created or migrated.
     pub async fn open_existing(&self) -> Result<Arc<dyn Store>, Failure> {
         let url = self
             .store
@@ -47,7 +61,11 @@ impl StoreArgs {
                 self.shown()
             )));
         }
-        self.open().await
+        self.open_with(StoreOptions {
+            migrate: false,
+            ..StoreOptions::default()
+        })
+        .await
     }
 
     /// The store URL fit to print: never its password.

@@ -17,7 +17,7 @@
 //! deterministic. An `expect` that checks nothing is an error: a case that
 //! cannot fail proves nothing.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use serde::Deserialize;
 
@@ -234,16 +234,22 @@ pub fn run_cases(subject: &mut dyn Subject, file: &CasesFile) -> CasesReport {
         });
         return report;
     }
+    // Every key a case derived, passing or not: a case that got its own
+    // expectations wrong still has a key, and the cases comparing theirs
+    // with it are judged on their own (one mistake, one failing case).
     let mut seen: HashMap<String, KeyedDerivation> = HashMap::new();
+    let mut failed: HashSet<&str> = HashSet::new();
     for case in &file.cases {
-        let (passed, detail) = match run_case(subject, &info, case, &seen) {
-            Ok((detail, keyed)) => {
-                if let Some(k) = keyed {
-                    seen.insert(case.name.clone(), k);
-                }
-                (true, detail)
+        let (outcome, keyed) = run_case(subject, &info, case, &seen, &failed);
+        if let Some(k) = keyed {
+            seen.insert(case.name.clone(), k);
+        }
+        let (passed, detail) = match outcome {
+            Ok(detail) => (true, detail),
+            Err(detail) => {
+                failed.insert(case.name.as_str());
+                (false, detail)
             }
-            Err(detail) => (false, detail),
         };
         report.results.push(CaseResult {
             name: case.name.clone(),
@@ -254,24 +260,32 @@ pub fn run_cases(subject: &mut dyn Subject, file: &CasesFile) -> CasesReport {
     report
 }
 
-type CaseOutcome = Result<(String, Option<KeyedDerivation>), String>;
+/// A case's verdict (a summary, or what differed), and the key it derived
+/// if it derived one, passing or not.
+type CaseOutcome = (Result<String, String>, Option<KeyedDerivation>);
 
 fn run_case(
     subject: &mut dyn Subject,
     info: &PolicyInfo,
     case: &Case,
     seen: &HashMap<String, KeyedDerivation>,
+    failed: &HashSet<&str>,
 ) -> CaseOutcome {
     let e = &case.expect;
     if !e.checks_something() {
-        return Err("`expect` checks nothing; say what must hold".into());
+        return (
+            Err("`expect` checks nothing; say what must hold".into()),
+            None,
+        );
     }
-    let mut op = Operation::from_value(case.op.clone(), &OperationLimits::default())
-        .map_err(|err| format!("the case's op is invalid: {err}"))?;
+    let mut op = match Operation::from_value(case.op.clone(), &OperationLimits::default()) {
+        Ok(op) => op,
+        Err(err) => return (Err(format!("the case's op is invalid: {err}")), None),
+    };
     op.now_ms.get_or_insert(0);
     match &case.duplicate {
-        None => derive_case(subject, info, &op, e, seen),
-        Some(dup) => duplicate_case(subject, op, dup, e).map(|d| (d, None)),
+        None => derive_case(subject, info, &op, e, seen, failed),
+        Some(dup) => (duplicate_case(subject, op, dup, e), None),
     }
 }
 
@@ -281,26 +295,51 @@ fn derive_case(
     op: &Operation,
     e: &Expect,
     seen: &HashMap<String, KeyedDerivation>,
+    failed: &HashSet<&str>,
 ) -> CaseOutcome {
-    let derived = subject.derive(op)?;
+    match derive_checked(subject, info, op, e, seen, failed) {
+        Ok((detail, keyed)) => (Ok(detail), keyed),
+        Err((detail, keyed)) => (Err(detail), keyed),
+    }
+}
+
+/// [`derive_case`] with `?`: a failure may still carry the derived key.
+// Once per case of a cases file: the error's size costs nothing.
+#[allow(clippy::result_large_err)]
+fn derive_checked(
+    subject: &mut dyn Subject,
+    info: &PolicyInfo,
+    op: &Operation,
+    e: &Expect,
+    seen: &HashMap<String, KeyedDerivation>,
+    failed: &HashSet<&str>,
+) -> Result<(String, Option<KeyedDerivation>), (String, Option<KeyedDerivation>)> {
+    let no_key = |detail: String| (detail, None);
+    let derived = subject.derive(op).map_err(no_key)?;
     if let Some(code) = &e.error {
-        let want: ErrorCode = code.parse()?;
+        let want: ErrorCode = code.parse().map_err(no_key)?;
         return match derived {
-            Ok(_) => Err(format!("expected policy error {code}, got a key")),
-            Err(err) if err.code != want => Err(format!("expected policy error {code}, got {err}")),
-            Err(err) if e.field.is_some() && err.field != e.field => Err(format!(
+            Ok(_) => Err(no_key(format!("expected policy error {code}, got a key"))),
+            Err(err) if err.code != want => {
+                Err(no_key(format!("expected policy error {code}, got {err}")))
+            }
+            Err(err) if e.field.is_some() && err.field != e.field => Err(no_key(format!(
                 "expected the error to name field {:?}, got {err}",
                 e.field
-            )),
+            ))),
             Err(err) => Ok((format!("refused: {err}"), None)),
         };
     }
-    let derivation = derived.map_err(|err| format!("expected a key, got policy error {err}"))?;
+    let derivation =
+        derived.map_err(|err| no_key(format!("expected a key, got policy error {err}")))?;
     let keyed = match (derivation.finish(&info.namespace), e.malformed) {
         (Err(err), Some(true)) => return Ok((err.to_string(), None)),
-        (Err(err), _) => return Err(err.to_string()),
-        (Ok(_), Some(true)) => {
-            return Err("expected the host to refuse the derivation, it was accepted".into());
+        (Err(err), _) => return Err(no_key(err.to_string())),
+        (Ok(k), Some(true)) => {
+            return Err((
+                "expected the host to refuse the derivation, it was accepted".into(),
+                Some(k),
+            ));
         }
         (Ok(k), _) => k,
     };
@@ -344,7 +383,11 @@ fn derive_case(
     for (other, is_key, want_equal) in relations {
         let Some(other) = other else { continue };
         let Some(theirs) = seen.get(other) else {
-            problems.push(format!("no earlier case named {other:?} with a key"));
+            problems.push(if failed.contains(other.as_str()) {
+                format!("case {other:?} failed without deriving a key to compare with")
+            } else {
+                format!("no earlier case named {other:?} with a key")
+            });
             continue;
         };
         let (mine, theirs, what) = if is_key {
@@ -362,7 +405,7 @@ fn derive_case(
     if problems.is_empty() {
         Ok((format!("key {}…", &keyed.key.to_hex()[..16]), Some(keyed)))
     } else {
-        Err(problems.join("; "))
+        Err((problems.join("; "), Some(keyed)))
     }
 }
 

@@ -138,6 +138,13 @@ pub trait RecordBackend: Send + Sync + 'static {
         decide: Decide<T>,
     ) -> Result<T, StoreError>;
 
+    /// Whether a batch (`claim_many`, `finish_many`) shares what single
+    /// calls each pay: a durable commit, a round trip (see
+    /// [`crate::Store::batches_share_commits`]). Default: no.
+    fn batches_share_commits(&self) -> bool {
+        false
+    }
+
     /// Whether several calls are cheaper as one shared transaction
     /// ([`RecordBackend::transact_many`]) than as single calls with their
     /// fast paths. SQLite: yes (one commit, one fsync). PostgreSQL: no (its
@@ -224,9 +231,12 @@ pub trait RecordBackend: Send + Sync + 'static {
     /// clock of the same read.
     async fn read_many(&self, filter: &ListFilter) -> Result<(Vec<Record>, u64), StoreError>;
 
-    /// Deletes the records past their retention, and their attempt-log
-    /// entries; how many records.
-    async fn collect_garbage(&self) -> Result<u64, StoreError>;
+    /// Deletes up to `limit` records past their retention, and their
+    /// attempt-log entries, in one transaction; how many records. `gc`
+    /// calls it until a call deletes fewer than `limit`, so that a large
+    /// backlog goes in short transactions between which live claims get
+    /// the store.
+    async fn collect_garbage(&self, limit: u32) -> Result<u64, StoreError>;
 
     /// Appends entries that describe no record change (answers to
     /// duplicates), with their own `at_ms`, in one transaction.

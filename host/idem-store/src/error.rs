@@ -208,6 +208,21 @@ pub enum StoreError {
         /// The newest version this build knows.
         supported: i64,
     },
+    /// Opening without migrating ([`crate::StoreOptions::migrate`] off):
+    /// the store does not exist (`found: None`) or its schema is older than
+    /// this build's. Nothing was created or changed.
+    #[error(
+        "store `{store}` {}: this command only reads, and neither creates nor upgrades a store (`idem migrate --store URL` does)",
+        match .found { None => "does not exist".to_string(), Some(v) => format!("has schema version {v}, older than this idem's {}", .wanted) }
+    )]
+    NotMigrated {
+        /// The store URL (password masked), and schema.
+        store: String,
+        /// Its schema version, `None` when there is no store.
+        found: Option<i64>,
+        /// The version this build needs.
+        wanted: i64,
+    },
     /// The store was written by a newer idem.
     #[error("store `{}` has schema version {found}, newer than this idem supports ({supported}): upgrade idem", .path.display())]
     SchemaTooNew {
@@ -251,6 +266,122 @@ pub enum StoreError {
     /// The blocking task running a store call panicked or was cancelled.
     #[error("store task failed: {0}")]
     Task(String),
+}
+
+/// A copy of the error, for a failure several callers share (a group
+/// commit's batch call failed: each caller in it gets the error). Every
+/// variant is copied as it is, except that a backend's cause is kept as its
+/// message (the cause itself is not `Clone`).
+impl Clone for StoreError {
+    fn clone(&self) -> Self {
+        use StoreError::*;
+        match self {
+            Fenced {
+                key,
+                fence,
+                current,
+            } => Fenced {
+                key: key.clone(),
+                fence: *fence,
+                current: *current,
+            },
+            NotInProgress { key, fence, state } => NotInProgress {
+                key: key.clone(),
+                fence: *fence,
+                state: *state,
+            },
+            NotEligible {
+                key,
+                action,
+                state,
+                why,
+            } => NotEligible {
+                key: key.clone(),
+                action,
+                state: *state,
+                why,
+            },
+            Gone { key } => Gone { key: key.clone() },
+            StaleEpoch {
+                group,
+                epoch,
+                current,
+            } => StaleEpoch {
+                group: group.clone(),
+                epoch: *epoch,
+                current: *current,
+            },
+            JobLeaseLost { job, fence } => JobLeaseLost {
+                job: job.clone(),
+                fence: *fence,
+            },
+            OutcomeTooLarge { key, size, limit } => OutcomeTooLarge {
+                key: key.clone(),
+                size: *size,
+                limit: *limit,
+            },
+            InvalidRequest(why) => InvalidRequest(why.clone()),
+            UnsupportedUrl { url, why } => UnsupportedUrl {
+                url: url.clone(),
+                why: why.clone(),
+            },
+            Open { path, kind, detail } => Open {
+                path: path.clone(),
+                kind: *kind,
+                detail: detail.clone(),
+            },
+            Connect { url, kind, detail } => Connect {
+                url: url.clone(),
+                kind: *kind,
+                detail: detail.clone(),
+            },
+            DatabaseSchemaTooNew {
+                store,
+                found,
+                supported,
+            } => DatabaseSchemaTooNew {
+                store: store.clone(),
+                found: *found,
+                supported: *supported,
+            },
+            NotMigrated {
+                store,
+                found,
+                wanted,
+            } => NotMigrated {
+                store: store.clone(),
+                found: *found,
+                wanted: *wanted,
+            },
+            SchemaTooNew {
+                path,
+                found,
+                supported,
+            } => SchemaTooNew {
+                path: path.clone(),
+                found: *found,
+                supported: *supported,
+            },
+            Busy { store, context } => Busy {
+                store: store.clone(),
+                context,
+            },
+            Corrupt { store, what } => Corrupt {
+                store: store.clone(),
+                what: what.clone(),
+            },
+            Backend {
+                store,
+                context,
+                cause,
+            } => Backend {
+                store: store.clone(),
+                context,
+                cause: cause.to_string().into(),
+            },
+            Task(why) => Task(why.clone()),
+        }
+    }
 }
 
 impl StoreError {

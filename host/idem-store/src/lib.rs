@@ -73,7 +73,9 @@ mod backend;
 mod clock;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod codec;
+mod deferred;
 mod error;
+mod group_commit;
 mod machine;
 mod memory;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
@@ -93,7 +95,9 @@ pub use attempt::{
     AttemptEntry, AttemptEvent, AttemptFilter, MAX_NOTE_BYTES, Resolution, ResolveRequest,
 };
 pub use clock::{ManualClock, StoreClock};
+pub use deferred::Deferred;
 pub use error::{ConnectErrorKind, OpenErrorKind, StoreError};
+pub use group_commit::{GroupCommit, GroupCommitOptions, GroupCommitStats, LaneStats};
 pub use memory::MemoryStore;
 pub use open::{migrate, open};
 pub use postgres::{DEFAULT_POOL_SIZE, DEFAULT_SCHEMA, PostgresUrl, TlsMode};

@@ -149,15 +149,23 @@ impl RecordBackend for MemoryStore {
         Ok((out.into_iter().take(limit).cloned().collect(), now))
     }
 
-    async fn collect_garbage(&self) -> Result<u64, StoreError> {
+    async fn collect_garbage(&self, limit: u32) -> Result<u64, StoreError> {
         let (mut state, now) = self.lock();
-        let before = state.records.len();
-        state.records.retain(|_, r| !machine::is_expired(r, now));
+        let victims: Vec<RecordKey> = state
+            .records
+            .iter()
+            .filter(|(_, r)| machine::is_expired(r, now))
+            .map(|(k, _)| k.clone())
+            .take(limit as usize)
+            .collect();
         let State {
             records, attempts, ..
         } = &mut *state;
+        for key in &victims {
+            records.remove(key);
+        }
         attempts.retain(|a| records.contains_key(&a.key));
-        Ok((before - state.records.len()) as u64)
+        Ok(victims.len() as u64)
     }
 
     async fn append(&self, entries: Vec<AttemptEntry>) -> Result<(), StoreError> {

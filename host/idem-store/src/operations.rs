@@ -22,6 +22,12 @@ use crate::record::{
 };
 use crate::store::Store;
 
+/// How many expired records one `gc` transaction deletes (with their log
+/// entries): a few milliseconds of SQLite's write lock, or of PostgreSQL row
+/// locks, at a time, so that a gc of millions of records never stalls live
+/// claims for long.
+const GC_BATCH: u32 = 1_000;
+
 #[async_trait]
 impl<B: RecordBackend> Store for B {
     fn describe(&self) -> String {
@@ -30,6 +36,10 @@ impl<B: RecordBackend> Store for B {
 
     fn clock(&self) -> &StoreClock {
         &self.options().clock
+    }
+
+    fn batches_share_commits(&self) -> bool {
+        RecordBackend::batches_share_commits(self)
     }
 
     async fn claim(&self, request: ClaimRequest) -> Result<ClaimOutcome, StoreError> {
@@ -161,7 +171,14 @@ impl<B: RecordBackend> Store for B {
     }
 
     async fn gc(&self) -> Result<u64, StoreError> {
-        self.collect_garbage().await
+        let mut removed = 0;
+        loop {
+            let batch = self.collect_garbage(GC_BATCH).await?;
+            removed += batch;
+            if batch < u64::from(GC_BATCH) {
+                return Ok(removed);
+            }
+        }
     }
 
     async fn log_answers(&self, entries: Vec<AttemptEntry>) -> Result<(), StoreError> {

@@ -411,6 +411,13 @@ pub struct StoreOptions {
     /// `docs/benchmarks.md`: within a few percent of a begin+complete on
     /// both stores); the records and their guarantees are the same.
     pub attempt_log: bool,
+    /// Whether opening may create the store or bring an older schema up to
+    /// date (default: yes). Off — for commands that only read — a store
+    /// that does not exist (a SQLite file, a PostgreSQL schema) or whose
+    /// schema is older than this build's is refused with
+    /// [`crate::StoreError::NotMigrated`] and nothing is created: a
+    /// mistyped `?idem_schema=` is an error, not a new empty store.
+    pub migrate: bool,
 }
 
 impl Default for StoreOptions {
@@ -419,6 +426,7 @@ impl Default for StoreOptions {
             clock: StoreClock::system(),
             max_outcome_bytes: DEFAULT_MAX_OUTCOME_BYTES,
             attempt_log: true,
+            migrate: true,
         }
     }
 }

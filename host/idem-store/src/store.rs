@@ -31,6 +31,25 @@ pub trait Store: Send + Sync + 'static {
     /// deterministic down to what the policy sees.
     fn clock(&self) -> &StoreClock;
 
+    /// Whether one [`Store::claim_many`] or [`Store::finish_many`] call of
+    /// many items costs much less than as many single calls (they share a
+    /// durable commit or a round trip), so that concurrent callers gain from
+    /// sharing calls ([`crate::GroupCommit`]). SQLite and PostgreSQL: yes;
+    /// the in-memory store: no. Default: no.
+    fn batches_share_commits(&self) -> bool {
+        false
+    }
+
+    /// Makes sure the store is open and usable, changing nothing: a store
+    /// opened on first use ([`crate::Deferred`]) opens here. A caller that
+    /// prepares work before touching the store (the job runner reads and
+    /// derives every operation first) calls it before the first write, so
+    /// that a store that cannot be opened stops the work before anything
+    /// is claimed. Default: nothing to do.
+    async fn ready(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+
     /// Claims `request.key`: inserts an in-progress record under a new fence
     /// when no live record exists (a record past its retention counts as
     /// absent and is replaced), else reports the existing record.

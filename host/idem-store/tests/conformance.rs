@@ -43,6 +43,33 @@ macro_rules! conformance {
                 }
             )*
         }
+        // The same checks through a group commit (concurrent claims and
+        // finishes sharing store calls): no check may tell the difference.
+        mod sqlite_grouped {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $check() {
+                    let factory = idem_store::conformance::grouped(
+                        idem_store::conformance::sqlite_factory(Default::default()),
+                    );
+                    idem_store::conformance::$check(&factory).await;
+                }
+            )*
+        }
+        mod postgres_grouped {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $check() {
+                    let Some(url) = idem_store::conformance::postgres_test_url(concat!("postgres_grouped::", stringify!($check))) else {
+                        return;
+                    };
+                    let factory = idem_store::conformance::grouped(
+                        idem_store::conformance::postgres_factory(url),
+                    );
+                    idem_store::conformance::$check(&factory).await;
+                }
+            )*
+        }
     };
 }
 
@@ -111,6 +138,22 @@ fn model_sqlite() {
 #[test]
 fn model_sqlite_connection_per_worker() {
     conformance::model::check_across_connections(conformance::sqlite_fast_factory(), 32);
+}
+
+/// The model-based test through a group commit: concurrent workers'
+/// claims and finishes share store calls, and every step still matches the
+/// reference model.
+#[test]
+fn model_sqlite_grouped() {
+    conformance::model::check(conformance::grouped(conformance::sqlite_fast_factory()), 64);
+}
+
+#[test]
+fn model_postgres_grouped() {
+    let Some(url) = conformance::postgres_test_url("model_postgres_grouped") else {
+        return;
+    };
+    conformance::model::check(conformance::grouped(conformance::postgres_factory(url)), 32);
 }
 
 #[test]
@@ -725,4 +768,339 @@ async fn the_migrations_build_the_snapshotted_schema() {
 fn write_the_schema_snapshot() {
     let from = std::env::var("IDEM_SCHEMA_SNAPSHOT_FROM").expect("IDEM_SCHEMA_SNAPSHOT_FROM");
     std::fs::write(SQLITE_SNAPSHOT, schema_of(Path::new(&from))).expect("write the snapshot");
+}
+
+/// Waits (polling) until `ready` holds; panics after a minute, naming
+/// `what`, so that a broken group commit fails the test instead of hanging
+/// it. Not a timing assertion: the condition is what is checked.
+async fn until(what: &str, mut ready: impl FnMut() -> bool) {
+    let give_up = std::time::Instant::now() + Duration::from_secs(60);
+    while !ready() {
+        assert!(
+            std::time::Instant::now() < give_up,
+            "gave up waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+/// Group commit, seen from outside on a real SQLite file: while one claim's
+/// commit is held up (another connection holds the write lock), every other
+/// caller waits in line, and all of them then go in *one* store call; each
+/// gets its own answer (a key asked twice in the batch: one claim, one
+/// duplicate), fences are distinct, and finishes group the same way, each
+/// conditional on its own fence (a stale one is refused alone).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn group_commit_sends_the_waiting_callers_in_one_call() {
+    use idem_store::{ClaimRequest, GroupCommit, GroupCommitOptions};
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("idem.db");
+    let sqlite = SqliteOptions {
+        busy_timeout: Duration::from_secs(60),
+        ..SqliteOptions::default()
+    };
+    let inner = SqliteStore::open(&path, sqlite, StoreOptions::default()).unwrap();
+    let grouped = Arc::new(GroupCommit::new(
+        Arc::new(inner),
+        GroupCommitOptions::default(),
+    ));
+    let store: Arc<dyn Store> = grouped.clone();
+    let lock = |c: &rusqlite::Connection| c.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let blocker = rusqlite::Connection::open(&path).unwrap();
+
+    // Keys 0..20, and key 7 asked for a second time by another worker.
+    let requests: Vec<ClaimRequest> = (0..20u32)
+        .map(|n| request(&conformance::key(n), n, 60_000, 600_000, n))
+        .chain([request(&conformance::key(7), 7, 60_000, 600_000, 99)])
+        .collect();
+    lock(&blocker);
+    let claim = |r: ClaimRequest| {
+        let store = store.clone();
+        tokio::spawn(async move { store.claim(r).await })
+    };
+    let mut tasks = vec![claim(requests[0].clone())];
+    until("the first claim to be sent", || {
+        grouped.stats().claims.calls == 1
+    })
+    .await;
+    tasks.extend(requests[1..].iter().cloned().map(claim));
+    until("the other claims to wait in line", || {
+        grouped.stats().claims.waiting == requests.len() - 1
+    })
+    .await;
+    blocker.execute_batch("COMMIT").unwrap();
+    let mut claims = Vec::new();
+    let mut duplicates = 0;
+    for task in tasks {
+        match task.await.unwrap().unwrap() {
+            ClaimOutcome::Claimed(c) => claims.push(c),
+            ClaimOutcome::Existing(e) => {
+                assert_eq!(e.view.record.key, conformance::key(7));
+                duplicates += 1;
+            }
+        }
+    }
+    assert_eq!((claims.len(), duplicates), (20, 1));
+    let stats = grouped.stats().claims;
+    assert_eq!(
+        (stats.calls, stats.items),
+        (2, 21),
+        "one lone call, then one call for everyone who waited"
+    );
+    let mut fences: Vec<u64> = claims.iter().map(|c| c.fence).collect();
+    fences.sort_unstable();
+    fences.dedup();
+    assert_eq!(fences.len(), 20, "every claim under a fence of its own");
+
+    // Finishes: the first held up, the rest in one call; one of them with a
+    // stale fence is refused alone.
+    lock(&blocker);
+    let finish = |key: idem_store::RecordKey, fence: u64| {
+        let store = store.clone();
+        tokio::spawn(async move {
+            store
+                .complete(&key, fence, Outcome::new(0, b"ok".to_vec()))
+                .await
+        })
+    };
+    let mut tasks = vec![finish(claims[0].key.clone(), claims[0].fence)];
+    until("the first finish to be sent", || {
+        grouped.stats().finishes.calls == 1
+    })
+    .await;
+    for (i, c) in claims.iter().enumerate().skip(1) {
+        let fence = if i == 3 { c.fence - 1 } else { c.fence };
+        tasks.push(finish(c.key.clone(), fence));
+    }
+    until("the other finishes to wait in line", || {
+        grouped.stats().finishes.waiting == claims.len() - 1
+    })
+    .await;
+    blocker.execute_batch("COMMIT").unwrap();
+    for (i, task) in tasks.into_iter().enumerate() {
+        let result = task.await.unwrap();
+        if i == 3 {
+            assert!(
+                matches!(result, Err(StoreError::Fenced { .. })),
+                "the stale fence is refused: {result:?}"
+            );
+        } else {
+            result.unwrap();
+        }
+    }
+    let stats = grouped.stats().finishes;
+    assert_eq!((stats.calls, stats.items), (2, 20));
+    for (i, c) in claims.iter().enumerate() {
+        let state = store.get(&c.key).await.unwrap().unwrap().record.state;
+        let expected = if i == 3 {
+            RecordState::InProgress
+        } else {
+            RecordState::Completed
+        };
+        assert_eq!(state, expected, "claim {i}");
+    }
+}
+
+/// A caller that gives up while it waits in line is left out of the batch:
+/// nothing is written for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn group_commit_leaves_out_a_caller_that_gave_up() {
+    use idem_store::{GroupCommit, GroupCommitOptions};
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("idem.db");
+    let sqlite = SqliteOptions {
+        busy_timeout: Duration::from_secs(60),
+        ..SqliteOptions::default()
+    };
+    let inner = SqliteStore::open(&path, sqlite, StoreOptions::default()).unwrap();
+    let grouped = Arc::new(GroupCommit::new(
+        Arc::new(inner),
+        GroupCommitOptions::default(),
+    ));
+    let store: Arc<dyn Store> = grouped.clone();
+    let blocker = rusqlite::Connection::open(&path).unwrap();
+    blocker.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let claim = |n: u32| {
+        let store = store.clone();
+        tokio::spawn(async move {
+            store
+                .claim(request(&conformance::key(n), n, 60_000, 600_000, n))
+                .await
+        })
+    };
+    let first = claim(0);
+    until("the first claim to be sent", || {
+        grouped.stats().claims.calls == 1
+    })
+    .await;
+    let kept = claim(1);
+    let abandoned = claim(2);
+    until("two claims to wait in line", || {
+        grouped.stats().claims.waiting == 2
+    })
+    .await;
+    abandoned.abort();
+    let _ = abandoned.await;
+    blocker.execute_batch("COMMIT").unwrap();
+    assert!(matches!(
+        first.await.unwrap().unwrap(),
+        ClaimOutcome::Claimed(_)
+    ));
+    assert!(matches!(
+        kept.await.unwrap().unwrap(),
+        ClaimOutcome::Claimed(_)
+    ));
+    assert!(
+        store.get(&conformance::key(2)).await.unwrap().is_none(),
+        "nothing written for the caller that gave up"
+    );
+    assert_eq!(grouped.stats().claims.items, 2);
+}
+
+/// A store opened on first use: nothing exists until a call needs it (or
+/// `ready`), a malformed URL is refused at once, and a store that cannot
+/// be opened is that call's error, tried again by the next.
+#[tokio::test]
+async fn a_deferred_store_opens_on_first_use() {
+    use idem_store::Deferred;
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("idem.db");
+    let url = format!("sqlite:{}", path.display());
+    let deferred = Deferred::new(&url, StoreOptions::default()).unwrap();
+    assert!(deferred.batches_share_commits());
+    assert!(deferred.clock().now_ms() > 0);
+    assert!(!path.exists() && !deferred.is_open(), "nothing opened yet");
+    deferred.ready().await.unwrap();
+    assert!(path.is_file() && deferred.is_open());
+    let claim = deferred
+        .claim(request(&conformance::key(1), 1, 60_000, 600_000, 1))
+        .await
+        .unwrap();
+    assert!(matches!(claim, ClaimOutcome::Claimed(_)));
+
+    assert!(matches!(
+        Deferred::new("sqlit:/x.db", StoreOptions::default()),
+        Err(StoreError::UnsupportedUrl { .. })
+    ));
+    let missing = dir.path().join("no/such/dir/idem.db");
+    let deferred = Deferred::new(
+        &format!("sqlite:{}", missing.display()),
+        StoreOptions::default(),
+    )
+    .unwrap();
+    for _ in 0..2 {
+        assert!(matches!(
+            deferred.ready().await,
+            Err(StoreError::Open { .. })
+        ));
+    }
+    assert!(!deferred.is_open());
+}
+
+/// Opening without migrating (`StoreOptions::migrate` off) refuses a
+/// store that does not exist, and creates nothing.
+#[tokio::test]
+async fn opening_without_migrating_creates_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("idem.db");
+    let read_only = StoreOptions {
+        migrate: false,
+        ..StoreOptions::default()
+    };
+    let url = format!("sqlite:{}", path.display());
+    match idem_store::open(&url, read_only.clone()).await {
+        Err(e @ StoreError::NotMigrated { found: None, .. }) => {
+            assert!(e.to_string().contains("does not exist"), "{e}")
+        }
+        other => panic!(
+            "expected NotMigrated, got {:?}",
+            other.map(|s| s.describe())
+        ),
+    }
+    assert!(!path.exists());
+    idem_store::open(&url, StoreOptions::default())
+        .await
+        .unwrap();
+    idem_store::open(&url, read_only).await.unwrap();
+}
+
+/// Many concurrent callers through a group commit (two calls of a kind in
+/// flight), on SQLite and PostgreSQL: every key is claimed exactly once,
+/// every holder's completion under its own fence succeeds, and a write
+/// under a stale fence is refused alone, whatever batch it shared.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn group_commit_under_contention_claims_each_key_once() {
+    let mut factories: Vec<(
+        &str,
+        Box<dyn Fn() -> conformance::BoxFuture<conformance::Fixture>>,
+    )> = vec![(
+        "sqlite",
+        Box::new(|| {
+            Box::pin(conformance::grouped(sqlite_factory(
+                SqliteOptions::default(),
+            ))(StoreOptions::default()))
+        }),
+    )];
+    if let Some(url) =
+        conformance::postgres_test_url("group_commit_under_contention_claims_each_key_once")
+    {
+        factories.push((
+            "postgres",
+            Box::new(move || {
+                Box::pin(conformance::grouped(conformance::postgres_factory(
+                    url.clone(),
+                ))(StoreOptions::default()))
+            }),
+        ));
+    }
+    for (name, factory) in factories {
+        let fixture = factory().await;
+        let store = fixture.store.clone();
+        let keys = 16u32;
+        let mut tasks = tokio::task::JoinSet::new();
+        for caller in 0..96u32 {
+            let store = store.clone();
+            tasks.spawn(async move {
+                let k = conformance::key(caller % keys);
+                let r = request(&k, caller % keys, 600_000, 600_000, caller);
+                match store.claim(r).await.unwrap() {
+                    ClaimOutcome::Claimed(claim) => {
+                        // Every third holder first tries a stale fence.
+                        if caller % 3 == 0 {
+                            let stale = store
+                                .complete(&claim.key, claim.fence - 1, Outcome::new(1, "stale"))
+                                .await;
+                            assert!(matches!(stale, Err(StoreError::Fenced { .. })), "{stale:?}");
+                        }
+                        store
+                            .complete(&claim.key, claim.fence, Outcome::new(0, "ok"))
+                            .await
+                            .unwrap();
+                        Some(caller % keys)
+                    }
+                    ClaimOutcome::Existing(_) => None,
+                }
+            });
+        }
+        let mut claimed = Vec::new();
+        while let Some(joined) = tasks.join_next().await {
+            if let Some(k) = joined.unwrap() {
+                claimed.push(k);
+            }
+        }
+        claimed.sort_unstable();
+        assert_eq!(
+            claimed,
+            (0..keys).collect::<Vec<_>>(),
+            "{name}: every key claimed exactly once"
+        );
+        for k in 0..keys {
+            let view = store.get(&conformance::key(k)).await.unwrap().unwrap();
+            assert_eq!(view.record.state, RecordState::Completed, "{name}");
+            assert_eq!(view.record.outcome.unwrap().status, 0, "{name}");
+        }
+    }
 }

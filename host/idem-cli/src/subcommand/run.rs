@@ -148,7 +148,9 @@ pub fn run(args: RunArgs) -> Result<u8, Failure> {
         wait_for_peers: args.wait_for_peers.map(|max| max.unwrap_or(Duration::MAX)),
     };
     runtime()?.block_on(async {
-        let store = args.store.open().await?;
+        // Opened once every line is read and derived (the runner's
+        // `Store::ready`): a policy failing on a line leaves no store.
+        let store = args.store.deferred()?;
         let (started_ms, log_store) = (store.clock().now_ms(), store.clone());
         let namespace = policy.info().namespace.clone();
         let engine = Engine::new(policy, store, args.run.engine_options());
@@ -351,6 +353,9 @@ fn job_failure(e: JobError, args: &RunArgs) -> Failure {
             code: exit::JOB_LEASE_HELD,
             message: held.to_string(),
         },
+        JobError::Store(e) => {
+            Failure::input(format!("cannot open store {}: {e}", args.store.shown()))
+        }
         other @ (JobError::JobLease { .. }
         | JobError::Membership { .. }
         | JobError::MembershipMismatch { .. }

@@ -85,8 +85,16 @@ export_policy!({{Type}});
 
 #[cfg(test)]
 mod tests {
+    /// The cases, natively: fast, and a failing case's panic is readable.
     #[test]
     fn cases() {
         idem_policy::testing::assert_cases::<super::{{Type}}>("cases.json");
+    }
+
+    /// The same cases against the built component, in the host (needs
+    /// `idem` on PATH or in IDEM_BIN): what the host will run.
+    #[test]
+    fn cases_in_the_host() {
+        idem_policy::testing::assert_cases_in_host("cases.json");
     }
 }

@@ -220,3 +220,42 @@ pub fn postgres_factory(
         })
     }
 }
+
+/// `factory`'s stores behind a [`crate::GroupCommit`] (grouping always, on
+/// any store, two calls of a kind in flight at most): the same checks must
+/// hold when concurrent claims and finishes share store calls. `reopen`
+/// wraps the reopened store too.
+pub fn grouped<F, Fut>(factory: F) -> impl Fn(StoreOptions) -> BoxFuture<Fixture> + Send + Sync
+where
+    F: Fn(StoreOptions) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Fixture> + Send + 'static,
+{
+    let factory = Arc::new(factory);
+    move |options| {
+        let factory = factory.clone();
+        Box::pin(async move {
+            let fixture = factory(options).await;
+            let wrap = |store: Arc<dyn Store>| -> Arc<dyn Store> {
+                // Two calls of a kind in flight: both the waiting line and
+                // batches racing each other are exercised.
+                let options = crate::GroupCommitOptions {
+                    max_in_flight: 2,
+                    ..crate::GroupCommitOptions::default()
+                };
+                Arc::new(crate::GroupCommit::new(store, options))
+            };
+            let reopen = fixture.reopen.map(|reopen| -> Reopen {
+                let reopen = Arc::new(reopen);
+                Box::new(move || {
+                    let reopen = reopen.clone();
+                    Box::pin(async move { wrap(reopen().await) })
+                })
+            });
+            Fixture {
+                store: wrap(fixture.store),
+                reopen,
+                guard: fixture.guard,
+            }
+        })
+    }
+}

@@ -44,7 +44,8 @@ pub use attempt_log::{
 };
 pub use batches::{claim_many_is_claims_in_order, finish_many_is_finishes_in_order};
 pub use factories::{
-    BoxFuture, Fixture, POSTGRES_URL_ENV, Reopen, fresh_schema, memory_factory, postgres_test_url,
+    BoxFuture, Fixture, POSTGRES_URL_ENV, Reopen, fresh_schema, grouped, memory_factory,
+    postgres_test_url,
 };
 #[cfg(feature = "postgres")]
 pub use factories::{drop_postgres_schema, postgres_factory};
@@ -58,7 +59,8 @@ pub use records::{
     lease_expiry_and_take_over, mark_unknown, take_over_refused_for_final,
 };
 pub use store_wide::{
-    fence_monotonic_across_gc_and_reopen, list_filters, outcome_size_cap, retention_and_gc,
+    fence_monotonic_across_gc_and_reopen, gc_removes_a_backlog_in_batches, list_filters,
+    outcome_size_cap, retention_and_gc,
 };
 
 use crate::StoreOptions;
@@ -97,6 +99,7 @@ macro_rules! for_each_conformance_check {
             job_lease,
             attempt_log_follows_every_change,
             gc_removes_attempt_entries_with_their_records,
+            gc_removes_a_backlog_in_batches,
             resolution_settles_review_once,
             attempt_log_off_writes_no_entries,
         }

@@ -258,3 +258,56 @@ where
         vec![fences[3].0.clone()]
     );
 }
+
+/// `gc` of a backlog larger than one of its transactions (it deletes in
+/// bounded batches): every expired record goes, with its log entries, and
+/// nothing live goes with them; the count is exact.
+pub async fn gc_removes_a_backlog_in_batches<F, Fut>(factory: &F)
+where
+    F: Fn(StoreOptions) -> Fut,
+    Fut: Future<Output = Fixture>,
+{
+    let (fx, clock) = fixture(factory, crate::DEFAULT_MAX_OUTCOME_BYTES).await;
+    let store = fx.store.as_ref();
+    let name = store.describe();
+    // 2,500 short-lived records (more than two gc batches), 50 long-lived,
+    // and one in progress under a live lease with no retention at all.
+    let expiring = 2_500u32;
+    for chunk in (0..expiring).collect::<Vec<_>>().chunks(250) {
+        let requests = chunk
+            .iter()
+            .map(|&n| request(&key(n), n, 100, 1_000, 1))
+            .collect();
+        let claims = store.claim_many(requests).await.expect("claim_many");
+        assert!(claims.iter().all(|c| c.is_ok()), "{name}");
+    }
+    for n in 0..50 {
+        claimed(store, request(&key(10_000 + n), n, 100, 60_000, 1)).await;
+    }
+    let live = key(20_000);
+    claimed(store, request(&live, 1, 600_000, 0, 1)).await;
+    clock.advance(ms(2_000));
+    assert_eq!(
+        store.gc().await.expect("gc"),
+        u64::from(expiring),
+        "{name}: every expired record, however many batches it takes"
+    );
+    for gone in [key(0), key(expiring / 2), key(expiring - 1)] {
+        assert!(store.get(&gone).await.expect("get").is_none(), "{name}");
+    }
+    assert!(
+        store.get(&key(10_000)).await.expect("get").is_some(),
+        "{name}"
+    );
+    assert!(store.get(&live).await.expect("get").is_some(), "{name}");
+    let left = store
+        .attempts(crate::AttemptFilter::default())
+        .await
+        .expect("attempts");
+    assert_eq!(left.len(), 51, "{name}: only the kept records' entries");
+    assert_eq!(
+        store.gc().await.expect("gc"),
+        0,
+        "{name}: nothing left to collect"
+    );
+}

@@ -14,6 +14,23 @@ use crate::migrations;
 pub const POSTGRES_SCHEMA_VERSION: i64 = migrations::POSTGRES.len() as i64;
 
 impl PostgresStore {
+    /// Checks, changing nothing, that the schema exists at
+    /// [`POSTGRES_SCHEMA_VERSION`] (opening with `migrate` off).
+    pub(super) async fn check_current(&self) -> Result<(), StoreError> {
+        let inner = &self.inner;
+        let conn = inner.conn().await?;
+        let found = inner.schema_version_on(&conn).await?;
+        match found {
+            Some(v) if v == POSTGRES_SCHEMA_VERSION => Ok(()),
+            Some(v) if v > POSTGRES_SCHEMA_VERSION => inner.check_not_newer(v),
+            _ => Err(StoreError::NotMigrated {
+                store: inner.name.clone(),
+                found,
+                wanted: POSTGRES_SCHEMA_VERSION,
+            }),
+        }
+    }
+
     /// Brings the schema to [`POSTGRES_SCHEMA_VERSION`] (creating it when
     /// absent) and returns the version. Safe to run from many processes at
     /// once: they serialise on an advisory lock and migrate once. Opening a

@@ -174,10 +174,15 @@ impl Sql {
                    ORDER BY r.updated DESC, r.namespace COLLATE \"C\", r.key LIMIT $6::int8 \
                  ) r ON true ORDER BY r.updated DESC, r.namespace COLLATE \"C\", r.key"
             ),
-            // The records and, in the same statement, their log entries.
+            // Up to $3 records and, in the same statement, their log
+            // entries. SKIP LOCKED: a record a claim is replacing right
+            // now is left to that claim (or to the next gc).
             gc: format!(
                 "WITH n AS MATERIALIZED (SELECT {NOW} AS ms), \
-                 d AS (DELETE FROM {s}.records r USING n WHERE {EXPIRED} \
+                 v AS (SELECT r.namespace, r.key FROM {s}.records r, n WHERE {EXPIRED} \
+                   LIMIT $3::int8 FOR UPDATE OF r SKIP LOCKED), \
+                 d AS (DELETE FROM {s}.records r USING v \
+                   WHERE r.namespace = v.namespace AND r.key = v.key \
                    RETURNING r.namespace, r.key), \
                  la AS (DELETE FROM {s}.attempts a USING d \
                    WHERE a.namespace = d.namespace AND a.key = d.key) \

@@ -66,7 +66,11 @@ impl PostgresStore {
                 options,
             }),
         };
-        store.migrate().await?;
+        if store.inner.options.migrate {
+            store.migrate().await?;
+        } else {
+            store.check_current().await?;
+        }
         Ok(store)
     }
 

@@ -240,6 +240,12 @@ impl RecordBackend for PostgresStore {
         false
     }
 
+    /// One statement for a batch of claims or finishes: one round trip and
+    /// one commit for all of them.
+    fn batches_share_commits(&self) -> bool {
+        true
+    }
+
     async fn transact<T: Send + 'static>(
         &self,
         call: Call,
@@ -418,7 +424,7 @@ impl RecordBackend for PostgresStore {
         Ok((out, now))
     }
 
-    async fn collect_garbage(&self) -> Result<u64, StoreError> {
+    async fn collect_garbage(&self, limit: u32) -> Result<u64, StoreError> {
         let inner = &self.inner;
         let (manual, offset) = inner.clock();
         let context = "collecting garbage";
@@ -429,7 +435,10 @@ impl RecordBackend for PostgresStore {
                 .prepare_cached(&inner.sql.gc)
                 .await
                 .map_err(|e| inner.err(context, e))?;
-            let deleted = conn.query_one(&statement, &[&manual, &offset]).await;
+            let limit = i64::from(limit);
+            let deleted = conn
+                .query_one(&statement, &[&manual, &offset, &limit])
+                .await;
             match inner.settle(context, deleted)? {
                 Attempt::Done(row) => return inner.unsigned(row.get(0), "a count"),
                 Attempt::Again => retries.again()?,

@@ -52,6 +52,13 @@ impl SqliteStore {
                 return Err(refuse(OpenErrorKind::NotAFile, "a store is a file".into()));
             }
             Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && !options.migrate => {
+                return Err(StoreError::NotMigrated {
+                    store: format!("sqlite:{}", path.display()),
+                    found: None,
+                    wanted: schema::SCHEMA_VERSION,
+                });
+            }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 // SQLite would only say "unable to open database file".
                 let parent = path.parent().filter(|p| !p.as_os_str().is_empty());
@@ -90,6 +97,14 @@ impl SqliteStore {
         // Ending a read transaction cannot lose anything.
         let _ = conn.execute_batch("COMMIT");
         let found = checked?;
+        if !options.migrate && found < schema::SCHEMA_VERSION {
+            // Before the switch to WAL, which would write the header.
+            return Err(StoreError::NotMigrated {
+                store: format!("sqlite:{}", path.display()),
+                found: (found > 0).then_some(found),
+                wanted: schema::SCHEMA_VERSION,
+            });
+        }
 
         let mode = schema::switch_to_wal(&conn, sqlite.busy_timeout)
             .map_err(|e| schema::open_error(path, "switching to WAL", e))?;

@@ -88,6 +88,11 @@ impl RecordBackend for SqliteStore {
         &self.inner.options
     }
 
+    /// One write transaction for a batch: one commit, one fsync.
+    fn batches_share_commits(&self) -> bool {
+        true
+    }
+
     async fn transact<T: Send + 'static>(
         &self,
         call: Call,
@@ -162,23 +167,39 @@ impl RecordBackend for SqliteStore {
         .await
     }
 
-    async fn collect_garbage(&self) -> Result<u64, StoreError> {
-        self.blocking(|inner| {
+    async fn collect_garbage(&self, limit: u32) -> Result<u64, StoreError> {
+        self.blocking(move |inner| {
             inner.write("collecting garbage", |tx, now| {
                 let fail = |e| inner.err("collecting garbage", e);
-                // The entries first, while the records say which are going.
-                tx.execute(
-                    &format!(
-                        "DELETE FROM attempts WHERE (namespace, key) IN \
-                         (SELECT namespace, key FROM records WHERE {EXPIRED})"
-                    ),
-                    [int(now)],
-                )
-                .map_err(fail)?;
-                let removed = tx
-                    .execute(&format!("DELETE FROM records WHERE {EXPIRED}"), [int(now)])
+                // Found by the retention index, at most `limit`, then
+                // deleted by primary key with their entries (by the log's
+                // key index).
+                let victims: Vec<(String, Vec<u8>)> = tx
+                    .prepare_cached(&format!(
+                        "SELECT namespace, key FROM records WHERE {EXPIRED} LIMIT ?2"
+                    ))
+                    .map_err(fail)?
+                    .query_map(rusqlite::params![int(now), i64::from(limit)], |row| {
+                        Ok((row.get(0)?, row.get(1)?))
+                    })
+                    .map_err(fail)?
+                    .collect::<Result<_, _>>()
                     .map_err(fail)?;
-                Ok(removed as u64)
+                let mut entries = tx
+                    .prepare_cached("DELETE FROM attempts WHERE namespace = ?1 AND key = ?2")
+                    .map_err(fail)?;
+                let mut records = tx
+                    .prepare_cached("DELETE FROM records WHERE namespace = ?1 AND key = ?2")
+                    .map_err(fail)?;
+                for (namespace, key) in &victims {
+                    entries
+                        .execute(rusqlite::params![namespace, key])
+                        .map_err(fail)?;
+                    records
+                        .execute(rusqlite::params![namespace, key])
+                        .map_err(fail)?;
+                }
+                Ok(victims.len() as u64)
             })
         })
         .await

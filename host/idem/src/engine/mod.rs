@@ -48,8 +48,8 @@ use std::time::Duration;
 
 use idem_core::{Decision, KeyedDerivation, OpError, Operation, PolicyError, RecordState};
 use idem_store::{
-    AttemptEntry, AttemptEvent, ClaimOutcome, ClaimRequest, Ending, Holder, Outcome,
-    OwnershipToken, RecordKey, Store, StoreError,
+    AttemptEntry, AttemptEvent, ClaimOutcome, ClaimRequest, Ending, GroupCommit,
+    GroupCommitOptions, Holder, Outcome, OwnershipToken, RecordKey, Store, StoreError,
 };
 use thiserror::Error;
 
@@ -74,6 +74,12 @@ pub struct EngineOptions {
     /// membership moved on (`StoreError::StaleEpoch`, surfaced as
     /// [`EngineError::Store`]). `None` (the default): no ownership check.
     pub ownership: Option<OwnershipToken>,
+    /// Group commit: concurrent callers' claims and finishes share store
+    /// calls (one transaction on SQLite, one statement on PostgreSQL),
+    /// applied where the store gains from it
+    /// ([`Store::batches_share_commits`]). On by default; a lone caller
+    /// pays nothing for it (see [`idem_store::GroupCommit`]).
+    pub group_commit: GroupCommitOptions,
 }
 
 impl Default for EngineOptions {
@@ -83,6 +89,7 @@ impl Default for EngineOptions {
             wait_poll: Duration::from_millis(25),
             max_rounds: 4,
             ownership: None,
+            group_commit: GroupCommitOptions::default(),
         }
     }
 }
@@ -211,11 +218,28 @@ pub struct Engine {
 impl Engine {
     /// An engine deduplicating with `policy` against `store`.
     pub fn new(policy: LoadedPolicy, store: Arc<dyn Store>, options: EngineOptions) -> Self {
+        let store = GroupCommit::wrap_if_useful(store, options.group_commit);
         Engine {
             answers: AnswerLog::new(store.clone()),
             policy,
             store,
             options,
+        }
+    }
+
+    /// This engine with other options, on the same policy and store (the
+    /// store as this engine wrapped it: its group commit is shared, never
+    /// wrapped twice) and the same answer log. `options.group_commit` is
+    /// the original engine's.
+    pub(crate) fn reconfigured(&self, options: EngineOptions) -> Engine {
+        Engine {
+            policy: self.policy.clone(),
+            store: self.store.clone(),
+            answers: self.answers.clone(),
+            options: EngineOptions {
+                group_commit: self.options.group_commit,
+                ..options
+            },
         }
     }
 

@@ -212,8 +212,11 @@ impl JobRunner {
             .map_err(|e| JobError::Source(format!("checking the operations failed: {e}")))??
         };
         let store = self.engine.store().clone();
-        // Every operation is derived before the job lease is taken: bad
-        // input never holds the lease.
+        // Every operation is derived before the store is first used (a
+        // store opened on first use, `idem_store::Deferred`, is created or
+        // migrated only now) and before the job lease is taken: bad input
+        // leaves nothing behind and never holds the lease.
+        store.ready().await.map_err(JobError::Store)?;
         let job_lease = match &self.options.job_lease {
             Some(options) => Some((lease::acquire(&store, options).await?, options.ttl)),
             None => None,
@@ -281,10 +284,6 @@ impl JobRunner {
 
     /// This runner's engine with other options (the ownership epoch).
     fn engine_with(&self, options: EngineOptions) -> Engine {
-        Engine::new(
-            self.engine.policy().clone(),
-            self.engine.store().clone(),
-            options,
-        )
+        self.engine.reconfigured(options)
     }
 }

@@ -1,0 +1,543 @@
+//! Group commit: concurrent callers' claims and finishes share store calls.
+//!
+//! A payment service serves many requests at once, each claiming a key and
+//! later completing it. Alone, each of those writes is a durable commit of
+//! its own (SQLite: one fsync; PostgreSQL: one round trip and one WAL
+//! flush). [`GroupCommit`] wraps a store so that every claim that arrives
+//! while another claim's store call is in flight waits for it and then goes,
+//! with all the others that queued meanwhile, in *one*
+//! [`Store::claim_many`] call — one transaction on SQLite, one statement on
+//! PostgreSQL; finishes likewise through [`Store::finish_many`].
+//!
+//! No timer: a caller that finds nothing in flight (more generally, fewer
+//! than [`GroupCommitOptions::max_in_flight`] calls) makes its own call at
+//! once, exactly as without the wrapper (a lone caller pays a lock and
+//! nothing else); the wait is bounded by the one call in flight. No weaker
+//! guarantee: a batch call returns only once its writes are committed, so
+//! each caller learns its answer only after its own write is durable; each
+//! write is still conditional on its own key and fence (the store decides
+//! each item as it would alone, in arrival order: a key repeated in a batch
+//! finds what its first occurrence made); a refusal is that caller's alone.
+//! A failure of a whole batch call (the disk, the connection) is every
+//! caller's in it, as it would have been had each called alone at that
+//! moment. A caller that gives up (its future dropped) before its batch is
+//! sent is left out of it: nothing is written for it.
+//!
+//! Only claims and finishes are grouped: they are the writes every
+//! operation makes. Take-overs, heartbeats and the rest go straight through.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::sync::oneshot;
+
+use crate::attempt::{AttemptEntry, AttemptFilter, ResolveRequest};
+use crate::clock::StoreClock;
+use crate::error::StoreError;
+use crate::record::{
+    Claim, ClaimOutcome, ClaimRequest, Ending, Finish, Holder, JobLeaseAcquire, ListFilter,
+    Membership, Outcome, OwnershipToken, RecordKey, RecordView,
+};
+use crate::store::Store;
+
+/// How [`GroupCommit`] groups.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GroupCommitOptions {
+    /// Whether to group at all. An engine groups only on a store whose
+    /// batches share commits ([`Store::batches_share_commits`]).
+    pub enabled: bool,
+    /// The most items one store call carries; more waiting callers go in
+    /// the next call. Bounds the size of a transaction (and so how long it
+    /// holds SQLite's write lock).
+    pub max_batch: usize,
+    /// How many store calls of one kind (claims, finishes) may be in flight
+    /// at once before callers wait in line. 1 (the default) groups the
+    /// most; more keeps several connections busy (PostgreSQL, whose server
+    /// already shares WAL flushes among concurrent commits).
+    pub max_in_flight: usize,
+}
+
+impl Default for GroupCommitOptions {
+    fn default() -> Self {
+        GroupCommitOptions {
+            enabled: true,
+            max_batch: 64,
+            max_in_flight: 1,
+        }
+    }
+}
+
+/// A store whose concurrent claims and finishes share store calls (see
+/// the module docs). Every other call goes straight to the wrapped store.
+pub struct GroupCommit {
+    inner: Arc<dyn Store>,
+    claims: Arc<Lane<Claims>>,
+    finishes: Arc<Lane<Finishes>>,
+}
+
+impl std::fmt::Debug for GroupCommit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GroupCommit")
+            .field("store", &self.inner.describe())
+            .field("max_batch", &self.claims.max_batch)
+            .field("max_in_flight", &self.claims.max_in_flight)
+            .finish()
+    }
+}
+
+impl GroupCommit {
+    /// Wraps `store`. `options.enabled` is not consulted here: wrapping is
+    /// the decision to group.
+    pub fn new(store: Arc<dyn Store>, options: GroupCommitOptions) -> Self {
+        let (max_batch, max_in_flight) = (options.max_batch.max(1), options.max_in_flight.max(1));
+        GroupCommit {
+            claims: Lane::new(store.clone(), max_batch, max_in_flight),
+            finishes: Lane::new(store.clone(), max_batch, max_in_flight),
+            inner: store,
+        }
+    }
+
+    /// `store` wrapped when `options` ask for grouping and the store gains
+    /// from it; else `store` itself.
+    pub fn wrap_if_useful(store: Arc<dyn Store>, options: GroupCommitOptions) -> Arc<dyn Store> {
+        if options.enabled && store.batches_share_commits() {
+            Arc::new(GroupCommit::new(store, options))
+        } else {
+            store
+        }
+    }
+
+    /// The wrapped store.
+    pub fn inner(&self) -> &Arc<dyn Store> {
+        &self.inner
+    }
+
+    /// How much grouping happened so far, and who waits now.
+    pub fn stats(&self) -> GroupCommitStats {
+        GroupCommitStats {
+            claims: self.claims.stats(),
+            finishes: self.finishes.stats(),
+        }
+    }
+}
+
+/// What a [`GroupCommit`] did (see [`GroupCommit::stats`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GroupCommitStats {
+    /// Claims.
+    pub claims: LaneStats,
+    /// Completions and failures.
+    pub finishes: LaneStats,
+}
+
+/// One kind of grouped call's figures.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LaneStats {
+    /// Store calls made (a lone item or a batch each).
+    pub calls: u64,
+    /// Items those calls carried: `items / calls` is the mean batch size.
+    pub items: u64,
+    /// Callers waiting now for the call in flight to end.
+    pub waiting: usize,
+}
+
+/// One kind of grouped call: how a lone item and a batch are sent.
+#[async_trait]
+trait Batch: Send + Sync + 'static {
+    type Item: Send + 'static;
+    type Answer: Send + 'static;
+    async fn one(store: &dyn Store, item: Self::Item) -> Result<Self::Answer, StoreError>;
+    async fn many(
+        store: &dyn Store,
+        items: Vec<Self::Item>,
+    ) -> Result<Vec<Result<Self::Answer, StoreError>>, StoreError>;
+}
+
+struct Claims;
+
+#[async_trait]
+impl Batch for Claims {
+    type Item = ClaimRequest;
+    type Answer = ClaimOutcome;
+    async fn one(store: &dyn Store, item: ClaimRequest) -> Result<ClaimOutcome, StoreError> {
+        store.claim(item).await
+    }
+    async fn many(
+        store: &dyn Store,
+        items: Vec<ClaimRequest>,
+    ) -> Result<Vec<Result<ClaimOutcome, StoreError>>, StoreError> {
+        store.claim_many(items).await
+    }
+}
+
+struct Finishes;
+
+#[async_trait]
+impl Batch for Finishes {
+    type Item = Finish;
+    type Answer = ();
+    async fn one(store: &dyn Store, f: Finish) -> Result<(), StoreError> {
+        match f.ending {
+            Ending::Completed => store.complete(&f.key, f.fence, f.outcome).await,
+            Ending::Failed { retryable } => store.fail(&f.key, f.fence, retryable, f.outcome).await,
+        }
+    }
+    async fn many(
+        store: &dyn Store,
+        items: Vec<Finish>,
+    ) -> Result<Vec<Result<(), StoreError>>, StoreError> {
+        store.finish_many(items).await
+    }
+}
+
+type Reply<B> = oneshot::Sender<Result<<B as Batch>::Answer, StoreError>>;
+
+/// The callers of one kind of call: at most `max_in_flight` store calls in
+/// flight, and whoever arrives meanwhile waits in line for the next.
+struct Lane<B: Batch> {
+    store: Arc<dyn Store>,
+    max_batch: usize,
+    max_in_flight: usize,
+    state: Mutex<LaneState<B>>,
+    calls: AtomicU64,
+    items: AtomicU64,
+}
+
+struct LaneState<B: Batch> {
+    /// Store calls of this lane in flight (or about to be): each is a
+    /// [`Turn`]'s.
+    in_flight: usize,
+    waiting: VecDeque<(B::Item, Reply<B>)>,
+}
+
+impl<B: Batch> Lane<B> {
+    fn new(store: Arc<dyn Store>, max_batch: usize, max_in_flight: usize) -> Arc<Self> {
+        Arc::new(Lane {
+            store,
+            max_batch,
+            max_in_flight,
+            state: Mutex::new(LaneState {
+                in_flight: 0,
+                waiting: VecDeque::new(),
+            }),
+            calls: AtomicU64::new(0),
+            items: AtomicU64::new(0),
+        })
+    }
+
+    fn stats(&self) -> LaneStats {
+        LaneStats {
+            calls: self.calls.load(Ordering::Relaxed),
+            items: self.items.load(Ordering::Relaxed),
+            waiting: self.state().waiting.len(),
+        }
+    }
+
+    /// Counts a store call of `items` items.
+    fn counted(&self, items: usize) {
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        self.items.fetch_add(items as u64, Ordering::Relaxed);
+    }
+
+    fn state(&self) -> MutexGuard<'_, LaneState<B>> {
+        // A flag and a queue, never left half-changed: always consistent.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Sends `item` now when nothing is in flight, else in the next batch.
+    async fn submit(self: &Arc<Self>, item: B::Item) -> Result<B::Answer, StoreError> {
+        let receiver = {
+            let mut state = self.state();
+            // Someone already waits (a drain is about to take them): join
+            // the line behind them; else a free slot: go now.
+            if state.in_flight >= self.max_in_flight || !state.waiting.is_empty() {
+                let (reply, receiver) = oneshot::channel();
+                state.waiting.push_back((item, reply));
+                Err(receiver)
+            } else {
+                state.in_flight += 1;
+                Ok(item)
+            }
+        };
+        match receiver {
+            Ok(item) => {
+                // Nothing in flight: this caller's own call, at once. The
+                // turn passes on when it ends, even if this future is
+                // dropped midway.
+                let mut turn = Turn::new(self.clone());
+                self.counted(1);
+                let answer = B::one(self.store.as_ref(), item).await;
+                turn.pass();
+                answer
+            }
+            Err(receiver) => receiver.await.unwrap_or_else(|_| {
+                Err(StoreError::Task(
+                    "the group commit stopped before answering (the runtime is shutting down)"
+                        .into(),
+                ))
+            }),
+        }
+    }
+
+    /// Sends what waits, batch after batch, until the line is empty.
+    async fn drain(self: Arc<Self>) {
+        let mut turn = Turn::new(self.clone());
+        loop {
+            let batch: Vec<(B::Item, Reply<B>)> = {
+                let mut state = self.state();
+                // A caller that gave up is left out: nothing written for it.
+                state.waiting.retain(|(_, reply)| !reply.is_closed());
+                if state.waiting.is_empty() {
+                    state.in_flight -= 1;
+                    turn.done();
+                    return;
+                }
+                let n = state.waiting.len().min(self.max_batch);
+                state.waiting.drain(..n).collect()
+            };
+            let (items, replies): (Vec<_>, Vec<_>) = batch.into_iter().unzip();
+            self.counted(items.len());
+            if items.len() == 1 {
+                let item = items.into_iter().next().expect("one item");
+                let answer = B::one(self.store.as_ref(), item).await;
+                let reply = replies.into_iter().next().expect("one reply");
+                let _ = reply.send(answer);
+                continue;
+            }
+            let asked = items.len();
+            match B::many(self.store.as_ref(), items).await {
+                Ok(answers) if answers.len() == asked => {
+                    for (reply, answer) in replies.into_iter().zip(answers) {
+                        let _ = reply.send(answer);
+                    }
+                }
+                Ok(answers) => {
+                    let e = StoreError::Task(format!(
+                        "the store answered {} of {asked} grouped calls",
+                        answers.len()
+                    ));
+                    for reply in replies {
+                        let _ = reply.send(Err(e.clone()));
+                    }
+                }
+                Err(e) => {
+                    for reply in replies {
+                        let _ = reply.send(Err(e.clone()));
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The right to have a store call of the lane in flight. Dropped without
+/// [`Turn::done`] (a call ended, or its future was dropped, or it
+/// panicked), it hands the line to a drain task when callers wait, so that
+/// nobody waits on a call that will never end.
+struct Turn<B: Batch> {
+    lane: Arc<Lane<B>>,
+    armed: bool,
+}
+
+impl<B: Batch> Turn<B> {
+    fn new(lane: Arc<Lane<B>>) -> Self {
+        Turn { lane, armed: true }
+    }
+
+    /// Hands the line on now.
+    fn pass(&mut self) {
+        if std::mem::replace(&mut self.armed, false) {
+            pass_on(&self.lane);
+        }
+    }
+
+    /// The lane was left idle by its holder: nothing to hand on.
+    fn done(&mut self) {
+        self.armed = false;
+    }
+}
+
+impl<B: Batch> Drop for Turn<B> {
+    fn drop(&mut self) {
+        self.pass();
+    }
+}
+
+/// Ends a turn: its slot freed when nobody waits, else a drain task takes
+/// the slot over.
+fn pass_on<B: Batch>(lane: &Arc<Lane<B>>) {
+    let mut state = lane.state();
+    if state.waiting.is_empty() {
+        state.in_flight -= 1;
+        return;
+    }
+    match tokio::runtime::Handle::try_current() {
+        Ok(runtime) => {
+            drop(state);
+            runtime.spawn(lane.clone().drain());
+        }
+        Err(_) => {
+            // No runtime to send them from (it is shutting down): the
+            // waiters get an error, not a wait that never ends.
+            state.in_flight -= 1;
+            state.waiting.clear();
+        }
+    }
+}
+
+#[async_trait]
+impl Store for GroupCommit {
+    fn describe(&self) -> String {
+        self.inner.describe()
+    }
+
+    fn clock(&self) -> &StoreClock {
+        self.inner.clock()
+    }
+
+    fn batches_share_commits(&self) -> bool {
+        self.inner.batches_share_commits()
+    }
+
+    async fn ready(&self) -> Result<(), StoreError> {
+        self.inner.ready().await
+    }
+
+    async fn claim(&self, request: ClaimRequest) -> Result<ClaimOutcome, StoreError> {
+        self.claims.submit(request).await
+    }
+
+    async fn claim_many(
+        &self,
+        requests: Vec<ClaimRequest>,
+    ) -> Result<Vec<Result<ClaimOutcome, StoreError>>, StoreError> {
+        self.inner.claim_many(requests).await
+    }
+
+    async fn take_over_with(
+        &self,
+        key: &RecordKey,
+        observed_fence: u64,
+        lease: Duration,
+        holder: Holder,
+        ownership: Option<&OwnershipToken>,
+    ) -> Result<Claim, StoreError> {
+        self.inner
+            .take_over_with(key, observed_fence, lease, holder, ownership)
+            .await
+    }
+
+    async fn mark_unknown(&self, key: &RecordKey, observed_fence: u64) -> Result<(), StoreError> {
+        self.inner.mark_unknown(key, observed_fence).await
+    }
+
+    async fn complete(
+        &self,
+        key: &RecordKey,
+        fence: u64,
+        outcome: Outcome,
+    ) -> Result<(), StoreError> {
+        self.finishes
+            .submit(Finish {
+                key: key.clone(),
+                fence,
+                ending: Ending::Completed,
+                outcome,
+            })
+            .await
+    }
+
+    async fn fail(
+        &self,
+        key: &RecordKey,
+        fence: u64,
+        retryable: bool,
+        outcome: Outcome,
+    ) -> Result<(), StoreError> {
+        self.finishes
+            .submit(Finish {
+                key: key.clone(),
+                fence,
+                ending: Ending::Failed { retryable },
+                outcome,
+            })
+            .await
+    }
+
+    async fn finish_many(
+        &self,
+        finishes: Vec<Finish>,
+    ) -> Result<Vec<Result<(), StoreError>>, StoreError> {
+        self.inner.finish_many(finishes).await
+    }
+
+    async fn heartbeat(
+        &self,
+        key: &RecordKey,
+        fence: u64,
+        lease: Duration,
+    ) -> Result<u64, StoreError> {
+        self.inner.heartbeat(key, fence, lease).await
+    }
+
+    async fn get(&self, key: &RecordKey) -> Result<Option<RecordView>, StoreError> {
+        self.inner.get(key).await
+    }
+
+    async fn list(&self, filter: ListFilter) -> Result<Vec<RecordView>, StoreError> {
+        self.inner.list(filter).await
+    }
+
+    async fn gc(&self) -> Result<u64, StoreError> {
+        self.inner.gc().await
+    }
+
+    async fn log_answers(&self, entries: Vec<AttemptEntry>) -> Result<(), StoreError> {
+        self.inner.log_answers(entries).await
+    }
+
+    async fn attempts(&self, filter: AttemptFilter) -> Result<Vec<AttemptEntry>, StoreError> {
+        self.inner.attempts(filter).await
+    }
+
+    async fn resolve(&self, request: ResolveRequest) -> Result<RecordView, StoreError> {
+        self.inner.resolve(request).await
+    }
+
+    async fn join_membership(
+        &self,
+        group: &str,
+        members: &[String],
+    ) -> Result<Membership, StoreError> {
+        self.inner.join_membership(group, members).await
+    }
+
+    async fn membership(&self, group: &str) -> Result<Option<Membership>, StoreError> {
+        self.inner.membership(group).await
+    }
+
+    async fn acquire_job_lease(
+        &self,
+        job: &str,
+        holder: &str,
+        lease: Duration,
+    ) -> Result<JobLeaseAcquire, StoreError> {
+        self.inner.acquire_job_lease(job, holder, lease).await
+    }
+
+    async fn heartbeat_job_lease(
+        &self,
+        job: &str,
+        fence: u64,
+        lease: Duration,
+    ) -> Result<u64, StoreError> {
+        self.inner.heartbeat_job_lease(job, fence, lease).await
+    }
+
+    async fn release_job_lease(&self, job: &str, fence: u64) -> Result<(), StoreError> {
+        self.inner.release_job_lease(job, fence).await
+    }
+}
