@@ -29,14 +29,14 @@ fn op(tag: &str, n: u64) -> Operation {
     Operation::from_json(&json, &OperationLimits::default()).unwrap()
 }
 
-/// Loads `count` records (claimed and completed, with their log entries)
-/// through the store's batch calls, 1,000 per call, retained for
-/// `retention`.
-async fn fill(store: &Arc<dyn Store>, count: u64, retention: Duration, tag: &str) {
+/// Loads the records numbered `from..to` (claimed and completed, with
+/// their log entries) through the store's batch calls, 1,000 per call,
+/// retained for `retention`.
+async fn fill(store: &Arc<dyn Store>, from: u64, to: u64, retention: Duration, tag: &str) {
     let started = Instant::now();
-    let mut n = 0;
-    while n < count {
-        let chunk = (count - n).min(1_000);
+    let mut n = from;
+    while n < to {
+        let chunk = (to - n).min(1_000);
         let requests: Vec<ClaimRequest> = (n..n + chunk)
             .map(|i| ClaimRequest {
                 key: RecordKey::new(
@@ -140,13 +140,8 @@ async fn growth(place: &Place, sizes: &[u64], samples: u64) {
     for &size in sizes {
         let started = Instant::now();
         let store = open(&place.url(true)).await;
-        fill(
-            &store,
-            size - loaded,
-            Duration::from_secs(86_400),
-            "retained",
-        )
-        .await;
+        let retention = Duration::from_secs(86_400);
+        fill(&store, loaded, size, retention, "retained").await;
         drop(store);
         let load_s = started.elapsed().as_secs_f64();
         loaded = size;
@@ -157,7 +152,6 @@ async fn growth(place: &Place, sizes: &[u64], samples: u64) {
         );
         let lat = claim_latencies(&engine, &format!("probe-{size}"), samples).await;
         engine.flush_log().await;
-        loaded += samples;
         let (p50, p99) = (pct(&lat, 0.5), pct(&lat, 0.99));
         let (b50, b99) = *base.get_or_insert((p50, p99));
         println!(
@@ -171,7 +165,7 @@ async fn growth(place: &Place, sizes: &[u64], samples: u64) {
 async fn gc_stall(place: &Place, backlog: u64, samples: u64) {
     let store = open(&place.url(true)).await;
     let started = Instant::now();
-    fill(&store, backlog, Duration::from_secs(1), "expiring").await;
+    fill(&store, 0, backlog, Duration::from_secs(1), "expiring").await;
     eprintln!(
         "  loaded {backlog} expiring records in {:.0} s",
         started.elapsed().as_secs_f64()

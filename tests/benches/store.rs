@@ -140,7 +140,7 @@ fn grouping_in_flight(on: bool, in_flight: Option<usize>) -> EngineOptions {
     let mut options = EngineOptions::default();
     options.group_commit.enabled = on;
     if let Some(n) = in_flight {
-        options.group_commit.max_in_flight = n;
+        options.group_commit.max_in_flight = Some(n);
     }
     options
 }

@@ -394,7 +394,15 @@ fn read_only_commands_never_create_a_postgres_schema() {
         vec!["inspect"],
         vec!["report"],
         vec!["review"],
-        vec!["resolve", &"ab".repeat(32), "--release", "--reason", "x"],
+        vec![
+            "resolve",
+            &"ab".repeat(32),
+            "--release",
+            "--reason",
+            "x",
+            "--by",
+            "ops",
+        ],
     ] {
         let mut args = command.clone();
         args.extend(["--store", &store]);

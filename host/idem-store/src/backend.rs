@@ -145,6 +145,11 @@ pub trait RecordBackend: Send + Sync + 'static {
         false
     }
 
+    /// See [`crate::Store::concurrent_commits`]. Default: 1.
+    fn concurrent_commits(&self) -> usize {
+        1
+    }
+
     /// Whether several calls are cheaper as one shared transaction
     /// ([`RecordBackend::transact_many`]) than as single calls with their
     /// fast paths. SQLite: yes (one commit, one fsync). PostgreSQL: no (its

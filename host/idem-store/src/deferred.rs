@@ -31,6 +31,7 @@ pub struct Deferred {
     shown: String,
     options: StoreOptions,
     batches_share_commits: bool,
+    concurrent_commits: usize,
     store: OnceCell<Arc<dyn Store>>,
 }
 
@@ -52,9 +53,15 @@ impl Deferred {
             url: url.to_string(),
             shown: redacted_url(url),
             options,
-            // What the store will say (see `Store::batches_share_commits`),
-            // known from its kind before it is open.
+            // What the store will say (see `Store::batches_share_commits`
+            // and `concurrent_commits`), known from its kind before it is
+            // open.
             batches_share_commits: !matches!(parsed, StoreUrl::Memory),
+            concurrent_commits: if matches!(parsed, StoreUrl::Postgres(_)) {
+                4
+            } else {
+                1
+            },
             store: OnceCell::new(),
         })
     }
@@ -87,6 +94,10 @@ impl Store for Deferred {
 
     fn batches_share_commits(&self) -> bool {
         self.batches_share_commits
+    }
+
+    fn concurrent_commits(&self) -> usize {
+        self.concurrent_commits
     }
 
     async fn ready(&self) -> Result<(), StoreError> {

@@ -54,10 +54,11 @@ pub struct GroupCommitOptions {
     /// holds SQLite's write lock).
     pub max_batch: usize,
     /// How many store calls of one kind (claims, finishes) may be in flight
-    /// at once before callers wait in line. 1 (the default) groups the
-    /// most; more keeps several connections busy (PostgreSQL, whose server
-    /// already shares WAL flushes among concurrent commits).
-    pub max_in_flight: usize,
+    /// at once before callers wait in line; `None` (the default): what the
+    /// store says serves it best ([`Store::concurrent_commits`]: one on
+    /// SQLite, a single writer; four on PostgreSQL, whose server already
+    /// flushes concurrent commits together). One groups the most.
+    pub max_in_flight: Option<usize>,
 }
 
 impl Default for GroupCommitOptions {
@@ -65,7 +66,7 @@ impl Default for GroupCommitOptions {
         GroupCommitOptions {
             enabled: true,
             max_batch: 64,
-            max_in_flight: 1,
+            max_in_flight: None,
         }
     }
 }
@@ -92,7 +93,11 @@ impl GroupCommit {
     /// Wraps `store`. `options.enabled` is not consulted here: wrapping is
     /// the decision to group.
     pub fn new(store: Arc<dyn Store>, options: GroupCommitOptions) -> Self {
-        let (max_batch, max_in_flight) = (options.max_batch.max(1), options.max_in_flight.max(1));
+        let max_batch = options.max_batch.max(1);
+        let max_in_flight = options
+            .max_in_flight
+            .unwrap_or_else(|| store.concurrent_commits())
+            .max(1);
         GroupCommit {
             claims: Lane::new(store.clone(), max_batch, max_in_flight),
             finishes: Lane::new(store.clone(), max_batch, max_in_flight),
@@ -400,6 +405,10 @@ impl Store for GroupCommit {
 
     fn batches_share_commits(&self) -> bool {
         self.inner.batches_share_commits()
+    }
+
+    fn concurrent_commits(&self) -> usize {
+        self.inner.concurrent_commits()
     }
 
     async fn ready(&self) -> Result<(), StoreError> {

@@ -42,6 +42,10 @@ impl<B: RecordBackend> Store for B {
         RecordBackend::batches_share_commits(self)
     }
 
+    fn concurrent_commits(&self) -> usize {
+        RecordBackend::concurrent_commits(self)
+    }
+
     async fn claim(&self, request: ClaimRequest) -> Result<ClaimOutcome, StoreError> {
         machine::validate(&request)?;
         if let Some(written) = self.fast_claim(&request).await? {

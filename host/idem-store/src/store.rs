@@ -40,6 +40,16 @@ pub trait Store: Send + Sync + 'static {
         false
     }
 
+    /// How many commits of one kind the store serves at once to good
+    /// effect, for [`crate::GroupCommit`]: a SQLite file has one writer
+    /// (1); a PostgreSQL server flushes concurrent commits together, so a
+    /// few calls in flight keep it busy (4: as fast as 32 callers on 32
+    /// connections in `docs/benchmarks.md`, on an eighth of the
+    /// connections). Default: 1.
+    fn concurrent_commits(&self) -> usize {
+        1
+    }
+
     /// Makes sure the store is open and usable, changing nothing: a store
     /// opened on first use ([`crate::Deferred`]) opens here. A caller that
     /// prepares work before touching the store (the job runner reads and

@@ -1027,16 +1027,16 @@ async fn opening_without_migrating_creates_nothing() {
     idem_store::open(&url, read_only).await.unwrap();
 }
 
+/// Makes a fresh store, for tests that try several kinds.
+type MakeFixture = Box<dyn Fn() -> conformance::BoxFuture<conformance::Fixture>>;
+
 /// Many concurrent callers through a group commit (two calls of a kind in
 /// flight), on SQLite and PostgreSQL: every key is claimed exactly once,
 /// every holder's completion under its own fence succeeds, and a write
 /// under a stale fence is refused alone, whatever batch it shared.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn group_commit_under_contention_claims_each_key_once() {
-    let mut factories: Vec<(
-        &str,
-        Box<dyn Fn() -> conformance::BoxFuture<conformance::Fixture>>,
-    )> = vec![(
+    let mut factories: Vec<(&str, MakeFixture)> = vec![(
         "sqlite",
         Box::new(|| {
             Box::pin(conformance::grouped(sqlite_factory(

@@ -239,7 +239,7 @@ where
                 // Two calls of a kind in flight: both the waiting line and
                 // batches racing each other are exercised.
                 let options = crate::GroupCommitOptions {
-                    max_in_flight: 2,
+                    max_in_flight: Some(2),
                     ..crate::GroupCommitOptions::default()
                 };
                 Arc::new(crate::GroupCommit::new(store, options))

@@ -246,6 +246,12 @@ impl RecordBackend for PostgresStore {
         true
     }
 
+    /// The server flushes concurrent commits' WAL together: a few batch
+    /// statements in flight keep it as busy as many single ones.
+    fn concurrent_commits(&self) -> usize {
+        4
+    }
+
     async fn transact<T: Send + 'static>(
         &self,
         call: Call,
