@@ -116,6 +116,13 @@ impl SqliteStore {
         }
         conn.pragma_update(None, "synchronous", sqlite.synchronous.pragma())
             .map_err(|e| schema::open_error(path, "setting synchronous", e))?;
+        // SQLite's default page cache is 2 MiB: past a few hundred thousand
+        // records the key index no longer fits, and every claim reads its
+        // random leaf pages back through the kernel (measured: median claim
+        // latency 6x at 1 M records). 64 MiB holds the inner pages of
+        // tens of millions.
+        conn.pragma_update(None, "cache_size", -64 * 1024)
+            .map_err(|e| schema::open_error(path, "setting cache_size", e))?;
         if found < schema::SCHEMA_VERSION {
             schema::migrate(&conn, path)?;
         }
