@@ -40,6 +40,7 @@
 
 mod answer_log;
 mod execution;
+mod fenced;
 mod run_once;
 pub(crate) mod telemetry;
 
