@@ -86,24 +86,23 @@ fn too_large(limit: usize) -> ApiError {
     )
 }
 
-/// The body as `T`: a malformed document names where it breaks, a member
-/// of the wrong type names the member (by its path), a missing or unknown
+/// The body as `T`: a malformed document names where it breaks; a
+/// member of the wrong type is named by its path; a missing or unknown
 /// member is named by serde (every request type denies unknown members).
+/// The syntax is checked first, on its own: serde_json reports some
+/// type mismatches (a number where an enum goes) as syntax errors when it
+/// reads text and the type at once.
 pub(crate) fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Err(malformed(
             "the request body is empty: send a JSON object".into(),
         ));
     }
-    let mut de = serde_json::Deserializer::from_slice(bytes);
-    let value = serde_path_to_error::deserialize::<_, T>(&mut de).map_err(|e| {
+    let value: serde_json::Value = serde_json::from_slice(bytes)
+        .map_err(|e| malformed(format!("the request body is not valid JSON: {e}")))?;
+    serde_path_to_error::deserialize::<_, T>(value).map_err(|e| {
         let path = e.path().to_string();
         let inner = e.into_inner();
-        if !inner.is_data() {
-            return malformed(format!("the request body is not valid JSON: {inner}"));
-        }
-        // serde names a missing or unknown member itself, at the object
-        // that lacks or has it; a wrong type is named by its path here.
         if path == "." {
             invalid(
                 None,
@@ -112,13 +111,7 @@ pub(crate) fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
         } else {
             invalid(Some(&path), format!("`{path}`: {inner}"))
         }
-    })?;
-    de.end().map_err(|e| {
-        malformed(format!(
-            "the request body has more after its JSON object: {e}"
-        ))
-    })?;
-    Ok(value)
+    })
 }
 
 fn malformed(detail: String) -> ApiError {
