@@ -122,3 +122,66 @@ fn malformed(detail: String) -> ApiError {
         detail,
     ))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::parse;
+    use crate::api::{CompleteRequest, ResolveRequest};
+
+    /// The problem's slug, member and detail for a body.
+    fn refusal<T: serde::de::DeserializeOwned>(body: &str) -> (String, Option<String>, String) {
+        let Err(e) = parse::<T>(body.as_bytes()) else {
+            panic!("{body} was accepted")
+        };
+        let p = e.0.to_json();
+        (
+            p["type"]
+                .as_str()
+                .unwrap()
+                .rsplit('/')
+                .next()
+                .unwrap()
+                .into(),
+            p.get("member").and_then(|m| m.as_str()).map(String::from),
+            p["detail"].as_str().unwrap().into(),
+        )
+    }
+
+    #[test]
+    fn each_bad_body_is_named() {
+        let (slug, _, detail) = refusal::<CompleteRequest>("  ");
+        assert_eq!(slug, "malformed-json");
+        assert!(detail.contains("empty"), "{detail}");
+        let (slug, _, detail) = refusal::<CompleteRequest>(r#"{"key":"#);
+        assert_eq!(slug, "malformed-json");
+        assert!(detail.contains("not valid JSON"), "{detail}");
+        let (slug, member, detail) = refusal::<CompleteRequest>(r#"{"key":"k","fence":"7"}"#);
+        assert_eq!(
+            (slug.as_str(), member.as_deref()),
+            ("invalid-request", Some("fence"))
+        );
+        assert!(detail.starts_with("`fence`: invalid type"), "{detail}");
+        let (_, _, detail) = refusal::<CompleteRequest>(r#"{"key":"k"}"#);
+        assert!(detail.contains("missing field `fence`"), "{detail}");
+        let (_, member, detail) = refusal::<CompleteRequest>(r#"{"key":"k","fence":1,"bdy":"x"}"#);
+        assert_eq!(member.as_deref(), Some("bdy"));
+        assert!(detail.contains("unknown field `bdy`"), "{detail}");
+        // A number where an enum goes is a type error, not a syntax error.
+        let (slug, member, _) = refusal::<ResolveRequest>(
+            r#"{"key":"k","fence":1,"resolution":-7,"reason":"r","by":"b"}"#,
+        );
+        assert_eq!(
+            (slug.as_str(), member.as_deref()),
+            ("invalid-request", Some("resolution"))
+        );
+    }
+
+    #[test]
+    fn a_good_body_parses() {
+        let r: CompleteRequest = parse(br#"{"key":"k","fence":7,"body":"receipt"}"#).unwrap();
+        assert_eq!(
+            (r.fence, r.status, r.body.as_deref()),
+            (7, 0, Some("receipt"))
+        );
+    }
+}
