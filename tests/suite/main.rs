@@ -15,3 +15,5 @@ mod policy_runtime;
 mod report_cli;
 mod report_page;
 mod run_cli;
+mod serve;
+mod serve_contract;

@@ -80,6 +80,8 @@ enum Command {
     Demo(subcommand::demo::DemoArgs),
     /// Create a store or bring its schema up to date.
     Migrate(subcommand::migrate::MigrateArgs),
+    /// Serve a JSON API over HTTP (derive, begin, complete, fail, heartbeat, resolve, report) for services in any language.
+    Serve(subcommand::serve::ServeArgs),
 }
 
 fn main() -> ExitCode {
@@ -103,6 +105,7 @@ fn main() -> ExitCode {
         Command::Gc(args) => subcommand::gc::run(args),
         Command::Demo(args) => subcommand::demo::run(args),
         Command::Migrate(args) => subcommand::migrate::run(args),
+        Command::Serve(args) => subcommand::serve::run(args),
     };
     match result {
         Ok(code) => ExitCode::from(code),

@@ -77,7 +77,7 @@ pub const MIN_LEASE: Duration = Duration::from_secs(1);
 pub const MAX_LEASE: Duration = Duration::from_secs(24 * 3600);
 
 /// `--lease DURATION`, within [`MIN_LEASE`]..=[`MAX_LEASE`].
-fn parse_lease(text: &str) -> Result<Duration, String> {
+pub fn parse_lease(text: &str) -> Result<Duration, String> {
     let lease = humantime::parse_duration(text).map_err(|e| format!("`{text}`: {e}"))?;
     if lease < MIN_LEASE || lease > MAX_LEASE {
         return Err(format!(

@@ -1,20 +1,23 @@
 //! The service the layer wraps around a handler: one request through the
 //! engine.
 
+use std::any::Any;
 use std::convert::Infallible;
 use std::future::Future;
-use std::pin::Pin;
+use std::panic::AssertUnwindSafe;
+use std::pin::{Pin, pin};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
+use futures_util::FutureExt;
 use http::request::Parts;
 use http::{HeaderValue, Request, Response, StatusCode, header};
 use http_body::Body;
 use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Full};
 use idem::core::ErrorCode;
-use idem::engine::{Begin, EngineError, Execution, Replay, spawn_heartbeat};
+use idem::engine::{Begin, EngineError, Execution, Replay, heartbeat_loop};
 use idem::store::{Ending, Outcome};
 use tower::Service;
 
@@ -192,13 +195,19 @@ where
     Ok(answer.into_response())
 }
 
-/// What a handler's run came to, once its task ended.
+/// What a handler's run came to: its response head and body, the
+/// service's error, or a panic (caught, so that it costs the request its
+/// answer, not the claim's bookkeeping).
 type HandlerEnd<E> =
-    Result<Result<(http::response::Parts, Result<Bytes, BoxError>), E>, tokio::task::JoinError>;
+    Result<Result<(http::response::Parts, Result<Bytes, BoxError>), E>, Box<dyn Any + Send>>;
 
-/// Runs the handler under the held claim and records how it ended. Both
-/// happen in a task of their own: a client that hangs up drops this future,
-/// but not the effect half way, nor the record of its end.
+/// Runs the handler under the held claim and records how it ended, in one
+/// task of its own: a client that hangs up drops this future, but not the
+/// effect half way, nor the record of its end. The handler and the claim's
+/// heartbeat are polled together inside that task (a panic in the handler
+/// is caught there), so a request costs one task, not three: each task
+/// hand-off is a wake-up of another thread, which on a busy machine was
+/// most of the layer's overhead (docs/benchmarks.md).
 async fn execute<S, B, ResB>(
     config: Arc<Config>,
     mut inner: S,
@@ -222,10 +231,7 @@ where
     });
     let request = Request::from_parts(parts, B::from(body));
     let task = tokio::spawn(async move {
-        let heartbeat = spawn_heartbeat(&execution);
-        // The handler in a task of its own, so that a panic in it is a
-        // JoinError here rather than the loss of the claim's bookkeeping.
-        let handler = tokio::spawn(async move {
+        let handler = AssertUnwindSafe(async move {
             let response = inner.call(request).await?;
             let (parts, body) = response.into_parts();
             let bytes = body
@@ -234,9 +240,19 @@ where
                 .map(|c| c.to_bytes())
                 .map_err(Into::into);
             Ok((parts, bytes))
-        });
-        let ended: HandlerEnd<S::Error> = handler.await;
-        heartbeat.abort();
+        })
+        .catch_unwind();
+        let mut handler = pin!(handler);
+        let mut heartbeat = pin!(heartbeat_loop(&execution));
+        let mut beating = true;
+        let ended: HandlerEnd<S::Error> = loop {
+            tokio::select! {
+                ended = &mut handler => break ended,
+                // A failed heartbeat (deposed) stops beating; the handler
+                // runs on, and its end is then refused by the fence.
+                () = &mut heartbeat, if beating => beating = false,
+            }
+        };
         record(&config, execution, ended).await
     });
     match task.await {
@@ -265,8 +281,8 @@ async fn record<E>(
             return Ok(unknown_outcome("the handler's response body broke off").into_response());
         }
         Ok(Err(e)) => return Err(e),
-        Err(e) => {
-            tracing::warn!(key = %execution.key(), error = %e, "the handler failed; its outcome is unknown");
+        Err(_panic) => {
+            tracing::warn!(key = %execution.key(), "the handler panicked; its outcome is unknown");
             return Ok(unknown_outcome("the handler failed").into_response());
         }
     };

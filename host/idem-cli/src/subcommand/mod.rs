@@ -15,4 +15,5 @@ pub mod report;
 pub mod resolve;
 pub mod review;
 pub mod run;
+pub mod serve;
 pub mod test;

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 use idem::forensics::{self, Analysis};
-use idem_store::{AttemptEntry, AttemptFilter, Store};
+use idem_store::{AttemptEntry, AttemptFilter};
 use serde_json::json;
 
 use crate::exit::{Failure, SUCCESS};
@@ -81,7 +81,9 @@ pub fn run(args: ReportArgs) -> Result<u8, Failure> {
             }
             None => None,
         };
-        let mut entries = read_all(store.as_ref(), filter).await.map_err(read_err)?;
+        let mut entries = forensics::read_log(store.as_ref(), filter)
+            .await
+            .map_err(read_err)?;
         if let Some(run) = &args.run_id {
             let keys: BTreeSet<_> = entries
                 .iter()
@@ -116,26 +118,6 @@ pub fn run(args: ReportArgs) -> Result<u8, Failure> {
         }
         Ok(SUCCESS)
     })
-}
-
-/// Every entry `filter` selects, read in pages (a long log never has to
-/// fit one query).
-pub async fn read_all(
-    store: &dyn Store,
-    mut filter: AttemptFilter,
-) -> Result<Vec<AttemptEntry>, idem_store::StoreError> {
-    const PAGE: u32 = 10_000;
-    filter.limit = Some(PAGE);
-    let mut out = Vec::new();
-    loop {
-        let page = store.attempts(filter.clone()).await?;
-        let full = page.len() == PAGE as usize;
-        filter.after_id = page.last().map(|e| e.id).or(filter.after_id);
-        out.extend(page);
-        if !full {
-            return Ok(out);
-        }
-    }
 }
 
 /// One entry as JSON.

@@ -136,32 +136,13 @@ impl Execution {
 
     /// Writes the end under the fence, in a span, counted.
     async fn end(self, ending: Ending, outcome: Outcome) -> Result<(), EngineError> {
-        use tracing::Instrument;
-        let span = tracing::debug_span!(
-            "idem.finish",
-            key = %self.claim.key,
-            fence = self.claim.fence,
-            ending = super::telemetry::ending(ending),
-            result = tracing::field::Empty,
-        );
-        async {
-            let result = match ending {
-                Ending::Completed => {
-                    self.store
-                        .complete(&self.claim.key, self.claim.fence, outcome)
-                        .await
-                }
-                Ending::Failed { retryable } => {
-                    self.store
-                        .fail(&self.claim.key, self.claim.fence, retryable, outcome)
-                        .await
-                }
-            }
-            .map_err(EngineError::from);
-            super::telemetry::finished(ending, &result);
-            result
-        }
-        .instrument(span)
+        end_fenced(
+            self.store.as_ref(),
+            &self.claim.key,
+            self.claim.fence,
+            ending,
+            outcome,
+        )
         .await
     }
 
@@ -185,4 +166,37 @@ impl Execution {
             self.lease,
         )
     }
+}
+
+/// Writes the end of the attempt holding `fence` on `key`, in a span,
+/// counted: what [`Execution`] does when it ends, for a holder known only
+/// by its key and fence too ([`super::Engine::finish_fenced`]). The store
+/// refuses a deposed fence and logs the change (or the refused write) in
+/// the same transaction.
+pub(crate) async fn end_fenced(
+    store: &dyn Store,
+    key: &RecordKey,
+    fence: u64,
+    ending: Ending,
+    outcome: Outcome,
+) -> Result<(), EngineError> {
+    use tracing::Instrument;
+    let span = tracing::debug_span!(
+        "idem.finish",
+        key = %key,
+        fence,
+        ending = super::telemetry::ending(ending),
+        result = tracing::field::Empty,
+    );
+    async {
+        let result = match ending {
+            Ending::Completed => store.complete(key, fence, outcome).await,
+            Ending::Failed { retryable } => store.fail(key, fence, retryable, outcome).await,
+        }
+        .map_err(EngineError::from);
+        super::telemetry::finished(ending, &result);
+        result
+    }
+    .instrument(span)
+    .await
 }

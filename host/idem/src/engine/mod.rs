@@ -40,6 +40,7 @@
 
 mod answer_log;
 mod execution;
+mod fenced;
 mod run_once;
 pub(crate) mod telemetry;
 
@@ -57,7 +58,7 @@ use crate::policy::{EvalError, LoadedPolicy};
 use answer_log::AnswerLog;
 
 pub use execution::Execution;
-pub use run_once::{ExecContext, Failed, RunResult, spawn_heartbeat};
+pub use run_once::{ExecContext, Failed, RunResult, heartbeat_loop, spawn_heartbeat};
 
 /// Settings of an [`Engine`].
 #[derive(Debug, Clone)]

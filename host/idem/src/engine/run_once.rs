@@ -99,8 +99,19 @@ impl Engine {
 /// Heartbeats the claim every third of its lease until aborted or deposed.
 /// Abort the handle when the effect is done.
 pub fn spawn_heartbeat(execution: &super::Execution) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(heartbeat_loop(execution))
+}
+
+/// The heartbeat of [`spawn_heartbeat`] as a future, to poll beside the
+/// effect in the caller's own task (no task spawned, no wake-up of another
+/// thread per request): every third of the lease it extends the claim;
+/// it ends only when a heartbeat fails (the holder was deposed, or the
+/// store failed; logged). Drop it when the effect is done.
+pub fn heartbeat_loop(
+    execution: &super::Execution,
+) -> impl std::future::Future<Output = ()> + Send + 'static {
     let (store, key, fence, lease) = execution.heartbeat_handle();
-    tokio::spawn(async move {
+    async move {
         let every = (lease / 3).max(std::time::Duration::from_millis(10));
         loop {
             tokio::time::sleep(every).await;
@@ -109,5 +120,5 @@ pub fn spawn_heartbeat(execution: &super::Execution) -> tokio::task::JoinHandle<
                 return;
             }
         }
-    })
+    }
 }

@@ -29,6 +29,7 @@ use serde::Serialize;
 
 use classify::classify_key;
 pub use explain::explain_this_process;
+pub use review::read_log;
 
 /// Why an operation was asked for more than once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]

@@ -71,6 +71,28 @@ pub async fn waiting_for_review(
     Ok(out)
 }
 
+/// Every attempt-log entry `filter` selects, oldest first, read in pages
+/// of 10,000 (a long log never has to fit one query); `filter.limit` and
+/// `filter.after_id` are the paging's own. What `idem report` and `idem
+/// serve`'s report read before [`analyse`](super::analyse).
+pub async fn read_log(
+    store: &dyn Store,
+    mut filter: AttemptFilter,
+) -> Result<Vec<AttemptEntry>, StoreError> {
+    const PAGE: u32 = 10_000;
+    filter.limit = Some(PAGE);
+    let mut out = Vec::new();
+    loop {
+        let page = store.attempts(filter.clone()).await?;
+        let full = page.len() == PAGE as usize;
+        filter.after_id = page.last().map(|e| e.id).or(filter.after_id);
+        out.extend(page);
+        if !full {
+            return Ok(out);
+        }
+    }
+}
+
 /// One key's attempt-log entries, oldest first.
 pub async fn timeline(store: &dyn Store, key: &RecordKey) -> Result<Vec<AttemptEntry>, StoreError> {
     let mut entries = store

@@ -1,0 +1,167 @@
+//! `idem serve`: the sidecar for services not written in Rust — one policy
+//! and one store behind a JSON API over HTTP (`idem_serve`). This face
+//! only reads flags, the token and signals.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Args;
+use idem::engine::{Engine, EngineOptions};
+use idem_serve::{DEFAULT_BODY_LIMIT, Sidecar, SidecarOptions, Token};
+
+use crate::exit::{Failure, SUCCESS};
+use crate::policy_args::PolicyArgs;
+use crate::run_flags::parse_lease;
+use crate::store_args::{StoreArgs, runtime};
+
+/// The environment variable a token may come from.
+const TOKEN_ENV: &str = "IDEM_SERVE_TOKEN";
+
+/// `idem serve`'s flags.
+#[derive(Args, Debug)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    pub policy: PolicyArgs,
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// Where to listen (port 0: any free port; the address is printed).
+    /// Beyond loopback only with a token.
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:7676")]
+    pub listen: SocketAddr,
+    /// A file holding the bearer token every call must carry [default:
+    /// $IDEM_SERVE_TOKEN; neither: no authentication, loopback only].
+    #[arg(long, value_name = "FILE")]
+    pub token_file: Option<PathBuf>,
+    /// Overrides the policy's lease for every claim, from 1s to 24h.
+    #[arg(long, value_parser = parse_lease)]
+    pub lease: Option<Duration>,
+    /// The largest request body accepted, in bytes (413 past it).
+    #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_BODY_LIMIT)]
+    pub body_limit: usize,
+}
+
+/// Runs `idem serve` until SIGTERM or SIGINT, then lets the calls in flight
+/// finish, writes the attempt log's queue and exits 0.
+pub fn run(args: ServeArgs) -> Result<u8, Failure> {
+    // Everything that can refuse the flags is checked before anything is
+    // opened or bound.
+    let token = token(&args)?;
+    if token.is_none() && !args.listen.ip().is_loopback() {
+        return Err(Failure::input(format!(
+            "refusing to listen on {} without a token: anyone who reaches it could claim and complete operations. Give --token-file FILE or set ${TOKEN_ENV}, or listen on a loopback address (127.0.0.1)",
+            args.listen
+        )));
+    }
+    if args.body_limit == 0 {
+        return Err(Failure::input("--body-limit must be at least 1 byte"));
+    }
+    let policy = args.policy.load()?;
+    runtime()?.block_on(async {
+        let store = args.store.open().await?;
+        let options = EngineOptions {
+            lease: args.lease,
+            ..EngineOptions::default()
+        };
+        let engine = Engine::new(policy, store, options);
+        let authenticated = token.is_some();
+        let sidecar = Sidecar::new(
+            engine,
+            SidecarOptions {
+                token,
+                body_limit: args.body_limit,
+            },
+        );
+        let listener = tokio::net::TcpListener::bind(args.listen)
+            .await
+            .map_err(|e| Failure::input(format!("cannot listen on {}: {e}", args.listen)))?;
+        let addr = listener
+            .local_addr()
+            .map_err(|e| Failure::input(format!("cannot read the bound address: {e}")))?;
+        // On stdout, so a supervisor (or a test) binding port 0 learns the
+        // port; flushed, since stdout may be a pipe.
+        println!("idem serve: listening on http://{addr}");
+        use std::io::Write;
+        let _ = std::io::stdout().flush();
+        eprintln!(
+            "idem: serving {} on {}{}",
+            args.policy.policy.display(),
+            args.store.shown(),
+            if authenticated {
+                " (bearer token required)"
+            } else {
+                " (no token: loopback only)"
+            }
+        );
+        sidecar
+            .run(listener, shutdown_signal())
+            .await
+            .map_err(|e| Failure::input(format!("serving on {addr} failed: {e}")))?;
+        eprintln!("idem: stopped: calls in flight finished, attempt log written");
+        Ok(SUCCESS)
+    })
+}
+
+/// The token from `--token-file`, else from the environment, else none.
+fn token(args: &ServeArgs) -> Result<Option<Token>, Failure> {
+    if let Some(path) = &args.token_file {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            Failure::input(format!("cannot read --token-file {}: {e}", path.display()))
+        })?;
+        warn_if_others_can_read(path);
+        return Token::new(&text)
+            .map(Some)
+            .map_err(|e| Failure::input(format!("--token-file {}: {e}", path.display())));
+    }
+    match std::env::var(TOKEN_ENV) {
+        Ok(text) => Token::new(&text)
+            .map(Some)
+            .map_err(|e| Failure::input(format!("${TOKEN_ENV}: {e}"))),
+        Err(std::env::VarError::NotPresent) => Ok(None),
+        Err(e) => Err(Failure::input(format!("${TOKEN_ENV}: {e}"))),
+    }
+}
+
+/// A token file others can read is a token others have: say so.
+fn warn_if_others_can_read(path: &std::path::Path) {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        if let Ok(meta) = std::fs::metadata(path)
+            && meta.permissions().mode() & 0o077 != 0
+        {
+            eprintln!(
+                "idem: warning: {} can be read by other users (mode {:o}); `chmod 600` it",
+                path.display(),
+                meta.permissions().mode() & 0o777
+            );
+        }
+    }
+}
+
+/// Resolves at the first SIGTERM or SIGINT.
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::interrupt()),
+        ) {
+            (Ok(mut term), Ok(mut int)) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = int.recv() => {}
+                }
+            }
+            _ => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+    eprintln!("idem: stopping: finishing the calls in flight");
+}

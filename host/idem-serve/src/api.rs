@@ -1,0 +1,140 @@
+//! The JSON the routes take, and the outcome bodies they carry. Every
+//! request type denies unknown members: a misspelt member is an error
+//! naming it, never silently ignored.
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
+use idem::store::{Digest, Outcome};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::problem::{ApiError, invalid};
+
+/// `/v1/derive` and `/v1/begin`: one operation (`kind`, `tenant`,
+/// `fields`, optionally `run`, as `idem key` reads it).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct OperationRequest {
+    pub(crate) operation: Value,
+}
+
+/// An outcome's body from the `body` (text) and `body_base64` (bytes)
+/// members, not both; empty when neither is given. (Not a flattened struct:
+/// serde cannot deny unknown members through a flatten.)
+pub(crate) fn body_bytes(
+    body: &Option<String>,
+    body_base64: &Option<String>,
+) -> Result<Vec<u8>, ApiError> {
+    match (body, body_base64) {
+        (Some(_), Some(_)) => Err(invalid(
+            Some("body_base64"),
+            "give `body` (text) or `body_base64` (bytes), not both",
+        )),
+        (Some(text), None) => Ok(text.clone().into_bytes()),
+        (None, Some(b64)) => STANDARD.decode(b64).map_err(|e| {
+            invalid(
+                Some("body_base64"),
+                format!("`body_base64` is not base64: {e}"),
+            )
+        }),
+        (None, None) => Ok(Vec::new()),
+    }
+}
+
+/// `/v1/complete`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct CompleteRequest {
+    pub(crate) key: String,
+    pub(crate) fence: u64,
+    #[serde(default)]
+    pub(crate) status: i32,
+    pub(crate) body: Option<String>,
+    pub(crate) body_base64: Option<String>,
+}
+
+/// `/v1/fail`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct FailRequest {
+    pub(crate) key: String,
+    pub(crate) fence: u64,
+    pub(crate) retryable: bool,
+    #[serde(default = "failed_status")]
+    pub(crate) status: i32,
+    pub(crate) error: Option<String>,
+    pub(crate) body: Option<String>,
+    pub(crate) body_base64: Option<String>,
+}
+
+fn failed_status() -> i32 {
+    1
+}
+
+/// `/v1/heartbeat`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct HeartbeatRequest {
+    pub(crate) key: String,
+    pub(crate) fence: u64,
+    pub(crate) lease_ms: u64,
+}
+
+/// How `/v1/resolve` settles a record.
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub(crate) enum ResolutionKind {
+    Completed,
+    Release,
+    Reject,
+}
+
+/// `/v1/resolve`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ResolveRequest {
+    pub(crate) key: String,
+    pub(crate) fence: u64,
+    pub(crate) resolution: ResolutionKind,
+    pub(crate) status: Option<i32>,
+    pub(crate) body: Option<String>,
+    pub(crate) body_base64: Option<String>,
+    pub(crate) reason: String,
+    pub(crate) by: String,
+}
+
+/// `/v1/report`: which part of the attempt log (every member optional).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ReportRequest {
+    pub(crate) since_ms: Option<u64>,
+    pub(crate) until_ms: Option<u64>,
+    pub(crate) run_id: Option<String>,
+    pub(crate) key: Option<String>,
+}
+
+/// A key as the client sent it back: the 64 hex characters begin answered.
+pub(crate) fn parse_key(text: &str, member: &str) -> Result<Digest, ApiError> {
+    let lower = text.to_ascii_lowercase();
+    match Digest::from_hex(&lower) {
+        Some(d) if lower.len() == 64 => Ok(d),
+        _ => Err(invalid(
+            Some(member),
+            format!(
+                "`{member}` must be the 64 hex characters begin answered, not `{}`",
+                text.chars().take(80).collect::<String>()
+            ),
+        )),
+    }
+}
+
+/// An outcome as JSON: its status, its body as text when it is UTF-8
+/// (`body`) or else in base64 (`body_base64`), and a failure's error.
+pub(crate) fn outcome_json(outcome: &Outcome) -> Value {
+    let mut out = json!({ "status": outcome.status, "error": outcome.error });
+    match std::str::from_utf8(&outcome.body) {
+        Ok(text) => out["body"] = text.into(),
+        Err(_) => out["body_base64"] = STANDARD.encode(&outcome.body).into(),
+    }
+    out
+}

@@ -1,0 +1,335 @@
+//! One handler per route: parse, call the library, answer. No handler
+//! holds state between calls; every write after begin is the store's
+//! fence-conditional write.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Json;
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use http::{HeaderValue, StatusCode, header};
+use idem::core::Operation;
+use idem::engine::{Begin, Engine};
+use idem::forensics;
+use idem::store::{
+    AttemptFilter, Ending, Holder, Outcome, RecordKey, Resolution, ResolveRequest as StoreResolve,
+};
+use serde_json::{Value, json};
+
+use crate::App;
+use crate::api::{
+    CompleteRequest, FailRequest, HeartbeatRequest, OperationRequest, ReportRequest,
+    ResolutionKind, ResolveRequest, body_bytes, outcome_json, parse_key,
+};
+use crate::json::Api;
+use crate::problem::{ApiError, Problem, engine_error, invalid, store_error};
+
+type Answer = Result<Response, ApiError>;
+
+/// The shortest and longest lease a heartbeat may ask for (as `--lease`).
+const LEASE_BOUNDS_MS: (u64, u64) = (1_000, 24 * 3_600_000);
+
+impl App {
+    /// The operation member, parsed under the policy's limits.
+    fn operation(&self, value: Value) -> Result<Operation, ApiError> {
+        Operation::from_value(value, &self.engine.policy().limits().operation).map_err(|e| {
+            invalid(
+                Some("operation"),
+                format!("`operation` is not a valid operation: {e}"),
+            )
+        })
+    }
+
+    /// A key the client carries back, in this policy's namespace.
+    fn record_key(&self, text: &str, member: &str) -> Result<RecordKey, ApiError> {
+        Ok(RecordKey::new(
+            self.engine.policy().info().namespace.clone(),
+            parse_key(text, member)?,
+        ))
+    }
+
+    fn engine(&self) -> &Engine {
+        &self.engine
+    }
+}
+
+/// `POST /v1/derive`: the key, fingerprint and partition, without the store.
+pub(crate) async fn derive(State(app): State<Arc<App>>, Api(req): Api<OperationRequest>) -> Answer {
+    let op = app.operation(req.operation)?;
+    let keyed = app.engine().derive(&op).map_err(engine_error)?;
+    let lease_ms = app
+        .engine()
+        .options()
+        .lease
+        .map_or(u64::from(keyed.lease_s) * 1000, |l| l.as_millis() as u64);
+    Ok(Json(json!({
+        "namespace": keyed.namespace,
+        "key": keyed.key.to_hex(),
+        "fingerprint": keyed.fingerprint.to_hex(),
+        "partition": keyed.partition,
+        "lease_ms": lease_ms,
+        "retention_s": keyed.retention_s,
+        "policy": app.engine().policy().digest(),
+    }))
+    .into_response())
+}
+
+/// `POST /v1/begin`: the claim, or what the policy says a duplicate gets.
+pub(crate) async fn begin(State(app): State<Arc<App>>, Api(req): Api<OperationRequest>) -> Answer {
+    let op = app.operation(req.operation)?;
+    let begun = app.engine().begin(&op).await.map_err(engine_error)?;
+    let mut retry_after = None;
+    let body = match begun {
+        // The execution is dropped here, not ended: the claim lives in the
+        // store until the client completes, fails or heartbeats it under
+        // this fence, or its lease ends.
+        Begin::Execute(execution) => json!({
+            "answer": "execute",
+            "namespace": execution.key().namespace,
+            "key": execution.key_hex(),
+            "fence": execution.fence(),
+            "attempt": execution.attempt(),
+            "take_over": execution.is_take_over(),
+            "partition": execution.derivation().partition,
+            "lease_ms": execution.lease().as_millis() as u64,
+            "lease_until_ms": execution.lease_until_ms(),
+        }),
+        Begin::Replay(replay) => json!({
+            "answer": "replay",
+            "key": replay.key.digest.to_hex(),
+            "state": replay.state.as_str(),
+            "fence": replay.fence,
+            "outcome": outcome_json(&replay.outcome),
+        }),
+        Begin::InProgress {
+            key,
+            retry_after_ms,
+            reason,
+        } => {
+            retry_after = retry_after_ms;
+            json!({
+                "answer": "in-progress",
+                "key": key.digest.to_hex(),
+                "retry_after_ms": retry_after_ms,
+                "reason": reason,
+            })
+        }
+        Begin::Conflict {
+            key,
+            status,
+            reason,
+        } => json!({
+            "answer": "conflict",
+            "key": key.digest.to_hex(),
+            "status": status,
+            "reason": reason,
+        }),
+        Begin::Rejected {
+            key,
+            status,
+            reason,
+            retry_after_ms,
+            marked_unknown,
+        } => {
+            retry_after = retry_after_ms;
+            json!({
+                "answer": "rejected",
+                "key": key.digest.to_hex(),
+                "status": status,
+                "reason": reason,
+                "retry_after_ms": retry_after_ms,
+                "sent_to_review": marked_unknown,
+            })
+        }
+    };
+    let mut response = Json(body).into_response();
+    if let Some(ms) = retry_after {
+        response.headers_mut().insert(
+            header::RETRY_AFTER,
+            HeaderValue::from(ms.div_ceil(1000).max(1)),
+        );
+    }
+    Ok(response)
+}
+
+/// `POST /v1/complete`: the outcome, under the fence.
+pub(crate) async fn complete(
+    State(app): State<Arc<App>>,
+    Api(req): Api<CompleteRequest>,
+) -> Answer {
+    let key = app.record_key(&req.key, "key")?;
+    let outcome = Outcome::new(req.status, body_bytes(&req.body, &req.body_base64)?);
+    finish(&app, key, req.fence, Ending::Completed, outcome).await
+}
+
+/// `POST /v1/fail`: a failure, retryable or not, under the fence.
+pub(crate) async fn fail(State(app): State<Arc<App>>, Api(req): Api<FailRequest>) -> Answer {
+    let key = app.record_key(&req.key, "key")?;
+    let outcome = Outcome {
+        status: req.status,
+        body: body_bytes(&req.body, &req.body_base64)?,
+        error: Some(
+            req.error
+                .unwrap_or_else(|| format!("failed with status {}", req.status)),
+        ),
+    };
+    let ending = Ending::Failed {
+        retryable: req.retryable,
+    };
+    finish(&app, key, req.fence, ending, outcome).await
+}
+
+async fn finish(app: &App, key: RecordKey, fence: u64, ending: Ending, outcome: Outcome) -> Answer {
+    app.engine()
+        .finish_fenced(&key, fence, ending, outcome)
+        .await
+        .map_err(engine_error)?;
+    Ok(Json(json!({
+        "key": key.digest.to_hex(),
+        "fence": fence,
+        "state": ending.state().as_str(),
+    }))
+    .into_response())
+}
+
+/// `POST /v1/heartbeat`: the lease extended, under the fence.
+pub(crate) async fn heartbeat(
+    State(app): State<Arc<App>>,
+    Api(req): Api<HeartbeatRequest>,
+) -> Answer {
+    let key = app.record_key(&req.key, "key")?;
+    let (low, high) = LEASE_BOUNDS_MS;
+    if !(low..=high).contains(&req.lease_ms) {
+        return Err(invalid(
+            Some("lease_ms"),
+            format!(
+                "`lease_ms` is {}; a lease is from {low} ms (1 s) to {high} ms (24 h)",
+                req.lease_ms
+            ),
+        ));
+    }
+    let until = app
+        .engine()
+        .heartbeat_fenced(&key, req.fence, Duration::from_millis(req.lease_ms))
+        .await
+        .map_err(engine_error)?;
+    Ok(Json(json!({
+        "key": key.digest.to_hex(),
+        "fence": req.fence,
+        "lease_until_ms": until,
+    }))
+    .into_response())
+}
+
+/// `POST /v1/resolve`: a person's settlement of a record waiting for
+/// review, conditional on the fence they saw, logged with who and why.
+pub(crate) async fn resolve(State(app): State<Arc<App>>, Api(req): Api<ResolveRequest>) -> Answer {
+    let key = app.record_key(&req.key, "key")?;
+    let body = body_bytes(&req.body, &req.body_base64)?;
+    let resolution = match req.resolution {
+        ResolutionKind::Completed => {
+            Resolution::Completed(Outcome::new(req.status.unwrap_or(0), body))
+        }
+        _ if !body.is_empty() => {
+            return Err(invalid(
+                Some("body"),
+                "only a `completed` resolution stores a body",
+            ));
+        }
+        ResolutionKind::Release if req.status.is_some() => {
+            return Err(invalid(
+                Some("status"),
+                "a `release` stores no status: the next claim executes again",
+            ));
+        }
+        ResolutionKind::Release => Resolution::Release,
+        ResolutionKind::Reject => Resolution::Reject {
+            status: req.status.unwrap_or(1),
+        },
+    };
+    let mut holder = Holder::this_process();
+    holder.trigger = Some("manual".into());
+    let request = StoreResolve {
+        key: key.clone(),
+        observed_fence: req.fence,
+        resolution,
+        by: req.by.clone(),
+        reason: req.reason.clone(),
+        holder,
+    };
+    let view = forensics::review::resolve(app.engine().store().as_ref(), request)
+        .await
+        .map_err(store_error)?;
+    Ok(Json(json!({
+        "key": key.digest.to_hex(),
+        "state": view.record.state.as_str(),
+        "fence": view.record.fence,
+        "by": req.by,
+        "reason": req.reason,
+    }))
+    .into_response())
+}
+
+/// `POST /v1/report`: why it ran twice, in this policy's namespace (the
+/// analysis `idem report --json` prints).
+pub(crate) async fn report(State(app): State<Arc<App>>, Api(req): Api<ReportRequest>) -> Answer {
+    let key = match &req.key {
+        Some(text) => Some(app.record_key(text, "key")?),
+        None => None,
+    };
+    let namespace = app.engine().policy().info().namespace.clone();
+    let filter = AttemptFilter {
+        namespace: Some(namespace.clone()),
+        key,
+        since_ms: req.since_ms,
+        until_ms: req.until_ms,
+        ..AttemptFilter::default()
+    };
+    let mut entries = forensics::read_log(app.engine().store().as_ref(), filter)
+        .await
+        .map_err(store_error)?;
+    if let Some(run) = &req.run_id {
+        let keys: std::collections::BTreeSet<_> = entries
+            .iter()
+            .filter(|e| forensics::caller_of(e).as_deref() == Some(run.as_str()))
+            .map(|e| e.key.clone())
+            .collect();
+        entries.retain(|e| keys.contains(&e.key));
+    }
+    let mut out =
+        serde_json::to_value(forensics::analyse(&entries)).expect("an analysis serialises");
+    out["namespace"] = json!(namespace);
+    out["since_ms"] = json!(req.since_ms);
+    out["until_ms"] = json!(req.until_ms);
+    Ok(Json(out).into_response())
+}
+
+/// Any path the API does not have.
+pub(crate) async fn not_found(uri: http::Uri) -> ApiError {
+    ApiError(Problem::new(
+        StatusCode::NOT_FOUND,
+        "no-such-route",
+        "The API has no such route",
+        format!(
+            "no route `{}`: the routes are {}",
+            uri.path().chars().take(200).collect::<String>(),
+            crate::ROUTES.map(|(m, p)| format!("{m} {p}")).join(", ")
+        ),
+    ))
+}
+
+/// A route's path with another method.
+pub(crate) async fn method_not_allowed(method: http::Method, uri: http::Uri) -> Response {
+    let mut response = ApiError(Problem::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method-not-allowed",
+        "The route takes another method",
+        format!("`{}` takes POST, not {method}", uri.path()),
+    ))
+    .into_response();
+    response
+        .headers_mut()
+        .insert(header::ALLOW, HeaderValue::from_static("POST"));
+    response
+}

@@ -1,0 +1,156 @@
+//! # idem-serve: the `idem serve` sidecar
+//!
+//! A service that is not written in Rust cannot link the idem library; it
+//! can speak HTTP. [`Sidecar`] puts one policy and one store behind a small
+//! JSON API — every call a `POST` with a JSON object, every answer a JSON
+//! object or an RFC 9457 `application/problem+json` body naming what was
+//! wrong:
+//!
+//! | route | what it does |
+//! |---|---|
+//! | `/v1/derive` | an operation's key, fingerprint and partition (no store access) |
+//! | `/v1/begin` | claims the operation: `execute` (with key, fence, attempt, lease), `replay` (the stored outcome), `in-progress`, `conflict` or `rejected` |
+//! | `/v1/complete` | records the outcome under the fence begin handed out |
+//! | `/v1/fail` | records a failure, retryable or not, under the fence |
+//! | `/v1/heartbeat` | extends the claim's lease, under the fence |
+//! | `/v1/resolve` | settles a record waiting for review (completed, released, rejected), conditional on the fence seen |
+//! | `/v1/report` | why it ran twice: the attempt log's analysis |
+//!
+//! The sidecar holds no claim in memory: begin hands out the key and the
+//! fence, and the later calls carry them back and are the store's
+//! fence-conditional writes ([`Engine::finish_fenced`],
+//! [`Engine::heartbeat_fenced`]), so a restart of the sidecar loses
+//! nothing, and a deposed holder's late write is refused (`409`, naming the
+//! fence). A bad request — malformed JSON, a member of the wrong type, an
+//! unknown or missing member, a body past the limit — is refused before
+//! anything reaches the store.
+//!
+//! The OpenAPI document is `docs/serve-openapi.json` in the repository.
+
+#![warn(missing_docs)]
+
+mod api;
+mod auth;
+mod handlers;
+mod json;
+mod problem;
+
+use std::future::Future;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::routing::post;
+use idem::engine::Engine;
+
+pub use auth::Token;
+
+/// Every route the sidecar answers, as (method, path): the router is built
+/// from this list, and the OpenAPI document is checked against it.
+pub const ROUTES: [(&str, &str); 7] = [
+    ("POST", "/v1/derive"),
+    ("POST", "/v1/begin"),
+    ("POST", "/v1/complete"),
+    ("POST", "/v1/fail"),
+    ("POST", "/v1/heartbeat"),
+    ("POST", "/v1/resolve"),
+    ("POST", "/v1/report"),
+];
+
+/// The default limit on a request body: 1 MiB.
+pub const DEFAULT_BODY_LIMIT: usize = 1 << 20;
+
+/// Settings of a [`Sidecar`].
+#[derive(Debug, Clone)]
+pub struct SidecarOptions {
+    /// The bearer token every call must carry; `None`: no authentication
+    /// (only sensible on a loopback address, which the CLI enforces).
+    pub token: Option<Token>,
+    /// The largest request body accepted, in bytes (`413` past it).
+    pub body_limit: usize,
+}
+
+impl Default for SidecarOptions {
+    fn default() -> Self {
+        SidecarOptions {
+            token: None,
+            body_limit: DEFAULT_BODY_LIMIT,
+        }
+    }
+}
+
+/// What every handler shares.
+pub(crate) struct App {
+    pub(crate) engine: Engine,
+    pub(crate) body_limit: usize,
+}
+
+/// One policy and one store behind the JSON API.
+#[derive(Clone)]
+pub struct Sidecar {
+    engine: Engine,
+    options: SidecarOptions,
+}
+
+impl std::fmt::Debug for Sidecar {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sidecar")
+            .field("store", &self.engine.store().describe())
+            .field("policy", &self.engine.policy().digest())
+            .field("options", &self.options)
+            .finish()
+    }
+}
+
+impl Sidecar {
+    /// A sidecar answering for `engine` (its policy, store and lease).
+    pub fn new(engine: Engine, options: SidecarOptions) -> Self {
+        Sidecar { engine, options }
+    }
+
+    /// The routes, authenticated when a token is set; unknown paths and
+    /// methods are problems too.
+    pub fn router(&self) -> Router {
+        let app = Arc::new(App {
+            engine: self.engine.clone(),
+            body_limit: self.options.body_limit,
+        });
+        let mut router = Router::new();
+        for (_, path) in ROUTES {
+            let route = match path {
+                "/v1/derive" => post(handlers::derive),
+                "/v1/begin" => post(handlers::begin),
+                "/v1/complete" => post(handlers::complete),
+                "/v1/fail" => post(handlers::fail),
+                "/v1/heartbeat" => post(handlers::heartbeat),
+                "/v1/resolve" => post(handlers::resolve),
+                "/v1/report" => post(handlers::report),
+                other => unreachable!("no handler for {other}"),
+            };
+            router = router.route(path, route.fallback(handlers::method_not_allowed));
+        }
+        let router = router.fallback(handlers::not_found).with_state(app);
+        match &self.options.token {
+            Some(token) => router.layer(axum::middleware::from_fn_with_state(
+                Arc::new(token.clone()),
+                auth::require,
+            )),
+            None => router,
+        }
+    }
+
+    /// Serves on `listener` until `shutdown` resolves; then stops
+    /// accepting, lets the calls in flight finish, and writes the answers
+    /// still queued for the attempt log ([`Engine::flush_log`]) before
+    /// returning.
+    pub async fn run(
+        &self,
+        listener: tokio::net::TcpListener,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> std::io::Result<()> {
+        let served = axum::serve(listener, self.router())
+            .with_graceful_shutdown(shutdown)
+            .await;
+        self.engine.flush_log().await;
+        served
+    }
+}

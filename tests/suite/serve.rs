@@ -1,0 +1,642 @@
+//! `idem serve` as a real process over real HTTP: the whole flow (begin,
+//! heartbeat, complete, replay, a stale fence refused, a retryable failure
+//! re-executed under a higher fence, a lapsed claim resolved, the report)
+//! on SQLite and PostgreSQL; the bearer token; refusing to listen beyond
+//! loopback without one; a graceful shutdown that finishes a call in
+//! flight; and the Python client of docs/serve.md, run as written. The
+//! OpenAPI document and the fuzz of bad input are in `serve_contract.rs`.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use idem_store::conformance::{drop_postgres_schema, fresh_schema};
+use idem_store::{AttemptFilter, ListFilter, RecordState, Store, StoreOptions};
+use idem_tests::{idem_bin, policy_path, postgres_url, workspace_root};
+use serde_json::{Value, json};
+
+/// A running `idem serve`, killed when dropped (unless it already exited).
+pub struct Server {
+    child: Child,
+    /// `127.0.0.1:PORT`.
+    pub addr: String,
+    /// The token calls carry, if the server has one.
+    pub token: Option<String>,
+}
+
+impl Server {
+    /// Starts `idem serve --policy billing-charge --store STORE EXTRA…`
+    /// (on `--listen 127.0.0.1:0` unless EXTRA says where) and waits for
+    /// the line naming its address.
+    pub fn start(store: &str, extra: &[&str], env: &[(&str, &str)]) -> Server {
+        let mut command = Command::new(idem_bin());
+        command
+            .args(["serve", "--no-cache", "--policy"])
+            .arg(policy_path("billing-charge"))
+            .args(["--store", store])
+            .args(extra);
+        if !extra.contains(&"--listen") {
+            command.args(["--listen", "127.0.0.1:0"]);
+        }
+        command
+            .env_remove("IDEM_SERVE_TOKEN")
+            .envs(env.iter().copied())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        let mut child = command.spawn().expect("idem serve starts");
+        let stdout = child.stdout.take().expect("piped stdout");
+        let mut line = String::new();
+        BufReader::new(stdout)
+            .read_line(&mut line)
+            .expect("a line of stdout");
+        let addr = line
+            .trim()
+            .strip_prefix("idem serve: listening on http://")
+            .unwrap_or_else(|| panic!("idem serve did not say where it listens: {line:?}"))
+            .to_string();
+        let token = env
+            .iter()
+            .find(|(k, _)| *k == "IDEM_SERVE_TOKEN")
+            .map(|(_, v)| v.to_string());
+        Server { child, addr, token }
+    }
+
+    /// `POST path` with a JSON body (and the token, when there is one).
+    pub fn post(&self, path: &str, body: &Value) -> Reply {
+        let mut headers = vec![("Content-Type".to_string(), "application/json".to_string())];
+        if let Some(t) = &self.token {
+            headers.push(("Authorization".into(), format!("Bearer {t}")));
+        }
+        request(
+            &self.addr,
+            "POST",
+            path,
+            &headers,
+            body.to_string().as_bytes(),
+        )
+    }
+
+    /// `POST path`, expecting 200; its JSON.
+    pub fn ok(&self, path: &str, body: &Value) -> Value {
+        let reply = self.post(path, body);
+        assert_eq!(reply.status, 200, "{path} {body}: {}", reply.text());
+        reply.json()
+    }
+
+    /// Sends a signal to the server.
+    pub fn signal(&self, sig: &str) {
+        let status = Command::new("kill")
+            .args([sig, &self.child.id().to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(status.success(), "kill {sig}");
+    }
+
+    /// Waits for the server to exit; its status.
+    pub fn wait(&mut self) -> std::process::ExitStatus {
+        self.child.wait().expect("reap idem serve")
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// An HTTP answer.
+#[derive(Debug)]
+pub struct Reply {
+    /// The status code.
+    pub status: u16,
+    /// Header names in lower case.
+    pub headers: Vec<(String, String)>,
+    /// The body.
+    pub body: Vec<u8>,
+}
+
+impl Reply {
+    /// A header's value.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// The body as text.
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+
+    /// The body as JSON.
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.text()))
+    }
+
+    /// Checks that this is an RFC 9457 problem with `status`, and returns
+    /// it.
+    pub fn problem(&self, status: u16) -> Value {
+        assert_eq!(self.status, status, "{}", self.text());
+        assert_eq!(
+            self.header("content-type"),
+            Some("application/problem+json"),
+            "{}",
+            self.text()
+        );
+        let p = self.json();
+        assert_eq!(p["status"], status, "{p}");
+        assert!(
+            p["type"]
+                .as_str()
+                .is_some_and(|t| t.starts_with("tag:idem.invalid,2026:problem/")),
+            "{p}"
+        );
+        assert!(p["title"].as_str().is_some_and(|t| !t.is_empty()), "{p}");
+        assert!(p["detail"].as_str().is_some_and(|t| !t.is_empty()), "{p}");
+        p
+    }
+}
+
+/// One HTTP/1.1 request on its own connection (`Connection: close`).
+pub fn request(
+    addr: &str,
+    method: &str,
+    path: &str,
+    headers: &[(String, String)],
+    body: &[u8],
+) -> Reply {
+    let mut head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    for (name, value) in headers {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    head.push_str("\r\n");
+    let mut bytes = head.into_bytes();
+    bytes.extend_from_slice(body);
+    send_raw(addr, &bytes)
+}
+
+/// Writes `bytes` as they are and reads the answer until the server closes.
+pub fn send_raw(addr: &str, bytes: &[u8]) -> Reply {
+    let mut stream = TcpStream::connect(addr).expect("connect to idem serve");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .unwrap();
+    stream.write_all(bytes).expect("send the request");
+    read_reply(stream)
+}
+
+/// Reads one answer from `stream` until the server closes it.
+pub fn read_reply(mut stream: TcpStream) -> Reply {
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw).expect("read the answer");
+    let split = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .unwrap_or_else(|| panic!("no HTTP head in {:?}", String::from_utf8_lossy(&raw)));
+    let head = String::from_utf8_lossy(&raw[..split]).into_owned();
+    let mut lines = head.split("\r\n");
+    let status = lines
+        .next()
+        .and_then(|l| l.split(' ').nth(1))
+        .and_then(|s| s.parse().ok())
+        .expect("a status line");
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_string()))
+        .collect();
+    let mut body = raw[split + 4..].to_vec();
+    if let Some(len) = headers
+        .iter()
+        .find(|(n, _)| n == "content-length")
+        .and_then(|(_, v)| v.parse::<usize>().ok())
+    {
+        body.truncate(len);
+    }
+    Reply {
+        status,
+        headers,
+        body,
+    }
+}
+
+/// A billing charge for `invoice`.
+pub fn op(invoice: &str, amount: &str) -> Value {
+    json!({"kind": "charge", "tenant": "acme", "fields": {
+        "customer": "c1", "billing_period": "2026-11", "invoice_id": invoice,
+        "amount": amount, "currency": "EUR"}})
+}
+
+/// A store for one test: a SQLite file in a temporary directory, or a
+/// fresh PostgreSQL schema (dropped at the end).
+pub struct TestStore {
+    /// The store URL.
+    pub url: String,
+    /// The temporary directory (SQLite file, token files).
+    pub dir: tempfile::TempDir,
+    postgres: bool,
+}
+
+impl TestStore {
+    /// A SQLite file.
+    pub fn sqlite() -> TestStore {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite:{}", dir.path().join("idem.db").display());
+        TestStore {
+            url,
+            dir,
+            postgres: false,
+        }
+    }
+
+    /// A fresh schema in the test database.
+    pub fn postgres(base: &str) -> TestStore {
+        let sep = if base.contains('?') { '&' } else { '?' };
+        TestStore {
+            url: format!("{base}{sep}idem_schema={}&idem_pool_size=4", fresh_schema()),
+            dir: tempfile::tempdir().unwrap(),
+            postgres: true,
+        }
+    }
+
+    /// SQLite, and PostgreSQL when the environment names a database.
+    pub fn each(test: &str) -> Vec<TestStore> {
+        let mut stores = vec![TestStore::sqlite()];
+        if let Some(url) = postgres_url(test) {
+            stores.push(TestStore::postgres(&url));
+        }
+        stores
+    }
+
+    /// Opens the store in this process, to look at what it holds.
+    pub fn open(&self) -> (tokio::runtime::Runtime, std::sync::Arc<dyn Store>) {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let store = rt
+            .block_on(idem_store::open(&self.url, StoreOptions::default()))
+            .expect("open the test store");
+        (rt, store)
+    }
+
+    /// Every attempt-log event, oldest first.
+    pub fn events(&self) -> Vec<String> {
+        let (rt, store) = self.open();
+        rt.block_on(store.attempts(AttemptFilter::default()))
+            .unwrap()
+            .iter()
+            .map(|e| e.event.as_str().to_string())
+            .collect()
+    }
+}
+
+impl Drop for TestStore {
+    fn drop(&mut self) {
+        if self.postgres {
+            drop_postgres_schema(&self.url);
+        }
+    }
+}
+
+#[test]
+fn the_whole_flow_over_http_on_each_store() {
+    for store in TestStore::each("the_whole_flow_over_http_on_each_store") {
+        whole_flow(&store);
+    }
+}
+
+fn whole_flow(store: &TestStore) {
+    let server = Server::start(&store.url, &["--lease", "3s"], &[]);
+    let charge = op("i1", "100");
+
+    // derive: the key, without the store.
+    let derived = server.ok("/v1/derive", &json!({"operation": charge}));
+    let key = derived["key"].as_str().unwrap().to_string();
+    assert_eq!(derived["namespace"], "billing");
+    assert_eq!(derived["partition"], "c1");
+    assert!(store.events().is_empty(), "derive stored nothing");
+
+    // begin: execute, with key, fence, attempt and lease.
+    let begun = server.ok("/v1/begin", &json!({"operation": charge}));
+    assert_eq!(begun["answer"], "execute", "{begun}");
+    assert_eq!(begun["key"], key.as_str());
+    assert_eq!(begun["attempt"], 1);
+    assert_eq!(begun["take_over"], false);
+    assert_eq!(begun["lease_ms"], 3000);
+    let fence = begun["fence"].as_u64().unwrap();
+
+    // A second begin while it runs: in progress, with Retry-After.
+    let busy = server.post("/v1/begin", &json!({"operation": charge}));
+    assert_eq!(busy.status, 200);
+    assert_eq!(busy.json()["answer"], "in-progress", "{}", busy.text());
+    assert!(busy.header("retry-after").is_some());
+
+    // heartbeat under the fence moves the lease on.
+    let beat = server.ok(
+        "/v1/heartbeat",
+        &json!({"key": key, "fence": fence, "lease_ms": 3000}),
+    );
+    assert!(beat["lease_until_ms"].as_u64().unwrap() >= begun["lease_until_ms"].as_u64().unwrap());
+
+    // A stale fence is refused, naming it; nothing changes.
+    let stale = server.post(
+        "/v1/complete",
+        &json!({"key": key, "fence": fence + 1, "body": "forged"}),
+    );
+    let p = stale.problem(409);
+    assert_eq!(p["fence"], fence + 1);
+    assert!(
+        p["detail"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("fence {}", fence + 1))
+    );
+
+    // complete under the fence; the next begin replays it.
+    let done = server.ok(
+        "/v1/complete",
+        &json!({"key": key, "fence": fence, "status": 0, "body": "receipt 42"}),
+    );
+    assert_eq!(done["state"], "completed");
+    let replay = server.ok("/v1/begin", &json!({"operation": charge}));
+    assert_eq!(replay["answer"], "replay", "{replay}");
+    assert_eq!(replay["outcome"]["body"], "receipt 42");
+    assert_eq!(replay["fence"], fence);
+    // A completed record is never overwritten.
+    server
+        .post(
+            "/v1/complete",
+            &json!({"key": key, "fence": fence, "body": "again"}),
+        )
+        .problem(409);
+    // The same key for another amount: a conflict.
+    let other = server.ok("/v1/begin", &json!({"operation": op("i1", "250")}));
+    assert_eq!(other["answer"], "conflict", "{other}");
+
+    // A retryable failure: the next begin re-executes under a higher fence,
+    // and the first holder's fence is refused from then on.
+    let second = server.ok("/v1/begin", &json!({"operation": op("i2", "100")}));
+    let (key2, fence2) = (second["key"].clone(), second["fence"].as_u64().unwrap());
+    let failed = server.ok(
+        "/v1/fail",
+        &json!({"key": key2, "fence": fence2, "retryable": true, "error": "provider timeout"}),
+    );
+    assert_eq!(failed["state"], "failed-retryable");
+    let retried = server.ok("/v1/begin", &json!({"operation": op("i2", "100")}));
+    assert_eq!(retried["answer"], "execute", "{retried}");
+    assert_eq!(retried["take_over"], true);
+    assert_eq!(retried["attempt"], 2);
+    assert!(retried["fence"].as_u64().unwrap() > fence2);
+    server
+        .post("/v1/complete", &json!({"key": key2, "fence": fence2}))
+        .problem(409);
+
+    // A holder that goes silent past its lease: the record waits for
+    // review, and a person releases it under the fence they saw.
+    let third = server.ok("/v1/begin", &json!({"operation": op("i3", "100")}));
+    let (key3, fence3) = (third["key"].clone(), third["fence"].as_u64().unwrap());
+    std::thread::sleep(Duration::from_millis(3500));
+    let resolved = server.ok(
+        "/v1/resolve",
+        &json!({"key": key3, "fence": fence3, "resolution": "release",
+                "reason": "the provider has no such charge", "by": "ops"}),
+    );
+    assert_eq!(resolved["state"], "failed-retryable");
+    assert!(resolved["fence"].as_u64().unwrap() > fence3);
+    // The silent holder's late completion is refused.
+    server
+        .post("/v1/complete", &json!({"key": key3, "fence": fence3}))
+        .problem(409);
+    let again = server.ok("/v1/begin", &json!({"operation": op("i3", "100")}));
+    assert_eq!(again["answer"], "execute");
+    assert_eq!(again["take_over"], true);
+
+    // The report sees i1 asked for four times (execute, in progress,
+    // replay, conflict).
+    let report = server.ok("/v1/report", &json!({}));
+    assert_eq!(report["namespace"], "billing");
+    let busiest = report["busiest"].as_array().unwrap();
+    assert!(
+        busiest
+            .iter()
+            .any(|b| b[0] == format!("billing/{key}") && b[1].as_u64() >= Some(4)),
+        "{report}"
+    );
+    let one = server.ok("/v1/report", &json!({"key": key}));
+    assert_eq!(one["keys"], 1, "{one}");
+
+    // What the store holds is what the calls said.
+    let (rt, handle) = store.open();
+    let records = rt.block_on(handle.list(ListFilter::default())).unwrap();
+    assert_eq!(records.len(), 3);
+    let first = records
+        .iter()
+        .find(|v| v.record.key.digest.to_hex() == key)
+        .unwrap();
+    assert_eq!(first.record.state, RecordState::Completed);
+    assert_eq!(first.record.outcome.as_ref().unwrap().body, b"receipt 42");
+}
+
+#[test]
+fn the_token_is_required_when_set() {
+    let store = TestStore::sqlite();
+    let token_file = store.dir.path().join("token");
+    std::fs::write(&token_file, "t0ken-from-a-file\n").unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&token_file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
+    let mut server = Server::start(
+        &store.url,
+        &["--token-file", token_file.to_str().unwrap()],
+        &[],
+    );
+    let body = json!({"operation": op("i1", "100")}).to_string();
+    let json_type = ("Content-Type".to_string(), "application/json".to_string());
+    for auth in [
+        None,
+        Some("Bearer wrong"),
+        Some("Basic dDBrZW4="),
+        Some("Bearer"),
+    ] {
+        let mut headers = vec![json_type.clone()];
+        if let Some(a) = auth {
+            headers.push(("Authorization".into(), a.into()));
+        }
+        let reply = request(
+            &server.addr,
+            "POST",
+            "/v1/derive",
+            &headers,
+            body.as_bytes(),
+        );
+        reply.problem(401);
+        assert_eq!(
+            reply.header("www-authenticate"),
+            Some("Bearer realm=\"idem\"")
+        );
+    }
+    server.token = Some("t0ken-from-a-file".into());
+    server.ok("/v1/derive", &json!({"operation": op("i1", "100")}));
+    drop(server);
+
+    // From the environment, on every address.
+    let env = [("IDEM_SERVE_TOKEN", "t0ken-from-env")];
+    let mut local = Server::start(&store.url, &["--listen", "0.0.0.0:0"], &env);
+    assert!(local.addr.starts_with("0.0.0.0:"), "{}", local.addr);
+    local.addr = local.addr.replace("0.0.0.0", "127.0.0.1");
+    local.ok("/v1/derive", &json!({"operation": op("i1", "100")}));
+    local.token = Some("t0ken-from-a-file".into());
+    local
+        .post("/v1/derive", &json!({"operation": op("i1", "100")}))
+        .problem(401);
+}
+
+#[test]
+fn no_token_no_listening_beyond_loopback() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("idem.db");
+    let out = Command::new(idem_bin())
+        .args(["serve", "--no-cache", "--policy"])
+        .arg(policy_path("billing-charge"))
+        .args(["--store", &format!("sqlite:{}", db.display())])
+        .args(["--listen", "0.0.0.0:0"])
+        .env_remove("IDEM_SERVE_TOKEN")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("refusing to listen on 0.0.0.0:0 without a token")
+            && stderr.contains("--token-file"),
+        "{stderr}"
+    );
+    assert!(!db.exists(), "nothing was opened");
+    // An empty token file is refused too, naming the file.
+    let empty = dir.path().join("empty");
+    std::fs::write(&empty, "\n").unwrap();
+    let out = Command::new(idem_bin())
+        .args(["serve", "--no-cache", "--policy"])
+        .arg(policy_path("billing-charge"))
+        .args(["--store", &format!("sqlite:{}", db.display())])
+        .args(["--token-file", empty.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("the token is empty"), "{stderr}");
+}
+
+#[test]
+fn sigterm_lets_the_call_in_flight_finish() {
+    let store = TestStore::sqlite();
+    let mut server = Server::start(&store.url, &[], &[]);
+    // A replay just before the end: its answer is queued for the log.
+    let begun = server.ok("/v1/begin", &json!({"operation": op("i1", "100")}));
+    server.ok(
+        "/v1/complete",
+        &json!({"key": begun["key"], "fence": begun["fence"], "body": "r"}),
+    );
+    assert_eq!(
+        server.ok("/v1/begin", &json!({"operation": op("i1", "100")}))["answer"],
+        "replay"
+    );
+
+    // A call in flight: its head and half its body are sent, then the
+    // server is told to stop, then the rest of the body follows.
+    let body = json!({"operation": op("i2", "100")}).to_string();
+    let (first, rest) = body.as_bytes().split_at(body.len() / 2);
+    let mut stream = TcpStream::connect(&server.addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .unwrap();
+    let head = format!(
+        "POST /v1/begin HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).unwrap();
+    stream.write_all(first).unwrap();
+    stream.flush().unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    server.signal("-TERM");
+    std::thread::sleep(Duration::from_millis(300));
+    stream.write_all(rest).unwrap();
+    let reply = read_reply(stream);
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    assert_eq!(reply.json()["answer"], "execute");
+
+    let status = server.wait();
+    assert_eq!(status.code(), Some(0), "a graceful stop exits 0");
+    // A new connection is refused once it stopped.
+    assert!(TcpStream::connect(&server.addr).is_err());
+    let mut events = store.events();
+    events.sort();
+    assert_eq!(
+        events,
+        ["completed", "executed", "executed", "replayed"],
+        "every answer is in the attempt log"
+    );
+}
+
+/// The ```python block of docs/serve.md, as written.
+fn python_snippet() -> String {
+    let doc = std::fs::read_to_string(workspace_root().join("docs/serve.md")).unwrap();
+    let start = doc
+        .find("```python\n")
+        .expect("docs/serve.md has a python block")
+        + 10;
+    let len = doc[start..].find("```").expect("the block ends");
+    doc[start..start + len].to_string()
+}
+
+#[test]
+fn the_python_client_in_the_docs_runs() {
+    let python = Command::new("python3").arg("--version").output();
+    if python.is_err() {
+        let ci = std::env::var("CI").is_ok_and(|v| v == "true" || v == "1");
+        assert!(!ci, "python3 is needed under CI=true");
+        eprintln!("SKIPPED the_python_client_in_the_docs_runs: no python3 on PATH");
+        return;
+    }
+    let store = TestStore::sqlite();
+    let env = [("IDEM_SERVE_TOKEN", "py-t0ken")];
+    let server = Server::start(&store.url, &[], &env);
+    let code = python_snippet();
+    let run = || {
+        let out = Command::new("python3")
+            .args(["-c", &code])
+            .env("IDEM_SERVE_URL", format!("http://{}", server.addr))
+            .env("IDEM_SERVE_TOKEN", "py-t0ken")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "the snippet failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let first = run();
+    assert_eq!(
+        first,
+        "charged: receipt for i1: 100 EUR\na second begin replays: receipt for i1: 100 EUR\n"
+    );
+    // Run again (the job re-run by hand): nothing is charged twice.
+    let second = run();
+    assert_eq!(
+        second,
+        "already charged: receipt for i1: 100 EUR\na second begin replays: receipt for i1: 100 EUR\n"
+    );
+    let (rt, handle) = store.open();
+    let records = rt.block_on(handle.list(ListFilter::default())).unwrap();
+    assert_eq!(records.len(), 1);
+    assert_eq!(records[0].record.attempts, 1);
+    assert_eq!(records[0].record.state, RecordState::Completed);
+}
