@@ -26,7 +26,7 @@ use crate::store::Store;
 /// entries): a few milliseconds of SQLite's write lock, or of PostgreSQL row
 /// locks, at a time, so that a gc of millions of records never stalls live
 /// claims for long.
-const GC_BATCH: u32 = 1_000;
+const GC_BATCH: u32 = 250;
 
 #[async_trait]
 impl<B: RecordBackend> Store for B {
