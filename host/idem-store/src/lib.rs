@@ -105,8 +105,9 @@ pub use postgres::{DEFAULT_POOL_SIZE, DEFAULT_SCHEMA, PostgresUrl, TlsMode};
 pub use postgres::{POSTGRES_SCHEMA_VERSION, PostgresStore};
 pub use record::{
     Claim, ClaimOutcome, ClaimRequest, DEFAULT_MAX_OUTCOME_BYTES, Digest, Ending, Existing, Finish,
-    Holder, JobLease, JobLeaseAcquire, ListFilter, MAX_ERROR_BYTES, Membership, Outcome,
-    OwnershipToken, Record, RecordKey, RecordState, RecordView, StoreOptions, TRUNCATION_MARK,
+    Holder, JobLease, JobLeaseAcquire, KeptOperation, ListFilter, MAX_ERROR_BYTES,
+    MAX_KEPT_OPERATION_BYTES, Membership, NotKept, Outcome, OwnershipToken, Record, RecordKey,
+    RecordState, RecordView, StoreOptions, TRUNCATION_MARK,
 };
 #[cfg(feature = "sqlite")]
 pub use sqlite::{SCHEMA_VERSION, SqliteStore};

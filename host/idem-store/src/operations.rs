@@ -48,6 +48,7 @@ impl<B: RecordBackend> Store for B {
 
     async fn claim(&self, request: ClaimRequest) -> Result<ClaimOutcome, StoreError> {
         machine::validate(&request)?;
+        let request = machine::kept(request, self.options());
         if let Some(written) = self.fast_claim(&request).await? {
             return Ok(ClaimOutcome::Claimed(fresh_claim(&request, &written)));
         }
@@ -59,6 +60,11 @@ impl<B: RecordBackend> Store for B {
         &self,
         requests: Vec<ClaimRequest>,
     ) -> Result<Vec<Result<ClaimOutcome, StoreError>>, StoreError> {
+        let options = self.options();
+        let requests = requests
+            .into_iter()
+            .map(|r| machine::kept(r, options))
+            .collect();
         claim_many(self, requests).await
     }
 

@@ -16,8 +16,8 @@ use crate::codec::{self, AttemptRow, RecordRow, attempt_values};
 use crate::error::StoreError;
 use crate::machine;
 use crate::record::{
-    ClaimRequest, Finish, JobLease, JobLeaseAcquire, ListFilter, Membership, Outcome, Record,
-    RecordKey, RecordState, StoreOptions,
+    ClaimRequest, Finish, JobLease, JobLeaseAcquire, KeptOperation, ListFilter, Membership,
+    Outcome, Record, RecordKey, RecordState, StoreOptions,
 };
 
 /// The fence drawn in the transaction's first round trip (when the call
@@ -286,7 +286,8 @@ impl RecordBackend for PostgresStore {
             .as_ref()
             .map(|t| i64::try_from(t.epoch).unwrap_or(i64::MAX));
         let operation = request.operation_digest.map(|d| d.0.to_vec());
-        let all: [&(dyn ToSql + Sync); 17] = [
+        let kept = request.operation.as_ref().map(KeptOperation::to_column);
+        let all: [&(dyn ToSql + Sync); 18] = [
             &request.key.namespace,
             &key,
             &request.policy_digest,
@@ -304,12 +305,13 @@ impl RecordBackend for PostgresStore {
             &group,
             &epoch,
             &operation,
+            &kept,
         ];
         // Without a token, the statement takes neither group nor epoch:
-        // its operation digest is `$15`.
-        let unowned: [&(dyn ToSql + Sync); 15] = [
+        // its operation digest is `$15`, the kept operation `$16`.
+        let unowned: [&(dyn ToSql + Sync); 16] = [
             all[0], all[1], all[2], all[3], all[4], all[5], all[6], all[7], all[8], all[9],
-            all[10], all[11], all[12], all[13], &operation,
+            all[10], all[11], all[12], all[13], &operation, &kept,
         ];
         let (sql, params) = match &request.ownership {
             Some(_) => (&inner.sql.fast_claim_owned, &all[..]),

@@ -49,7 +49,8 @@ use std::time::Duration;
 use idem_core::{Decision, KeyedDerivation, OpError, Operation, PolicyError, RecordState};
 use idem_store::{
     AttemptEntry, AttemptEvent, ClaimOutcome, ClaimRequest, Ending, GroupCommit,
-    GroupCommitOptions, Holder, Outcome, OwnershipToken, RecordKey, Store, StoreError,
+    GroupCommitOptions, Holder, KeptOperation, NotKept, Outcome, OwnershipToken, RecordKey, Store,
+    StoreError,
 };
 use thiserror::Error;
 
@@ -80,6 +81,13 @@ pub struct EngineOptions {
     /// ([`Store::batches_share_commits`]). On by default; a lone caller
     /// pays nothing for it (see [`idem_store::GroupCommit`]).
     pub group_commit: GroupCommitOptions,
+    /// Whether each claim hands the store the canonical operation to keep
+    /// with its record (default: yes), so that `idem diff --store` and an
+    /// activation can derive the record's key again with another policy
+    /// version. Off (operations with fields that must not sit in the
+    /// store), records say so instead, and cannot be diffed. A policy can
+    /// ask for the same (see `LoadedPolicy::keeps_operations`).
+    pub keep_operations: bool,
 }
 
 impl Default for EngineOptions {
@@ -90,6 +98,7 @@ impl Default for EngineOptions {
             max_rounds: 4,
             ownership: None,
             group_commit: GroupCommitOptions::default(),
+            keep_operations: true,
         }
     }
 }
@@ -426,7 +435,20 @@ impl Engine {
             retention: Duration::from_secs(keyed.retention_s),
             holder: holder_for(op),
             operation_digest: Some(op.business_digest()),
+            operation: Some(self.kept_operation(op)),
             ownership: self.options.ownership.clone(),
+        }
+    }
+
+    /// What the record keeps of `op`: its canonical JSON without the run,
+    /// unless the host or the policy said not to.
+    fn kept_operation(&self, op: &Operation) -> KeptOperation {
+        if !self.options.keep_operations {
+            KeptOperation::NotKept(NotKept::OffByHost)
+        } else if !self.policy.keeps_operations() {
+            KeptOperation::NotKept(NotKept::OffByPolicy)
+        } else {
+            KeptOperation::Kept(op.kept_json())
         }
     }
 
