@@ -78,6 +78,8 @@ enum Command {
     Gc(subcommand::gc::GcArgs),
     /// Run the nightly billing job twice, overlapping with a pause: a lease lock alone vs idem.
     Demo(subcommand::demo::DemoArgs),
+    /// What an upgrade of a policy changes: keys, fingerprints, partitions, and why.
+    Diff(subcommand::diff::DiffArgs),
     /// Create a store or bring its schema up to date.
     Migrate(subcommand::migrate::MigrateArgs),
 }
@@ -103,6 +105,7 @@ fn main() -> ExitCode {
         Command::Gc(args) => subcommand::gc::run(args),
         Command::Demo(args) => subcommand::demo::run(args),
         Command::Migrate(args) => subcommand::migrate::run(args),
+        Command::Diff(args) => subcommand::diff::run(args),
     };
     match result {
         Ok(code) => ExitCode::from(code),

@@ -5,6 +5,7 @@
 pub mod build;
 pub mod demo;
 pub mod describe;
+pub mod diff;
 pub mod exec;
 pub mod gc;
 pub mod inspect;

@@ -1,0 +1,254 @@
+//! A policy's life across versions, through the CLI with real policies:
+//! `idem diff` over a corpus and over a store's records (SQLite and
+//! PostgreSQL), a key-changing upgrade caught and a compatible one passed.
+//!
+//! The versions are test fixtures built from `billing-charge` 1.0.0:
+//! `fixture-billing-v2-renamed` (2.0.0: the key part `invoice_id` renamed
+//! `invoice`, so every key changes) and `fixture-billing-v1-1` (1.1.0: a
+//! new optional field `po_number`, the same keys).
+
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+
+use idem_store::conformance::{drop_postgres_schema, fresh_schema};
+use idem_tests::{idem_bin, policy_path, postgres_url};
+use serde_json::Value;
+
+const V1: &str = "billing-charge";
+const V2_RENAMED: &str = "fixture-billing-v2-renamed";
+const V1_1: &str = "fixture-billing-v1-1";
+
+fn op(invoice: u32) -> String {
+    format!(
+        r#"{{"kind":"charge","tenant":"acme","fields":{{"customer":"c{invoice}","billing_period":"2026-11","invoice_id":"i{invoice}","amount":"100","currency":"EUR"}}}}"#
+    )
+}
+
+/// A temporary directory and a store (a SQLite file in it, or a fresh
+/// PostgreSQL schema dropped at the end).
+struct Env {
+    dir: tempfile::TempDir,
+    store: String,
+    postgres: bool,
+}
+
+impl Drop for Env {
+    fn drop(&mut self) {
+        if self.postgres {
+            drop_postgres_schema(&self.store);
+        }
+    }
+}
+
+impl Env {
+    fn sqlite() -> Env {
+        let dir = tempfile::tempdir().unwrap();
+        let store = format!("sqlite:{}", dir.path().join("idem.db").display());
+        Env {
+            dir,
+            store,
+            postgres: false,
+        }
+    }
+
+    fn postgres(url: &str) -> Env {
+        let sep = if url.contains('?') { '&' } else { '?' };
+        Env {
+            dir: tempfile::tempdir().unwrap(),
+            store: format!("{url}{sep}idem_schema={}&idem_pool_size=2", fresh_schema()),
+            postgres: true,
+        }
+    }
+
+    fn write(&self, name: &str, text: &str) -> PathBuf {
+        let p = self.dir.path().join(name);
+        std::fs::write(&p, text).unwrap();
+        p
+    }
+
+    fn idem(&self, args: &[&str]) -> Output {
+        Command::new(idem_bin())
+            .args(args)
+            .env("IDEM_CACHE_DIR", self.dir.path().join("cache"))
+            .stdin(Stdio::null())
+            .output()
+            .expect("idem runs")
+    }
+
+    /// `idem exec` of `op` under `policy`, running `true`.
+    fn exec(&self, policy: &str, op: &str, extra: &[&str]) {
+        let path = self.write("op.json", op);
+        let policy = policy_path(policy);
+        let mut args = vec![
+            "exec",
+            "--policy",
+            policy.to_str().unwrap(),
+            "--store",
+            &self.store,
+            "--op",
+            path.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        args.extend_from_slice(&["--", "true"]);
+        let out = self.idem(&args);
+        assert!(out.status.success(), "exec: {}", text(&out.stderr));
+    }
+
+    /// `idem diff --json` of `old` against `new` over `source` (`--ops
+    /// FILE` or `--store URL`): the exit status and the report.
+    fn diff(&self, old: &str, new: &str, source: &[&str]) -> (i32, Value) {
+        let (old, new) = (policy_path(old), policy_path(new));
+        let mut args = vec![
+            "diff",
+            "--old",
+            old.to_str().unwrap(),
+            "--new",
+            new.to_str().unwrap(),
+            "--json",
+        ];
+        args.extend_from_slice(source);
+        let out = self.idem(&args);
+        let report = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}{}", text(&out.stdout), text(&out.stderr)));
+        (out.status.code().unwrap(), report)
+    }
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn on_every_store(test: &str, check: impl Fn(&Env)) {
+    check(&Env::sqlite());
+    if let Some(url) = postgres_url(&format!("lifecycle::{test}")) {
+        check(&Env::postgres(&url));
+    }
+}
+
+fn corpus(env: &Env, lines: &[String]) -> PathBuf {
+    env.write("corpus.jsonl", &(lines.join("\n") + "\n"))
+}
+
+#[test]
+fn diff_over_a_corpus_names_the_renamed_part_and_fails() {
+    let env = Env::sqlite();
+    let ops: Vec<String> = (1..=3).map(op).collect();
+    let file = corpus(&env, &ops);
+    let file = file.to_str().unwrap();
+    let (status, report) = env.diff(V1, V2_RENAMED, &["--ops", file]);
+    assert_eq!(status, 1, "{report:#}");
+    assert_eq!(report["compared"], 3);
+    assert_eq!(report["unchanged"], 0);
+    assert_eq!(report["key_changes"], 3);
+    let groups = report["groups"].as_array().unwrap();
+    assert_eq!(groups.len(), 1, "one edit, one group: {report:#}");
+    assert_eq!(groups[0]["changes"], serde_json::json!(["key"]));
+    assert_eq!(
+        groups[0]["explanation"],
+        serde_json::json!(["key part `invoice_id` renamed `invoice`"])
+    );
+    assert_eq!(groups[0]["count"], 3);
+    assert_eq!(groups[0]["examples"][0]["source"], "line 1");
+    assert_ne!(
+        groups[0]["examples"][0]["old"]["key"],
+        groups[0]["examples"][0]["new"]["key"]
+    );
+
+    // The text report says the same, and why it exits 1.
+    let (old, new) = (policy_path(V1), policy_path(V2_RENAMED));
+    let out = env.idem(&[
+        "diff",
+        "--old",
+        old.to_str().unwrap(),
+        "--new",
+        new.to_str().unwrap(),
+        "--ops",
+        file,
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains("key (3): key part `invoice_id` renamed `invoice`"),
+        "{stdout}"
+    );
+    assert!(
+        text(&out.stderr).contains("3 keys would change"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn diff_over_a_corpus_passes_a_compatible_upgrade() {
+    let env = Env::sqlite();
+    let mut ops: Vec<String> = (1..=3).map(op).collect();
+    // An operation the new version accepts with its new optional field:
+    // still the same key as without it.
+    ops.push(op(4).replace(
+        r#""currency":"EUR""#,
+        r#""currency":"EUR","po_number":"PO-7""#,
+    ));
+    let file = corpus(&env, &ops);
+    let (status, report) = env.diff(V1, V1_1, &["--ops", file.to_str().unwrap()]);
+    assert_eq!(status, 0, "{report:#}");
+    assert_eq!(report["compared"], 4);
+    assert_eq!(report["unchanged"], 4);
+    assert_eq!(report["groups"], serde_json::json!([]));
+}
+
+#[test]
+fn diff_names_a_bad_corpus_line() {
+    let env = Env::sqlite();
+    let file = corpus(&env, &[op(1), "{\"kind\":".into()]);
+    let (old, new) = (policy_path(V1), policy_path(V1_1));
+    let out = env.idem(&[
+        "diff",
+        "--old",
+        old.to_str().unwrap(),
+        "--new",
+        new.to_str().unwrap(),
+        "--ops",
+        file.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("line 2"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+// Records made by `idem exec` keep their operation; `idem diff --store`
+// derives each again: the renamed key part changes every key (exit 1), the
+// compatible version none (exit 0); a record whose operation was not kept
+// is listed as not diffable, with why.
+#[test]
+fn diff_over_a_store_catches_the_key_change_in_retention() {
+    on_every_store("diff_over_a_store", |env| {
+        env.exec(V1, &op(1), &[]);
+        env.exec(V1, &op(2), &[]);
+        env.exec(V1, &op(3), &["--no-keep-operations"]);
+        let store = ["--store", env.store.as_str()];
+
+        let (status, report) = env.diff(V1, V2_RENAMED, &store);
+        assert_eq!(status, 1, "{report:#}");
+        assert_eq!(report["compared"], 2);
+        assert_eq!(report["key_changes"], 2);
+        assert_eq!(
+            report["groups"][0]["explanation"],
+            serde_json::json!(["key part `invoice_id` renamed `invoice`"])
+        );
+        let not = &report["not_diffable"];
+        assert_eq!(not.as_array().unwrap().len(), 1, "{report:#}");
+        assert_eq!(not[0]["count"], 1);
+        assert_eq!(
+            not[0]["reason"],
+            "the host was configured not to keep operations"
+        );
+
+        let (status, report) = env.diff(V1, V1_1, &store);
+        assert_eq!(status, 0, "{report:#}");
+        assert_eq!(report["compared"], 2);
+        assert_eq!(report["unchanged"], 2);
+    });
+}
