@@ -1,6 +1,8 @@
 //! A policy's life across versions, through the CLI with real policies:
 //! `idem diff` over a corpus and over a store's records (SQLite and
-//! PostgreSQL), a key-changing upgrade caught and a compatible one passed.
+//! PostgreSQL), a key-changing upgrade caught and a compatible one passed;
+//! the golden vectors a component carries, and the gate that runs them;
+//! the lifecycle manifest.
 //!
 //! The versions are test fixtures built from `billing-charge` 1.0.0:
 //! `fixture-billing-v2-renamed` (2.0.0: the key part `invoice_id` renamed
@@ -10,6 +12,8 @@
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 
+use idem::lifecycle::{GateError, run_golden_vectors};
+use idem_guest_build::add_sections;
 use idem_store::conformance::{drop_postgres_schema, fresh_schema};
 use idem_tests::{idem_bin, policy_path, postgres_url};
 use serde_json::Value;
@@ -251,4 +255,105 @@ fn diff_over_a_store_catches_the_key_change_in_retention() {
         assert_eq!(report["compared"], 2);
         assert_eq!(report["unchanged"], 2);
     });
+}
+
+// The golden vectors: `idem build` (here the tests' build script, through
+// the same idem-guest-build) embeds the cases.json beside a policy crate
+// as the component's `idem-cases` section; the host finds it and it passes.
+#[test]
+fn built_policies_carry_their_golden_vectors_and_pass_them() {
+    let policy = idem_tests::load(V1);
+    let carried = policy
+        .golden_cases()
+        .expect("billing-charge carries its cases.json");
+    let file = idem_tests::workspace_root().join("guest/policies/billing-charge/cases.json");
+    assert_eq!(carried, std::fs::read_to_string(file).unwrap());
+    let report = run_golden_vectors(&policy, None)
+        .expect("it passes its own vectors")
+        .expect("it has vectors");
+    assert!(report.results.len() >= 4, "{report:?}");
+    assert!(
+        idem_tests::load(V2_RENAMED).golden_cases().is_none(),
+        "a crate without cases.json carries none"
+    );
+
+    // `idem test` without a cases file runs the carried ones.
+    let env = Env::sqlite();
+    let policy = policy_path(V1);
+    let out = env.idem(&["test", "--policy", policy.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains(" passed, 0 failed"),
+        "{}",
+        text(&out.stdout)
+    );
+    let renamed = policy_path(V2_RENAMED);
+    let out = env.idem(&["test", "--policy", renamed.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("carries no golden vectors"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+// Version 2.0.0 shipped with version 1.0.0's vectors (its author renamed a
+// key part and forgot the pinned keys): the gate refuses it, naming the
+// first failing case.
+#[test]
+fn a_version_failing_its_own_vectors_is_refused_naming_the_case() {
+    let v1_cases = std::fs::read(
+        idem_tests::workspace_root().join("guest/policies/billing-charge/cases.json"),
+    )
+    .unwrap();
+    let bytes = add_sections(idem_tests::policy_bytes(V2_RENAMED), None, Some(&v1_cases));
+    let policy = idem_tests::runtime().load_bytes(&bytes).expect("loads");
+    match run_golden_vectors(&policy, None) {
+        Err(GateError::Failed { case, failed, .. }) => {
+            assert_eq!(case, "seed charge");
+            assert!(failed >= 1);
+        }
+        other => panic!("expected the gate to refuse, got {other:?}"),
+    }
+    // Vectors shipped beside the component take the place of the carried.
+    let own = r#"{"cases":[{"name":"a charge","op":{"kind":"charge","tenant":"acme","fields":{"customer":"c1","billing_period":"2026-11","invoice_id":"i1","amount":"100","currency":"EUR"}},"expect":{"partition":"c1"}}]}"#;
+    assert!(run_golden_vectors(&policy, Some(own)).unwrap().is_some());
+    assert!(matches!(
+        run_golden_vectors(&policy, Some("{")),
+        Err(GateError::Unreadable(_))
+    ));
+}
+
+// The lifecycle manifest: read at load; a malformed or repeated section is
+// refused, naming it; `keep-operations: false` is the policy's switch.
+#[test]
+fn the_lifecycle_manifest_is_read_and_checked_at_load() {
+    let bytes = idem_tests::policy_bytes(V1);
+    let load = |manifest: &str| {
+        idem_tests::runtime().load_bytes(&add_sections(bytes.clone(), Some(manifest), None))
+    };
+    let off = load(r#"{"keep-operations":false}"#).expect("loads");
+    assert!(!off.keeps_operations());
+    assert!(idem_tests::load(V1).keeps_operations());
+    for (manifest, says) in [
+        (r#"{"keep-operations":"no"}"#, "idem-lifecycle"),
+        (r#"{"replaces":"sha256:nope"}"#, "sha256:nope"),
+        (r#"{"keeps":true}"#, "keeps"),
+    ] {
+        let err = load(manifest).expect_err(manifest).to_string();
+        assert!(
+            err.contains(says) && err.contains("idem-lifecycle"),
+            "{manifest}: {err}"
+        );
+    }
+    let twice = add_sections(
+        add_sections(bytes.clone(), Some("{}"), None),
+        Some("{}"),
+        None,
+    );
+    let err = idem_tests::runtime()
+        .load_bytes(&twice)
+        .expect_err("twice")
+        .to_string();
+    assert!(err.contains("appears twice"), "{err}");
 }
