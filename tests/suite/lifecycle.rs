@@ -357,3 +357,204 @@ fn the_lifecycle_manifest_is_read_and_checked_at_load() {
         .to_string();
     assert!(err.contains("appears twice"), "{err}");
 }
+
+impl Env {
+    /// `idem policy ARGS… --store URL` (after the subcommand's own words).
+    fn policy(&self, args: &[&str]) -> Output {
+        let mut all = vec!["policy"];
+        all.extend_from_slice(args);
+        all.extend_from_slice(&["--store", &self.store]);
+        self.idem(&all)
+    }
+
+    fn activate(&self, path: &std::path::Path, extra: &[&str]) -> Output {
+        let mut args = vec!["activate", path.to_str().unwrap(), "--by", "alice"];
+        args.extend_from_slice(extra);
+        self.policy(&args)
+    }
+
+    fn registration(&self) -> Value {
+        let out = self.policy(&["list", "--json", "--namespace", "billing"]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        v["namespaces"][0].clone()
+    }
+
+    fn records(&self) -> usize {
+        let out = self.idem(&["inspect", "--store", &self.store, "--json"]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        v.as_array().unwrap().len()
+    }
+
+    /// `idem exec` that is expected to fail: its status and stderr.
+    fn exec_refused(&self, policy: &std::path::Path, op: &str) -> (i32, String) {
+        let path = self.write("refused-op.json", op);
+        let out = self.idem(&[
+            "exec",
+            "--policy",
+            policy.to_str().unwrap(),
+            "--store",
+            &self.store,
+            "--op",
+            path.to_str().unwrap(),
+            "--",
+            "true",
+        ]);
+        (out.status.code().unwrap(), text(&out.stderr))
+    }
+}
+
+fn digest_of(path: &std::path::Path) -> String {
+    idem_tests::runtime()
+        .load_file(path)
+        .expect("loads")
+        .digest()
+        .to_string()
+}
+
+// The whole life on every store: version 1.0.0 activated (its golden
+// vectors pass) and used; 2.0.0 (a renamed key part) refused by the diff
+// over the store's records; 1.1.0 (compatible) activated; 2.0.0 and a
+// tampered 1.0.0 refused by the engine with nothing written (the digest
+// found and the ones accepted named); 2.0.0 forced with a reason, logged;
+// a rollback; a version failing its own vectors refused by the gate,
+// naming the case.
+#[test]
+fn activation_gates_diffs_pins_and_rolls_back() {
+    on_every_store("activation", |env| {
+        let (v1, v2, v11) = (policy_path(V1), policy_path(V2_RENAMED), policy_path(V1_1));
+        let out = env.activate(&v1, &[]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        assert!(
+            text(&out.stdout).contains("golden vectors: "),
+            "{}",
+            text(&out.stdout)
+        );
+        env.exec(V1, &op(1), &[]);
+        env.exec(V1, &op(2), &[]);
+
+        let out = env.activate(&v2, &[]);
+        assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+        let stderr = text(&out.stderr);
+        assert!(
+            stderr.contains("2 keys within retention would change"),
+            "{stderr}"
+        );
+        assert!(
+            stderr.contains("key part `invoice_id` renamed `invoice`"),
+            "{stderr}"
+        );
+        assert!(stderr.contains("--force --reason"), "{stderr}");
+        assert_eq!(env.registration()["active"], digest_of(&v1));
+
+        let out = env.activate(&v11, &[]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let reg = env.registration();
+        assert_eq!(reg["active"], digest_of(&v11));
+        assert_eq!(
+            reg["registered"],
+            serde_json::json!([digest_of(&v1), digest_of(&v11)])
+        );
+
+        // A version nobody registered, and a tampered copy of a registered
+        // one, are refused before anything is written.
+        let before = env.records();
+        let (status, stderr) = env.exec_refused(&v2, &op(3));
+        assert_eq!(status, 2, "{stderr}");
+        assert!(stderr.contains(&digest_of(&v2)), "{stderr}");
+        assert!(
+            stderr.contains(&digest_of(&v1)) && stderr.contains(&digest_of(&v11)),
+            "{stderr}"
+        );
+        assert!(stderr.contains("not registered"), "{stderr}");
+        let tampered = env.write("tampered.wasm", "");
+        std::fs::write(
+            &tampered,
+            add_sections(
+                idem_tests::policy_bytes(V1),
+                Some(r#"{"keep-operations":false}"#),
+                None,
+            ),
+        )
+        .unwrap();
+        let (status, stderr) = env.exec_refused(&tampered, &op(3));
+        assert_eq!(status, 2, "{stderr}");
+        assert!(stderr.contains(&digest_of(&tampered)), "{stderr}");
+        assert_eq!(env.records(), before, "nothing written");
+        // Registered versions still claim (a fleet upgrades machine by machine).
+        env.exec(V1, &op(3), &[]);
+        env.exec(V1_1, &op(4), &[]);
+
+        let out = env.activate(
+            &v2,
+            &[
+                "--force",
+                "--reason",
+                "invoice ids renamed; old records settled",
+            ],
+        );
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let reg = env.registration();
+        assert_eq!(reg["active"], digest_of(&v2));
+        let last = &reg["history"].as_array().unwrap().last().unwrap().clone();
+        assert_eq!(last["action"], "forced");
+        assert_eq!(last["by"], "alice");
+        assert_eq!(last["reason"], "invoice ids renamed; old records settled");
+        assert_eq!(last["previous"], digest_of(&v11));
+
+        let out = env.policy(&[
+            "rollback",
+            "--namespace",
+            "billing",
+            "--reason",
+            "reconciliation broke",
+            "--by",
+            "bob",
+        ]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let reg = env.registration();
+        assert_eq!(reg["active"], digest_of(&v11));
+        assert_eq!(
+            reg["history"].as_array().unwrap().last().unwrap()["action"],
+            "rolled-back"
+        );
+
+        // 2.0.0 with 1.0.0's vectors: the gate names the failing case.
+        let stale = env.write("stale.wasm", "");
+        let v1_cases = std::fs::read(
+            idem_tests::workspace_root().join("guest/policies/billing-charge/cases.json"),
+        )
+        .unwrap();
+        std::fs::write(
+            &stale,
+            add_sections(idem_tests::policy_bytes(V2_RENAMED), None, Some(&v1_cases)),
+        )
+        .unwrap();
+        let out = env.activate(&stale, &["--force", "--reason", "try"]);
+        assert_eq!(out.status.code(), Some(1));
+        let stderr = text(&out.stderr);
+        assert!(stderr.contains("case `seed charge`"), "{stderr}");
+        assert_eq!(env.registration()["active"], digest_of(&v11));
+    });
+}
+
+// Unregistered namespaces are open by default (so an upgrade of idem
+// breaks no running job); a store that requires registration refuses a
+// claim in one, with nothing written.
+#[test]
+fn a_store_may_require_registration() {
+    on_every_store("require_registration", |env| {
+        env.exec(V1, &op(1), &[]);
+        let out = env.policy(&["require-registration", "on"]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let (status, stderr) = env.exec_refused(&policy_path(V1), &op(2));
+        assert_eq!(status, 2, "{stderr}");
+        assert!(stderr.contains("requires a registered policy"), "{stderr}");
+        assert_eq!(env.records(), 1);
+        let out = env.activate(&policy_path(V1), &[]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        env.exec(V1, &op(2), &[]);
+        assert_eq!(env.records(), 2);
+    });
+}

@@ -89,7 +89,9 @@ impl Failure {
 /// The exit status and message for an engine error.
 pub fn engine_failure(e: EngineError) -> Failure {
     let code = match &e {
-        EngineError::Operation(_) | EngineError::Store(_) => BAD_INPUT,
+        EngineError::Operation(_) | EngineError::Store(_) | EngineError::Unregistered(_) => {
+            BAD_INPUT
+        }
         EngineError::Refused(_) => POLICY_REFUSED,
         EngineError::Policy(_) => POLICY_FAILED,
         EngineError::Fenced(_) => DEPOSED,

@@ -80,6 +80,8 @@ enum Command {
     Demo(subcommand::demo::DemoArgs),
     /// What an upgrade of a policy changes: keys, fingerprints, partitions, and why.
     Diff(subcommand::diff::DiffArgs),
+    /// A store's policy registry: activate (gate + diff), list, rollback, require-registration.
+    Policy(subcommand::policy::PolicyArgs),
     /// Create a store or bring its schema up to date.
     Migrate(subcommand::migrate::MigrateArgs),
 }
@@ -106,6 +108,7 @@ fn main() -> ExitCode {
         Command::Demo(args) => subcommand::demo::run(args),
         Command::Migrate(args) => subcommand::migrate::run(args),
         Command::Diff(args) => subcommand::diff::run(args),
+        Command::Policy(args) => subcommand::policy::run(args),
     };
     match result {
         Ok(code) => ExitCode::from(code),

@@ -57,6 +57,13 @@ impl Runtime {
         }
         Ok(policy)
     }
+
+    /// Loads a component from its bytes (one a store kept).
+    pub fn load_bytes(&self, bytes: &[u8]) -> Result<LoadedPolicy, Failure> {
+        self.0
+            .load_bytes(bytes)
+            .map_err(|e| Failure::input(format!("cannot load a kept policy: {e}")))
+    }
 }
 
 impl RuntimeArgs {

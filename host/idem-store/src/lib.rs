@@ -84,6 +84,7 @@ mod open;
 mod operations;
 mod postgres;
 mod record;
+mod registry;
 mod sqlite;
 mod store;
 mod url;
@@ -108,6 +109,9 @@ pub use record::{
     Holder, JobLease, JobLeaseAcquire, KeptOperation, ListFilter, MAX_ERROR_BYTES,
     MAX_KEPT_OPERATION_BYTES, Membership, NotKept, Outcome, OwnershipToken, Record, RecordKey,
     RecordState, RecordView, StoreOptions, TRUNCATION_MARK,
+};
+pub use registry::{
+    Activation, DualRead, MAX_HISTORY, Registration, RegistryAction, RegistryEvent, Rollback,
 };
 #[cfg(feature = "sqlite")]
 pub use sqlite::{SCHEMA_VERSION, SqliteStore};

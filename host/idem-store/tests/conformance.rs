@@ -677,7 +677,7 @@ async fn a_version_1_file_is_upgraded_in_place() {
         // Back to version 1: exactly the objects migrations 2 to 4 add, gone.
         let conn = rusqlite::Connection::open(&path).expect("open");
         conn.execute_batch(
-            "ALTER TABLE records DROP COLUMN operation; DROP TABLE attempts; DROP TABLE memberships; DROP TABLE job_leases; DROP TABLE epoch_seq; PRAGMA user_version = 1;",
+            "ALTER TABLE records DROP COLUMN operation; DROP TABLE registrations; DROP TABLE policy_components; DROP TABLE settings; DROP TABLE attempts; DROP TABLE memberships; DROP TABLE job_leases; DROP TABLE epoch_seq; PRAGMA user_version = 1;",
         )
         .expect("downgrade");
     }

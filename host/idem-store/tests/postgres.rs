@@ -661,6 +661,8 @@ async fn a_version_1_schema_is_upgraded_in_place() {
              DROP TABLE \"{s}\".memberships; DROP TABLE \"{s}\".job_leases; \
              DROP SEQUENCE \"{s}\".epoch_seq; DROP TABLE \"{s}\".attempts; \
              ALTER TABLE \"{s}\".records DROP COLUMN operation; \
+             DROP TABLE \"{s}\".registrations; DROP TABLE \"{s}\".policy_components; \
+             DROP TABLE \"{s}\".settings; \
              DELETE FROM \"{s}\".idem_schema_migrations WHERE version IN (2, 3, 4, 5)"
         ))
         .await

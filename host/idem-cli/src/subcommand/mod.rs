@@ -12,6 +12,7 @@ pub mod inspect;
 pub mod key;
 pub mod migrate;
 pub mod new;
+pub mod policy;
 pub mod report;
 pub mod resolve;
 pub mod review;

@@ -34,6 +34,7 @@ mod kept_operations;
 pub mod model;
 mod ownership;
 mod records;
+mod registry;
 mod store_wide;
 
 use std::future::Future;
@@ -62,6 +63,7 @@ pub use records::{
     fail_retryable_then_take_over, fenced_stale_writes, heartbeat_extends_and_is_fenced,
     lease_expiry_and_take_over, mark_unknown, take_over_refused_for_final,
 };
+pub use registry::{activation_pins_digests_and_logs_history, racing_activations_have_one_winner};
 pub use store_wide::{
     fence_monotonic_across_gc_and_reopen, gc_removes_a_backlog_in_batches, list_filters,
     outcome_size_cap, retention_and_gc,
@@ -109,6 +111,8 @@ macro_rules! for_each_conformance_check {
             records_keep_their_operation,
             kept_operations_are_bounded,
             keep_operations_off_keeps_none,
+            activation_pins_digests_and_logs_history,
+            racing_activations_have_one_winner,
         }
     };
 }

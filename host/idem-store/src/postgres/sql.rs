@@ -56,6 +56,7 @@ pub(super) struct Sql {
     pub(super) append_one: String,
     pub(super) append_many: String,
     pub(super) attempts: String,
+    pub(super) registry: super::registry::RegistrySql,
 }
 
 impl Sql {
@@ -267,6 +268,7 @@ impl Sql {
                    $5::text[], $6::text[], $7::int8[], $8::text[], $9::int8[], $10::int8[], \
                    $11::text[], $12::bytea[], $13::text[], $14::text[])"
             ),
+            registry: super::registry::RegistrySql::new(&s),
             attempts: format!(
                 "SELECT id, {attempt_columns} FROM {s}.attempts \
                  WHERE ($1::text IS NULL OR namespace = $1) \
@@ -476,6 +478,7 @@ mod tests {
             append_one,
             append_many,
             attempts,
+            registry,
         } = sql;
         vec![
             ("lock", lock),
@@ -504,6 +507,10 @@ mod tests {
             ("append_many", append_many),
             ("attempts", attempts),
         ]
+        .into_iter()
+        .map(|(name, text)| (name, text.as_str()))
+        .chain(registry.statements())
+        .collect()
     }
 
     /// The statements are fixed text but for the (checked, quoted) schema:

@@ -8,6 +8,7 @@ use async_trait::async_trait;
 use tokio_postgres::types::ToSql;
 
 use super::conn::Attempt;
+use super::registry::RegistryCalls;
 use super::row::values;
 use super::{Inner, PostgresStore};
 use crate::attempt::{AttemptEntry, AttemptFilter};
@@ -19,6 +20,7 @@ use crate::record::{
     ClaimRequest, Finish, JobLease, JobLeaseAcquire, KeptOperation, ListFilter, Membership,
     Outcome, Record, RecordKey, RecordState, StoreOptions,
 };
+use crate::registry::{Change, Registration};
 
 /// The fence drawn in the transaction's first round trip (when the call
 /// asked for one), handed to the decision at most once.
@@ -669,5 +671,33 @@ impl RecordBackend for PostgresStore {
             Ok(_) => Ok(()),
             Err(e) => Err(fail(e)),
         }
+    }
+
+    async fn read_registrations(
+        &self,
+        namespace: Option<&str>,
+    ) -> Result<Vec<Registration>, StoreError> {
+        self.registrations_pg(namespace).await
+    }
+
+    async fn update_registration(
+        &self,
+        namespace: &str,
+        component: Option<(String, Vec<u8>)>,
+        change: Change,
+    ) -> Result<Registration, StoreError> {
+        self.update_pg(namespace, component, change).await
+    }
+
+    async fn read_component(&self, digest: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        self.component_pg(digest).await
+    }
+
+    async fn read_setting(&self, name: &str) -> Result<Option<String>, StoreError> {
+        self.setting_pg(name).await
+    }
+
+    async fn write_setting(&self, name: &str, value: &str) -> Result<(), StoreError> {
+        self.set_setting_pg(name, value).await
     }
 }

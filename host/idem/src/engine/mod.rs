@@ -38,6 +38,7 @@
 //! # }
 //! ```
 
+pub mod admission;
 mod answer_log;
 mod execution;
 mod run_once;
@@ -121,6 +122,10 @@ pub enum EngineError {
     /// The store failed.
     #[error("store error: {0}")]
     Store(StoreError),
+    /// The policy's digest is not registered for its namespace (see
+    /// [`admission`]): nothing was written.
+    #[error("{0}")]
+    Unregistered(Box<admission::Unregistered>),
 }
 
 impl From<StoreError> for EngineError {
@@ -222,6 +227,8 @@ pub struct Engine {
     /// Answers to duplicates, on their way to the attempt log (shared by
     /// clones).
     answers: Arc<AnswerLog>,
+    /// Whether the policy may claim in its namespace (shared by clones).
+    admission: Arc<admission::Admission>,
 }
 
 impl Engine {
@@ -230,6 +237,7 @@ impl Engine {
         let store = GroupCommit::wrap_if_useful(store, options.group_commit);
         Engine {
             answers: AnswerLog::new(store.clone()),
+            admission: Arc::default(),
             policy,
             store,
             options,
@@ -324,6 +332,9 @@ impl Engine {
         op: &Operation,
         keyed: KeyedDerivation,
     ) -> Result<Begin, EngineError> {
+        self.admission
+            .check(self.store.as_ref(), &self.policy)
+            .await?;
         let request = self.claim_request(op, &keyed);
         self.settle_traced(op, keyed, request, None).await
     }
@@ -339,6 +350,9 @@ impl Engine {
         &self,
         items: Vec<(Operation, KeyedDerivation)>,
     ) -> Result<Vec<Claimed>, EngineError> {
+        self.admission
+            .check(self.store.as_ref(), &self.policy)
+            .await?;
         let requests: Vec<ClaimRequest> = items
             .iter()
             .map(|(op, keyed)| self.claim_request(op, keyed))
