@@ -558,3 +558,64 @@ fn a_store_may_require_registration() {
         assert_eq!(env.records(), 2);
     });
 }
+
+impl Env {
+    /// `idem exec` of `op` under `policy`, its command appending a line to
+    /// `ran.txt`; how many lines the file then has.
+    fn exec_counted(&self, policy: &str, op: &str) -> usize {
+        let path = self.write("counted-op.json", op);
+        let policy = policy_path(policy);
+        let ran = self.dir.path().join("ran.txt");
+        let out = self.idem(&[
+            "exec",
+            "--policy",
+            policy.to_str().unwrap(),
+            "--store",
+            &self.store,
+            "--op",
+            path.to_str().unwrap(),
+            "--",
+            "sh",
+            "-c",
+            &format!("echo ran >> '{}'", ran.display()),
+        ]);
+        assert!(out.status.success(), "exec: {}", text(&out.stderr));
+        std::fs::read_to_string(&ran)
+            .map(|t| t.lines().count())
+            .unwrap_or(0)
+    }
+}
+
+// A key-changing upgrade forced with a dual-read window: the new version's
+// claim also looks up the key the replaced version derives (loaded from
+// the component the store kept), so an operation done before the upgrade
+// is replayed, not run again; a new operation runs. Without the window the
+// same upgrade runs it again — the duplicate dual-read exists to stop.
+#[test]
+fn a_dual_read_window_replays_across_a_key_changing_upgrade() {
+    for dual_read in [true, false] {
+        on_every_store("dual_read", |env| {
+            let out = env.activate(&policy_path(V1), &[]);
+            assert!(out.status.success(), "{}", text(&out.stderr));
+            assert_eq!(env.exec_counted(V1, &op(1)), 1);
+            let mut flags = vec!["--force", "--reason", "invoice ids renamed"];
+            if dual_read {
+                flags.extend_from_slice(&["--dual-read", "1h"]);
+            }
+            let out = env.activate(&policy_path(V2_RENAMED), &flags);
+            assert!(out.status.success(), "{}", text(&out.stderr));
+            let after = env.exec_counted(V2_RENAMED, &op(1));
+            if dual_read {
+                assert_eq!(after, 1, "replayed from the old key, not run again");
+                assert!(env.registration()["dual_read"]["previous"].is_string());
+            } else {
+                assert_eq!(after, 2, "without the window the upgrade runs it again");
+            }
+            assert_eq!(
+                env.exec_counted(V2_RENAMED, &op(5)),
+                after + 1,
+                "a new one runs"
+            );
+        });
+    }
+}

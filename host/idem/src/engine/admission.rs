@@ -9,12 +9,13 @@
 //! open namespace is looked at again after [`OPEN_RECHECK`], so that a
 //! registration made while a service runs is enforced without a restart.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use idem_store::Store;
+use idem_store::{Registration, Store, StoreError};
 
 use super::EngineError;
+use super::dual_read::DualRead;
 use crate::policy::LoadedPolicy;
 
 /// How long an open (unregistered, not required) namespace is taken as
@@ -59,10 +60,12 @@ enum Verdict {
     OpenUntil(Instant),
 }
 
-/// The engine's memory of whether its policy may claim.
+/// The engine's memory of whether its policy may claim, and of the
+/// store's dual-read window for it.
 #[derive(Debug, Default)]
 pub(super) struct Admission {
     verdict: Mutex<Option<Verdict>>,
+    dual_read: Mutex<Option<Arc<DualRead>>>,
 }
 
 impl Admission {
@@ -81,7 +84,10 @@ impl Admission {
         let namespace = &policy.info().namespace;
         let digest = policy.digest();
         let verdict = match store.registration(namespace).await? {
-            Some(r) if r.accepts(digest) => Verdict::Accepted,
+            Some(r) if r.accepts(digest) => {
+                self.load_dual_read(store, policy, &r).await?;
+                Verdict::Accepted
+            }
             Some(r) => {
                 return Err(EngineError::Unregistered(Box::new(Unregistered {
                     namespace: namespace.clone(),
@@ -99,6 +105,45 @@ impl Admission {
             None => Verdict::OpenUntil(Instant::now() + OPEN_RECHECK),
         };
         *self.verdict.lock().unwrap_or_else(|p| p.into_inner()) = Some(verdict);
+        Ok(())
+    }
+
+    /// The store's dual-read window for this policy, when one was loaded.
+    pub(super) fn dual_read(&self) -> Option<Arc<DualRead>> {
+        self.dual_read
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// When `policy` is the active version and the registration keeps a
+    /// dual-read window open, loads the replaced version from the component
+    /// the store kept.
+    async fn load_dual_read(
+        &self,
+        store: &dyn Store,
+        policy: &LoadedPolicy,
+        registration: &Registration,
+    ) -> Result<(), EngineError> {
+        let Some(window) = registration.dual_read_at(store.clock().now_ms()) else {
+            return Ok(());
+        };
+        if registration.active != policy.digest() || window.previous == policy.digest() {
+            return Ok(());
+        }
+        let Some(bytes) = store.policy_component(&window.previous).await? else {
+            return Ok(());
+        };
+        let previous = policy.load_sibling(&bytes).map_err(|e| {
+            EngineError::Store(StoreError::InvalidRequest(format!(
+                "the replaced version {} the dual-read window names does not load: {e}",
+                window.previous
+            )))
+        })?;
+        *self.dual_read.lock().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(DualRead {
+            previous,
+            until_ms: window.until_ms,
+        }));
         Ok(())
     }
 }

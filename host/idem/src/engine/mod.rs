@@ -40,6 +40,7 @@
 
 pub mod admission;
 mod answer_log;
+pub mod dual_read;
 mod execution;
 mod run_once;
 pub(crate) mod telemetry;
@@ -229,6 +230,8 @@ pub struct Engine {
     answers: Arc<AnswerLog>,
     /// Whether the policy may claim in its namespace (shared by clones).
     admission: Arc<admission::Admission>,
+    /// A dual-read window given by the caller (else the store's).
+    dual_read: Option<Arc<dual_read::DualRead>>,
 }
 
 impl Engine {
@@ -238,6 +241,7 @@ impl Engine {
         Engine {
             answers: AnswerLog::new(store.clone()),
             admission: Arc::default(),
+            dual_read: None,
             policy,
             store,
             options,
@@ -335,6 +339,11 @@ impl Engine {
         self.admission
             .check(self.store.as_ref(), &self.policy)
             .await?;
+        if let Some(found) = self.dual_read_hit(op, &keyed).await? {
+            return self
+                .settle_traced(op, found.keyed, found.request, Some(Ok(found.first)))
+                .await;
+        }
         let request = self.claim_request(op, &keyed);
         self.settle_traced(op, keyed, request, None).await
     }
@@ -353,23 +362,52 @@ impl Engine {
         self.admission
             .check(self.store.as_ref(), &self.policy)
             .await?;
+        // During a dual-read window, an operation whose replaced version's
+        // record is live settles on it; the rest are claimed together.
+        let mut found = Vec::with_capacity(items.len());
+        for (op, keyed) in &items {
+            found.push(self.dual_read_hit(op, keyed).await?);
+        }
         let requests: Vec<ClaimRequest> = items
             .iter()
-            .map(|(op, keyed)| self.claim_request(op, keyed))
+            .zip(&found)
+            .filter(|(_, f)| f.is_none())
+            .map(|((op, keyed), _)| self.claim_request(op, keyed))
             .collect();
-        let outcomes = self.store.claim_many(requests.clone()).await?;
-        let outcomes = one_answer_each(outcomes, items.len(), "claims")?;
-        Ok(items
+        let count = requests.len();
+        let outcomes = if count == 0 {
+            Vec::new()
+        } else {
+            self.store.claim_many(requests.clone()).await?
+        };
+        let mut fresh = requests
             .into_iter()
-            .zip(requests)
-            .zip(outcomes)
-            .map(|(((op, keyed), request), first)| Claimed {
-                op,
-                keyed,
-                request,
-                first,
-            })
-            .collect())
+            .zip(one_answer_each(outcomes, count, "claims")?);
+        let mut claimed = Vec::with_capacity(items.len());
+        for ((op, keyed), found) in items.into_iter().zip(found) {
+            claimed.push(match found {
+                Some(f) => Claimed {
+                    op,
+                    keyed: f.keyed,
+                    request: f.request,
+                    first: Ok(f.first),
+                },
+                None => {
+                    let (request, first) = fresh.next().ok_or_else(|| {
+                        EngineError::Store(StoreError::Task(
+                            "a batch of claims answered fewer than it was asked".into(),
+                        ))
+                    })?;
+                    Claimed {
+                        op,
+                        keyed,
+                        request,
+                        first,
+                    }
+                }
+            });
+        }
+        Ok(claimed)
     }
 
     /// Finishes what [`Engine::claim_batch`] started for one operation: the

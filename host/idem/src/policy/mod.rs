@@ -242,6 +242,12 @@ impl LoadedPolicy {
         self.sections.cases.as_deref()
     }
 
+    /// Loads another component into this policy's runtime (same limits,
+    /// same cache): e.g. the replaced version a store kept.
+    pub fn load_sibling(&self, bytes: &[u8]) -> Result<LoadedPolicy, LoadError> {
+        self.runtime.load_bytes(bytes)
+    }
+
     /// The component's size in bytes.
     pub fn size(&self) -> usize {
         self.size
