@@ -539,6 +539,33 @@ fn activation_gates_diffs_pins_and_rolls_back() {
     });
 }
 
+// A version whose manifest says which version it replaces is activated
+// only over that one.
+#[test]
+fn a_version_replaces_only_the_version_it_names() {
+    let env = Env::sqlite();
+    let out = env.activate(&policy_path(V1), &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let v1 = digest_of(&policy_path(V1));
+    let other = format!("sha256:{}", "ab".repeat(32));
+    for (replaces, ok) in [(other.as_str(), false), (v1.as_str(), true)] {
+        let manifest = format!(r#"{{"replaces":"{replaces}"}}"#);
+        let path = env.write(&format!("v1-1-{ok}.wasm"), "");
+        std::fs::write(
+            &path,
+            add_sections(idem_tests::policy_bytes(V1_1), Some(&manifest), None),
+        )
+        .unwrap();
+        let out = env.activate(&path, &[]);
+        assert_eq!(out.status.success(), ok, "{}", text(&out.stderr));
+        if !ok {
+            let stderr = text(&out.stderr);
+            assert!(stderr.contains(&other) && stderr.contains(&v1), "{stderr}");
+            assert_eq!(env.registration()["active"], v1);
+        }
+    }
+}
+
 // Unregistered namespaces are open by default (so an upgrade of idem
 // breaks no running job); a store that requires registration refuses a
 // claim in one, with nothing written.

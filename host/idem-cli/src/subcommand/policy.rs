@@ -159,6 +159,16 @@ fn activate(args: ActivateArgs) -> Result<u8, Failure> {
         let failed = |e: idem_store::StoreError| Failure::input(format!("{}: {e}", args.store.shown()));
         let current = store.registration(&namespace).await.map_err(failed)?;
         let active = current.as_ref().map(|r| r.active.clone());
+        // A version that says which one it replaces replaces only that one.
+        if let Some(replaces) = &policy.lifecycle().replaces
+            && active.as_ref().is_some_and(|a| a != replaces && a != policy.digest())
+        {
+            return Err(Failure::input(format!(
+                "{} is not activated: it declares that it replaces {replaces}, but the active policy of `{namespace}` is {}",
+                policy.digest(),
+                active.as_deref().unwrap_or("none")
+            )));
+        }
         // Then the diff against the active version, over the records it left.
         let mut key_changes = 0;
         let mut diff_json = serde_json::Value::Null;
