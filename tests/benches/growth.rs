@@ -50,6 +50,7 @@ async fn fill(store: &Arc<dyn Store>, from: u64, to: u64, retention: Duration, t
                 retention,
                 holder: Holder::this_process(),
                 operation_digest: None,
+                operation: None,
                 ownership: None,
             })
             .collect();

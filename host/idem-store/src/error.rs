@@ -334,6 +334,15 @@ impl Clone for StoreError {
                 size: *size,
                 limit: *limit,
             },
+            RegistryMoved {
+                namespace,
+                expected,
+                found,
+            } => RegistryMoved {
+                namespace: namespace.clone(),
+                expected: expected.clone(),
+                found: found.clone(),
+            },
             InvalidRequest(why) => InvalidRequest(why.clone()),
             UnsupportedUrl { url, why } => UnsupportedUrl {
                 url: url.clone(),

@@ -257,10 +257,26 @@ impl Engine {
             policy: self.policy.clone(),
             store: self.store.clone(),
             answers: self.answers.clone(),
+            admission: self.admission.clone(),
+            dual_read: self.dual_read.clone(),
             options: EngineOptions {
                 group_commit: self.options.group_commit,
                 ..options
             },
+        }
+    }
+
+    /// This engine with another policy (a hot swap), on the same store as
+    /// this engine wrapped it (never wrapped twice) and the same answer
+    /// log; the new policy's admission is checked afresh.
+    pub(crate) fn with_policy(&self, policy: LoadedPolicy) -> Engine {
+        Engine {
+            policy,
+            store: self.store.clone(),
+            answers: self.answers.clone(),
+            admission: Arc::default(),
+            dual_read: None,
+            options: self.options.clone(),
         }
     }
 

@@ -151,12 +151,7 @@ impl HotEngine {
     /// the version they started with; the replaced version is kept warm for
     /// [`HotEngine::rollback`]. Returns the replaced engine.
     pub fn swap(&self, prepared: Prepared) -> Arc<Engine> {
-        let current = self.engine();
-        let next = Engine::new(
-            prepared.policy,
-            current.store().clone(),
-            current.options().clone(),
-        );
+        let next = self.engine().with_policy(prepared.policy);
         self.install(Arc::new(next))
     }
 
