@@ -13,6 +13,8 @@ const GUESTS: &[&str] = &[
     "fixture-misbehaving",
     "fixture-wasi-import",
     "fixture-wrong-world",
+    "fixture-billing-v2-renamed",
+    "fixture-billing-v1-1",
 ];
 
 fn main() {

@@ -50,6 +50,7 @@ async fn fill(store: &Arc<dyn Store>, from: u64, to: u64, retention: Duration, t
                 retention,
                 holder: Holder::this_process(),
                 operation_digest: None,
+                operation: None,
                 ownership: None,
             })
             .collect();
@@ -70,7 +71,7 @@ async fn fill(store: &Arc<dyn Store>, from: u64, to: u64, retention: Duration, t
             r.unwrap();
         }
         n += chunk;
-        if n % 1_000_000 == 0 {
+        if n.is_multiple_of(1_000_000) {
             eprintln!(
                 "  loaded {n} records ({:.0} s)",
                 started.elapsed().as_secs_f64()

@@ -486,6 +486,30 @@ async fn key_drift_is_detected_and_reported(db: Db) {
     );
 }
 
+// Scenario 6 again, with the upgrade's dual-read window open: the manual
+// re-run under the new policy also looks up the key the old one derives,
+// finds the nightly run's records and settles on them — the completed are
+// replayed, the crashed one is taken over under its old key (the ledger
+// honours keys: it hands back the first charge) — so nothing is charged
+// twice and no key drifts.
+async fn dual_read_catches_the_duplicate_across_the_upgrade(db: Db) {
+    let old = load("billing-charge");
+    let new = load("fixture-misbehaving");
+    let mut scenario = Scenario::new(6, fixture_job(4));
+    scenario.ledger = LedgerMode::BOTH;
+    scenario.runs = vec![
+        RunSpec::new("nightly", Trigger::Scheduled, 0).with(Fault::CrashAfterCharge { invoice: 2 }),
+        RunSpec::new("manual-rerun", Trigger::Manual, 60 * MINUTE)
+            .with_policy(new.clone())
+            .with_dual_read(old.clone()),
+    ];
+    let r = idem(&db, &scenario, &old).await;
+    assert_eq!(charges(&r), vec![1, 1, 1, 1], "{}", show(&r));
+    assert_eq!(r.counters.duplicate_charges, 0);
+    assert_eq!(r.counters.key_drift, 0, "{:?}", r.drift);
+    assert!(r.drift.is_empty());
+}
+
 /// Each scenario runs on a SQLite file (`chaos::sqlite::…`) and in a fresh
 /// PostgreSQL schema (`chaos::postgres::…`, with `IDEM_TEST_POSTGRES_URL`),
 /// under the same assertions.
@@ -520,6 +544,7 @@ on_both_stores!(
     a_manual_rerun_after_a_partial_failure_charges_only_the_rest,
     a_crash_between_charge_and_completion_is_never_charged_blindly,
     key_drift_is_detected_and_reported,
+    dual_read_catches_the_duplicate_across_the_upgrade,
 );
 
 /// Seeds are deterministic: the same seed on two fresh stores gives the

@@ -9,6 +9,7 @@ mod fleet;
 mod forensics;
 mod hardening;
 mod job;
+mod lifecycle;
 mod operators;
 mod ownership;
 mod policy_runtime;

@@ -14,6 +14,7 @@
 
 #![warn(missing_docs)]
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -198,10 +199,19 @@ impl GuestBuild {
         ensure_target(GUEST_TARGET)?;
         std::fs::create_dir_all(&self.out_dir)
             .with_context(|| format!("cannot create {}", self.out_dir.display()))?;
-        packages.iter().map(|p| self.build_one(p)).collect()
+        let sources = PolicySources::all(&self.manifest, &self.cargo)?;
+        packages
+            .iter()
+            .map(|p| self.build_one(p, &sources))
+            .collect()
     }
 
-    fn build_one(&self, package: &str) -> Result<BuiltGuest> {
+    fn build_one(
+        &self,
+        package: &str,
+        sources: &HashMap<String, PolicySources>,
+    ) -> Result<BuiltGuest> {
+        let sources = sources.get(package).cloned().unwrap_or_default();
         let mut cmd = Command::new(&self.cargo);
         cmd.args([
             "rustc",
@@ -237,6 +247,11 @@ impl GuestBuild {
             .with_context(|| format!("cannot read {}", core_path.display()))?;
         let component = componentize(&core)
             .with_context(|| format!("cannot make a component of `{package}`"))?;
+        let component = add_sections(
+            component,
+            sources.lifecycle.as_deref(),
+            sources.cases.as_deref(),
+        );
         let component_path = self.out_dir.join(format!("{package}.wasm"));
         write_if_changed(&component_path, &component)?;
         let core_module = if self.keep_core_module {
@@ -252,6 +267,101 @@ impl GuestBuild {
             core_module,
         })
     }
+}
+
+/// The custom section of the policy's lifecycle manifest (see
+/// `idem_core::lifecycle`).
+pub const LIFECYCLE_SECTION: &str = "idem-lifecycle";
+
+/// The custom section of the policy's golden vectors.
+pub const CASES_SECTION: &str = "idem-cases";
+
+/// What a policy crate says about its own life beside its code.
+#[derive(Debug, Clone, Default)]
+pub struct PolicySources {
+    /// `[package.metadata.idem]` of its `Cargo.toml`, as JSON text (e.g.
+    /// `{"keep-operations":false,"replaces":"sha256:…"}`): the lifecycle
+    /// manifest. The host checks it when it loads the component.
+    pub lifecycle: Option<String>,
+    /// The `cases.json` beside its `Cargo.toml`: its golden vectors.
+    pub cases: Option<Vec<u8>>,
+}
+
+impl PolicySources {
+    /// Reads them for every package of the workspace at `manifest`, by
+    /// name (one `cargo metadata`).
+    pub fn all(manifest: &Path, cargo: &Path) -> Result<HashMap<String, Self>> {
+        let mut cmd = Command::new(cargo);
+        cmd.args(["metadata", "--no-deps", "--format-version", "1"])
+            .arg("--manifest-path")
+            .arg(manifest);
+        scrub_cargo_env(&mut cmd);
+        let out = cmd
+            .output()
+            .with_context(|| format!("cannot run {}", cargo.display()))?;
+        if !out.status.success() {
+            bail!(
+                "cargo metadata failed for {}: {}",
+                manifest.display(),
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
+        let metadata: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .context("cargo metadata printed something that is not JSON")?;
+        let mut all = HashMap::new();
+        for found in metadata["packages"].as_array().into_iter().flatten() {
+            let Some(package) = found["name"].as_str() else {
+                continue;
+            };
+            let lifecycle = match &found["metadata"]["idem"] {
+                serde_json::Value::Null => None,
+                value => Some(value.to_string()),
+            };
+            let dir = found["manifest_path"]
+                .as_str()
+                .map(Path::new)
+                .and_then(Path::parent)
+                .with_context(|| format!("cargo metadata gives `{package}` no manifest path"))?;
+            let cases_path = dir.join("cases.json");
+            let cases = match std::fs::read(&cases_path) {
+                Ok(bytes) => Some(bytes),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+                Err(e) => {
+                    return Err(e).with_context(|| format!("cannot read {}", cases_path.display()));
+                }
+            };
+            all.insert(package.to_string(), PolicySources { lifecycle, cases });
+        }
+        Ok(all)
+    }
+}
+
+/// Appends the lifecycle manifest and the golden vectors to a component as
+/// custom sections of its own (after componentising: a core module's
+/// sections would sit inside the component, where the host does not look).
+/// They are part of the component's bytes, hence of its digest.
+pub fn add_sections(
+    mut component: Vec<u8>,
+    lifecycle: Option<&str>,
+    cases: Option<&[u8]>,
+) -> Vec<u8> {
+    use std::borrow::Cow;
+    use wasm_encoder::{ComponentSection, CustomSection};
+    if let Some(manifest) = lifecycle {
+        CustomSection {
+            name: Cow::Borrowed(LIFECYCLE_SECTION),
+            data: Cow::Borrowed(manifest.as_bytes()),
+        }
+        .append_to_component(&mut component);
+    }
+    if let Some(cases) = cases {
+        CustomSection {
+            name: Cow::Borrowed(CASES_SECTION),
+            data: Cow::Borrowed(cases),
+        }
+        .append_to_component(&mut component);
+    }
+    component
 }
 
 /// Wraps a core module built with `wit-bindgen` into a component.

@@ -18,6 +18,10 @@ pub const SUCCESS: u8 = 0;
 /// asked for does not exist (`idem inspect KEY`).
 pub const INCOMPLETE: u8 = 1;
 
+/// `idem diff`: a key within retention would change under the new version
+/// (the same status as [`INCOMPLETE`]: the upgrade is not safe as it is).
+pub const KEYS_WOULD_CHANGE: u8 = INCOMPLETE;
+
 /// Bad usage or input: an unreadable file, a malformed operation, a policy
 /// or store that cannot be opened, a command that cannot be started. Also
 /// clap's own status for a usage error.
@@ -85,7 +89,9 @@ impl Failure {
 /// The exit status and message for an engine error.
 pub fn engine_failure(e: EngineError) -> Failure {
     let code = match &e {
-        EngineError::Operation(_) | EngineError::Store(_) => BAD_INPUT,
+        EngineError::Operation(_) | EngineError::Store(_) | EngineError::Unregistered(_) => {
+            BAD_INPUT
+        }
         EngineError::Refused(_) => POLICY_REFUSED,
         EngineError::Policy(_) => POLICY_FAILED,
         EngineError::Fenced(_) => DEPOSED,

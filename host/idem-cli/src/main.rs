@@ -78,6 +78,10 @@ enum Command {
     Gc(subcommand::gc::GcArgs),
     /// Run the nightly billing job twice, overlapping with a pause: a lease lock alone vs idem.
     Demo(subcommand::demo::DemoArgs),
+    /// What an upgrade of a policy changes: keys, fingerprints, partitions, and why.
+    Diff(subcommand::diff::DiffArgs),
+    /// A store's policy registry: activate (gate + diff), list, rollback, require-registration.
+    Policy(subcommand::policy::PolicyArgs),
     /// Create a store or bring its schema up to date.
     Migrate(subcommand::migrate::MigrateArgs),
     /// Serve a JSON API over HTTP (derive, begin, complete, fail, heartbeat, resolve, report) for services in any language.
@@ -106,6 +110,8 @@ fn main() -> ExitCode {
         Command::Demo(args) => subcommand::demo::run(args),
         Command::Migrate(args) => subcommand::migrate::run(args),
         Command::Serve(args) => subcommand::serve::run(args),
+        Command::Diff(args) => subcommand::diff::run(args),
+        Command::Policy(args) => subcommand::policy::run(args),
     };
     match result {
         Ok(code) => ExitCode::from(code),

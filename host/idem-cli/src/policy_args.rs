@@ -1,6 +1,6 @@
 //! Flags shared by every command that loads a policy.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use clap::Args;
 use idem::policy::{LoadedPolicy, PolicyRuntime, RuntimeConfig, default_cache_dir};
@@ -13,6 +13,13 @@ pub struct PolicyArgs {
     /// The policy component (.wasm).
     #[arg(long, value_name = "P.wasm")]
     pub policy: PathBuf,
+    #[command(flatten)]
+    pub runtime: RuntimeArgs,
+}
+
+/// How to run policies (for commands that load one or several).
+#[derive(Args, Debug, Clone)]
+pub struct RuntimeArgs {
     /// Fuel per evaluation (deterministic instruction budget).
     #[arg(long, value_name = "N")]
     pub fuel: Option<u64>,
@@ -30,6 +37,38 @@ pub struct PolicyArgs {
 impl PolicyArgs {
     /// Builds the runtime these flags describe and loads the policy.
     pub fn load(&self) -> Result<LoadedPolicy, Failure> {
+        self.runtime.runtime()?.load(&self.policy)
+    }
+}
+
+/// A runtime and the messages of the CLI's loads.
+pub struct Runtime(PolicyRuntime);
+
+impl Runtime {
+    /// Loads the policy at `path` (a warning on stderr when the cache was
+    /// refused).
+    pub fn load(&self, path: &Path) -> Result<LoadedPolicy, Failure> {
+        let policy = self
+            .0
+            .load_file(path)
+            .map_err(|e| Failure::input(format!("cannot load policy {}: {e}", path.display())))?;
+        if let Some(warning) = policy.cache_warning() {
+            eprintln!("idem: warning: {warning}");
+        }
+        Ok(policy)
+    }
+
+    /// Loads a component from its bytes (one a store kept).
+    pub fn load_bytes(&self, bytes: &[u8]) -> Result<LoadedPolicy, Failure> {
+        self.0
+            .load_bytes(bytes)
+            .map_err(|e| Failure::input(format!("cannot load a kept policy: {e}")))
+    }
+}
+
+impl RuntimeArgs {
+    /// Builds the runtime these flags describe.
+    pub fn runtime(&self) -> Result<Runtime, Failure> {
         let mut config = RuntimeConfig::default();
         if let Some(fuel) = self.fuel {
             config.limits.fuel = fuel;
@@ -44,13 +83,6 @@ impl PolicyArgs {
         };
         // A CLI run evaluates one thing at a time; a small pool starts faster.
         config.max_concurrent_evaluations = 4;
-        let runtime = PolicyRuntime::new(config).map_err(Failure::input)?;
-        let policy = runtime.load_file(&self.policy).map_err(|e| {
-            Failure::input(format!("cannot load policy {}: {e}", self.policy.display()))
-        })?;
-        if let Some(warning) = policy.cache_warning() {
-            eprintln!("idem: warning: {warning}");
-        }
-        Ok(policy)
+        Ok(Runtime(PolicyRuntime::new(config).map_err(Failure::input)?))
     }
 }

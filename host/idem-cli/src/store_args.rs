@@ -15,12 +15,25 @@ pub struct StoreArgs {
     // `--help` would show the variable's value, password and all.
     #[arg(long, value_name = "URL", env = "IDEM_STORE", hide_env_values = true)]
     pub store: String,
+    /// Records keep no canonical operation (for operations with fields
+    /// that must not sit in the store); such records cannot be diffed by
+    /// `idem diff --store` or checked by `idem policy activate`.
+    #[arg(long)]
+    pub no_keep_operations: bool,
 }
 
 impl StoreArgs {
     /// Opens the store (creating and migrating a SQLite file when needed).
     pub async fn open(&self) -> Result<Arc<dyn Store>, Failure> {
-        self.open_with(StoreOptions::default()).await
+        self.open_with(self.options()).await
+    }
+
+    /// The options every open uses: `--no-keep-operations` applied.
+    fn options(&self) -> StoreOptions {
+        StoreOptions {
+            keep_operations: !self.no_keep_operations,
+            ..StoreOptions::default()
+        }
     }
 
     async fn open_with(&self, options: StoreOptions) -> Result<Arc<dyn Store>, Failure> {
@@ -33,7 +46,7 @@ impl StoreArgs {
     /// reads and derives every operation first. A malformed URL is refused
     /// now.
     pub fn deferred(&self) -> Result<Arc<dyn Store>, Failure> {
-        idem_store::Deferred::new(&self.store, StoreOptions::default())
+        idem_store::Deferred::new(&self.store, self.options())
             .map(|store| Arc::new(store) as Arc<dyn Store>)
             .map_err(|e| Failure::input(format!("cannot open store {}: {e}", self.shown())))
     }

@@ -22,6 +22,7 @@ pub mod cases;
 pub mod derivation;
 pub mod digest;
 pub mod duplicate;
+pub mod lifecycle;
 pub mod number;
 pub mod operation;
 pub mod ownership;
@@ -34,5 +35,6 @@ pub use duplicate::{
     Decision, DuplicateContext, OutcomeSummary, RecordState, Rejection, UnsafeDecision,
     check_decision,
 };
+pub use lifecycle::Lifecycle;
 pub use operation::{OpError, Operation, OperationLimits, RunContext, Trigger, Value};
 pub use policy_error::{ErrorCode, PolicyError};

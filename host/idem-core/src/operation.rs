@@ -222,6 +222,21 @@ impl Operation {
         out
     }
 
+    /// The canonical JSON of what a record keeps to derive its key again
+    /// offline: kind, tenant, fields and the logical time when the document
+    /// gave one — not the run, which differs between runs of one operation.
+    /// [`Operation::from_json`] reads it back as this operation without its
+    /// run.
+    pub fn kept_json(&self) -> String {
+        let mut out = String::new();
+        self.write_business_json(&mut out);
+        if let Some(now) = self.now_ms {
+            out.push_str(&format!(",\"now_ms\":{now}"));
+        }
+        out.push('}');
+        out
+    }
+
     /// The canonical JSON of kind, tenant and fields, without the closing
     /// brace of the document.
     fn write_business_json(&self, out: &mut String) {
@@ -477,6 +492,26 @@ mod tests {
             op.business_digest(),
             crate::Digest::of_bytes(text.as_bytes())
         );
+    }
+
+    #[test]
+    fn the_kept_json_reads_back_as_the_operation_without_its_run() {
+        let op = parse(SEED_OP).unwrap();
+        assert!(op.run.is_some());
+        let kept = parse(&op.kept_json()).unwrap();
+        assert_eq!(
+            kept,
+            Operation {
+                run: None,
+                ..op.clone()
+            }
+        );
+        let timed = Operation {
+            now_ms: Some(7),
+            ..op.clone()
+        };
+        assert_eq!(parse(&timed.kept_json()).unwrap().now_ms, Some(7));
+        assert_eq!(kept.business_digest(), op.business_digest());
     }
 
     #[test]

@@ -424,6 +424,15 @@ fn engine_problem(config: &Config, e: EngineError) -> Problem {
                 e.to_string(),
             )
         }
+        EngineError::Unregistered(e) => {
+            tracing::error!(error = %e, "the idempotency policy is not registered");
+            Problem::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "policy-not-registered",
+                "The idempotency policy may not write here",
+                e.to_string(),
+            )
+        }
         EngineError::Fenced(e) | EngineError::Store(e) => {
             tracing::error!(error = %e, "the idempotency store failed");
             Problem::new(

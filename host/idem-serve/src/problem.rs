@@ -69,6 +69,14 @@ pub(crate) fn engine_error(e: EngineError) -> ApiError {
             ))
         }
         EngineError::Fenced(e) | EngineError::Store(e) => store_error(e),
+        // A policy whose digest is not registered for its namespace: the
+        // operator's decision, not the caller's mistake; nothing written.
+        EngineError::Unregistered(refusal) => ApiError(Problem::new(
+            StatusCode::FORBIDDEN,
+            "policy-not-registered",
+            "The policy is not registered for its namespace",
+            refusal.to_string(),
+        )),
     }
 }
 

@@ -195,6 +195,10 @@ pub struct RunSpec {
     /// Another policy for this run only (a policy changed mid-period: key
     /// drift). Ignored under the lock-only guard.
     pub policy: Option<LoadedPolicy>,
+    /// The version this run's policy replaces, looked up as a dual read
+    /// (see `idem::engine::dual_read`): a duplicate across the upgrade is
+    /// caught under the old key.
+    pub dual_read: Option<LoadedPolicy>,
 }
 
 impl RunSpec {
@@ -206,6 +210,7 @@ impl RunSpec {
             start_ms,
             faults: Vec::new(),
             policy: None,
+            dual_read: None,
         }
     }
 
@@ -218,6 +223,13 @@ impl RunSpec {
     /// The run under another policy.
     pub fn with_policy(mut self, policy: LoadedPolicy) -> Self {
         self.policy = Some(policy);
+        self
+    }
+
+    /// The run with its policy also looking up the keys `previous` derives
+    /// (a dual-read window open for the whole run).
+    pub fn with_dual_read(mut self, previous: LoadedPolicy) -> Self {
+        self.dual_read = Some(previous);
         self
     }
 

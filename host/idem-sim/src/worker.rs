@@ -92,11 +92,17 @@ impl<'a> Sim<'a> {
                 waited: false,
                 engine: match guard {
                     Guard::LockOnly => None,
-                    Guard::Idem { policy, store } => Some(Engine::new(
-                        spec.policy.clone().unwrap_or_else(|| policy.clone()),
-                        store.clone(),
-                        EngineOptions::default(),
-                    )),
+                    Guard::Idem { policy, store } => {
+                        let engine = Engine::new(
+                            spec.policy.clone().unwrap_or_else(|| policy.clone()),
+                            store.clone(),
+                            EngineOptions::default(),
+                        );
+                        Some(match &spec.dual_read {
+                            Some(previous) => engine.with_dual_read(previous.clone(), u64::MAX),
+                            None => engine,
+                        })
+                    }
                 },
             })
             .collect();

@@ -18,6 +18,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
+use crate::registry::{Change, Registration};
+
 use crate::attempt::{AttemptEntry, AttemptFilter};
 use crate::error::StoreError;
 use crate::record::{
@@ -275,6 +277,33 @@ pub trait RecordBackend: Send + Sync + 'static {
 
     /// Releases the job lease held under `fence`.
     async fn release_job(&self, job: &str, fence: u64) -> Result<(), StoreError>;
+
+    /// The registration of `namespace` (every one when `None`), by
+    /// namespace.
+    async fn read_registrations(
+        &self,
+        namespace: Option<&str>,
+    ) -> Result<Vec<Registration>, StoreError>;
+
+    /// Changes the registration of `namespace` atomically: `change` sees the
+    /// current one (or none) and the store clock, and returns the next; a
+    /// refusal writes nothing. `component`, when given (digest, bytes), is
+    /// kept in the same transaction (kept once per digest).
+    async fn update_registration(
+        &self,
+        namespace: &str,
+        component: Option<(String, Vec<u8>)>,
+        change: Change,
+    ) -> Result<Registration, StoreError>;
+
+    /// The component bytes kept under `digest`.
+    async fn read_component(&self, digest: &str) -> Result<Option<Vec<u8>>, StoreError>;
+
+    /// A store-wide setting's value.
+    async fn read_setting(&self, name: &str) -> Result<Option<String>, StoreError>;
+
+    /// Sets a store-wide setting.
+    async fn write_setting(&self, name: &str, value: &str) -> Result<(), StoreError>;
 }
 
 /// One request's answer from [`RecordBackend::batch_claim`].

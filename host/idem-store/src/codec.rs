@@ -7,11 +7,11 @@ use std::borrow::Cow;
 
 use crate::attempt::{AttemptEntry, AttemptEvent};
 use crate::error::StoreError;
-use crate::record::{Digest, Holder, Outcome, Record, RecordKey, RecordState};
+use crate::record::{Digest, Holder, KeptOperation, Outcome, Record, RecordKey, RecordState};
 
 /// The `records` columns, in the order every statement lists them. Both
 /// dialects' schemas use these names.
-pub const COLUMNS: [&str; 21] = [
+pub const COLUMNS: [&str; 22] = [
     "namespace",
     "key",
     "policy_digest",
@@ -33,6 +33,7 @@ pub const COLUMNS: [&str; 21] = [
     "holder_attempt",
     "holder_host",
     "holder_pid",
+    "operation",
 ];
 
 /// [`COLUMNS`] joined for SQL, each behind `prefix` (`"r."`, or `""`).
@@ -83,6 +84,7 @@ pub struct RecordRow {
     pub holder_attempt: Option<i64>,
     pub holder_host: String,
     pub holder_pid: i64,
+    pub operation: Option<String>,
 }
 
 /// The row values in [`COLUMNS`] order, as trait objects of a client's
@@ -90,7 +92,7 @@ pub struct RecordRow {
 macro_rules! record_values {
     ($row:expr, $param:ty) => {{
         let r = $row;
-        let values: [&$param; 21] = [
+        let values: [&$param; 22] = [
             &r.namespace,
             &r.key,
             &r.policy_digest,
@@ -112,6 +114,7 @@ macro_rules! record_values {
             &r.holder_attempt,
             &r.holder_host,
             &r.holder_pid,
+            &r.operation,
         ];
         values
     }};
@@ -150,6 +153,7 @@ impl RecordRow {
             holder_attempt: r.holder.attempt.map(i64::from),
             holder_host: r.holder.host.clone(),
             holder_pid: i64::from(r.holder.pid),
+            operation: r.operation.as_ref().map(KeptOperation::to_column),
         })
     }
 }
@@ -234,6 +238,12 @@ pub fn decode(
     let attempt = row
         .opt_i64(&name("holder_attempt"))
         .map_err(|e| read_err("holder_attempt", e))?;
+    let operation = row
+        .opt_text(&name("operation"))
+        .map_err(|e| read_err("operation", e))?
+        .map(|text| KeptOperation::from_column(&text))
+        .transpose()
+        .map_err(|e| corrupt(format!("record {key}: {e}")))?;
     Ok(Some(Record {
         policy_digest: text("policy_digest")?,
         fingerprint: digest("fingerprint")?,
@@ -258,6 +268,7 @@ pub fn decode(
             host: text("holder_host")?,
             pid: small(int("holder_pid")?, "holder_pid")?,
         },
+        operation,
         key,
     }))
 }

@@ -21,6 +21,7 @@ use crate::record::{
     Claim, ClaimOutcome, ClaimRequest, Finish, Holder, JobLeaseAcquire, ListFilter, Membership,
     Outcome, OwnershipToken, RecordKey, RecordView, StoreOptions,
 };
+use crate::registry::{Activation, Registration, Rollback};
 use crate::store::Store;
 use crate::url::{StoreUrl, redacted_url};
 
@@ -233,5 +234,33 @@ impl Store for Deferred {
 
     async fn release_job_lease(&self, job: &str, fence: u64) -> Result<(), StoreError> {
         self.store().await?.release_job_lease(job, fence).await
+    }
+
+    async fn registration(&self, namespace: &str) -> Result<Option<Registration>, StoreError> {
+        self.store().await?.registration(namespace).await
+    }
+
+    async fn registrations(&self) -> Result<Vec<Registration>, StoreError> {
+        self.store().await?.registrations().await
+    }
+
+    async fn activate_policy(&self, request: Activation) -> Result<Registration, StoreError> {
+        self.store().await?.activate_policy(request).await
+    }
+
+    async fn rollback_policy(&self, request: Rollback) -> Result<Registration, StoreError> {
+        self.store().await?.rollback_policy(request).await
+    }
+
+    async fn policy_component(&self, digest: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        self.store().await?.policy_component(digest).await
+    }
+
+    async fn requires_registration(&self) -> Result<bool, StoreError> {
+        self.store().await?.requires_registration().await
+    }
+
+    async fn set_require_registration(&self, on: bool) -> Result<(), StoreError> {
+        self.store().await?.set_require_registration(on).await
     }
 }

@@ -162,6 +162,20 @@ pub enum StoreError {
         /// The store's limit.
         limit: usize,
     },
+    /// A namespace's registration moved on since the caller read it: the
+    /// active version is no longer the one the caller checked its upgrade
+    /// (or rollback) against. Nothing changed.
+    #[error(
+        "namespace `{namespace}` moved on: its active policy is {found}, not {expected} as checked; look again (idem policy list) and retry"
+    )]
+    RegistryMoved {
+        /// The namespace.
+        namespace: String,
+        /// The active digest the caller expected (`none`: no registration).
+        expected: String,
+        /// The active digest found (`none`: no registration).
+        found: String,
+    },
     /// A malformed request (e.g. a policy digest not `sha256:<hex>`).
     #[error("invalid store request: {0}")]
     InvalidRequest(String),
@@ -319,6 +333,15 @@ impl Clone for StoreError {
                 key: key.clone(),
                 size: *size,
                 limit: *limit,
+            },
+            RegistryMoved {
+                namespace,
+                expected,
+                found,
+            } => RegistryMoved {
+                namespace: namespace.clone(),
+                expected: expected.clone(),
+                found: found.clone(),
             },
             InvalidRequest(why) => InvalidRequest(why.clone()),
             UnsupportedUrl { url, why } => UnsupportedUrl {

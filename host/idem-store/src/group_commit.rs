@@ -41,6 +41,7 @@ use crate::record::{
     Claim, ClaimOutcome, ClaimRequest, Ending, Finish, Holder, JobLeaseAcquire, ListFilter,
     Membership, Outcome, OwnershipToken, RecordKey, RecordView,
 };
+use crate::registry::{Activation, Registration, Rollback};
 use crate::store::Store;
 
 /// How [`GroupCommit`] groups.
@@ -548,5 +549,33 @@ impl Store for GroupCommit {
 
     async fn release_job_lease(&self, job: &str, fence: u64) -> Result<(), StoreError> {
         self.inner.release_job_lease(job, fence).await
+    }
+
+    async fn registration(&self, namespace: &str) -> Result<Option<Registration>, StoreError> {
+        self.inner.registration(namespace).await
+    }
+
+    async fn registrations(&self) -> Result<Vec<Registration>, StoreError> {
+        self.inner.registrations().await
+    }
+
+    async fn activate_policy(&self, request: Activation) -> Result<Registration, StoreError> {
+        self.inner.activate_policy(request).await
+    }
+
+    async fn rollback_policy(&self, request: Rollback) -> Result<Registration, StoreError> {
+        self.inner.rollback_policy(request).await
+    }
+
+    async fn policy_component(&self, digest: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        self.inner.policy_component(digest).await
+    }
+
+    async fn requires_registration(&self) -> Result<bool, StoreError> {
+        self.inner.requires_registration().await
+    }
+
+    async fn set_require_registration(&self, on: bool) -> Result<(), StoreError> {
+        self.inner.set_require_registration(on).await
     }
 }

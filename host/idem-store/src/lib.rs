@@ -84,6 +84,7 @@ mod open;
 mod operations;
 mod postgres;
 mod record;
+mod registry;
 mod sqlite;
 mod store;
 mod url;
@@ -105,8 +106,12 @@ pub use postgres::{DEFAULT_POOL_SIZE, DEFAULT_SCHEMA, PostgresUrl, TlsMode};
 pub use postgres::{POSTGRES_SCHEMA_VERSION, PostgresStore};
 pub use record::{
     Claim, ClaimOutcome, ClaimRequest, DEFAULT_MAX_OUTCOME_BYTES, Digest, Ending, Existing, Finish,
-    Holder, JobLease, JobLeaseAcquire, ListFilter, MAX_ERROR_BYTES, Membership, Outcome,
-    OwnershipToken, Record, RecordKey, RecordState, RecordView, StoreOptions, TRUNCATION_MARK,
+    Holder, JobLease, JobLeaseAcquire, KeptOperation, ListFilter, MAX_ERROR_BYTES,
+    MAX_KEPT_OPERATION_BYTES, Membership, NotKept, Outcome, OwnershipToken, Record, RecordKey,
+    RecordState, RecordView, StoreOptions, TRUNCATION_MARK,
+};
+pub use registry::{
+    Activation, DualRead, MAX_HISTORY, Registration, RegistryAction, RegistryEvent, Rollback,
 };
 #[cfg(feature = "sqlite")]
 pub use sqlite::{SCHEMA_VERSION, SqliteStore};

@@ -12,8 +12,8 @@ use idem_core::RecordState;
 
 use crate::attempt::{Resolution, ResolveRequest};
 use crate::{
-    Claim, ClaimRequest, Existing, Holder, JobLease, MAX_ERROR_BYTES, Outcome, OwnershipToken,
-    Record, RecordKey, RecordView, StoreError, TRUNCATION_MARK,
+    Claim, ClaimRequest, Existing, Holder, JobLease, KeptOperation, MAX_ERROR_BYTES, Outcome,
+    OwnershipToken, Record, RecordKey, RecordView, StoreError, StoreOptions, TRUNCATION_MARK,
 };
 
 /// Times are stored as SQL integers (i64): clamp so they always fit.
@@ -56,7 +56,22 @@ pub(crate) fn validate(request: &ClaimRequest) -> Result<(), StoreError> {
             request.policy_digest
         )));
     }
+    if let Some(KeptOperation::Kept(text)) = &request.operation
+        && !text.starts_with('{')
+    {
+        return Err(StoreError::InvalidRequest(
+            "a kept operation must be the operation's canonical JSON object".into(),
+        ));
+    }
     Ok(())
+}
+
+/// The request as a store keeps it: its operation bounded by `options`
+/// (see [`KeptOperation::bounded`]). Every claim passes through here first,
+/// so every store keeps the same.
+pub(crate) fn kept(mut request: ClaimRequest, options: &StoreOptions) -> ClaimRequest {
+    request.operation = request.operation.map(|o| o.bounded(options));
+    request
 }
 
 /// What a claim does with the current record.
@@ -100,6 +115,7 @@ pub(crate) fn new_record(request: &ClaimRequest, fence: u64, now_ms: u64) -> Rec
         retain_until_ms: in_progress_retention(now_ms, retention_ms, lease_until_ms),
         outcome: None,
         holder: request.holder.clone(),
+        operation: request.operation.clone(),
     }
 }
 

@@ -15,6 +15,7 @@ use crate::record::{
     JobLease, JobLeaseAcquire, ListFilter, Membership, OwnershipToken, Record, RecordKey,
     StoreOptions,
 };
+use crate::registry::{Change, Registration};
 
 /// A store in a mutex. Each call holds the lock for the whole call (reading
 /// the clock included), which makes it one atomic transaction.
@@ -39,6 +40,12 @@ struct State {
     attempts: Vec<AttemptEntry>,
     /// The last attempt-log id issued.
     last_attempt: u64,
+    /// Namespace registrations by namespace.
+    registrations: BTreeMap<String, Registration>,
+    /// Policy components by digest.
+    components: BTreeMap<String, Vec<u8>>,
+    /// Store-wide settings.
+    settings: BTreeMap<String, String>,
 }
 
 impl State {
@@ -265,6 +272,52 @@ impl RecordBackend for MemoryStore {
         let (mut state, _now) = self.lock();
         machine::job_held(state.job_leases.get(job).cloned(), job, fence)?;
         state.job_leases.remove(job);
+        Ok(())
+    }
+
+    async fn read_registrations(
+        &self,
+        namespace: Option<&str>,
+    ) -> Result<Vec<Registration>, StoreError> {
+        let (state, _now) = self.lock();
+        Ok(state
+            .registrations
+            .values()
+            .filter(|r| namespace.is_none_or(|n| r.namespace == n))
+            .cloned()
+            .collect())
+    }
+
+    async fn update_registration(
+        &self,
+        namespace: &str,
+        component: Option<(String, Vec<u8>)>,
+        change: Change,
+    ) -> Result<Registration, StoreError> {
+        let (mut state, now) = self.lock();
+        let next = change(state.registrations.get(namespace).cloned(), now)?;
+        if let Some((digest, bytes)) = component {
+            state.components.entry(digest).or_insert(bytes);
+        }
+        state
+            .registrations
+            .insert(namespace.to_string(), next.clone());
+        Ok(next)
+    }
+
+    async fn read_component(&self, digest: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        Ok(self.lock().0.components.get(digest).cloned())
+    }
+
+    async fn read_setting(&self, name: &str) -> Result<Option<String>, StoreError> {
+        Ok(self.lock().0.settings.get(name).cloned())
+    }
+
+    async fn write_setting(&self, name: &str, value: &str) -> Result<(), StoreError> {
+        self.lock()
+            .0
+            .settings
+            .insert(name.to_string(), value.to_string());
         Ok(())
     }
 }

@@ -20,6 +20,7 @@ use crate::record::{
     Claim, ClaimOutcome, ClaimRequest, Finish, Holder, JobLeaseAcquire, ListFilter, Membership,
     Outcome, OwnershipToken, Record, RecordKey, RecordState, RecordView,
 };
+use crate::registry::{self, Activation, Registration, Rollback};
 use crate::store::Store;
 
 /// How many expired records one `gc` transaction deletes (with their log
@@ -27,6 +28,8 @@ use crate::store::Store;
 /// locks, at a time, so that a gc of millions of records never stalls live
 /// claims for long.
 const GC_BATCH: u32 = 250;
+/// The store-wide setting behind [`Store::requires_registration`].
+const REQUIRE_REGISTRATION: &str = "require-registration";
 
 #[async_trait]
 impl<B: RecordBackend> Store for B {
@@ -48,6 +51,7 @@ impl<B: RecordBackend> Store for B {
 
     async fn claim(&self, request: ClaimRequest) -> Result<ClaimOutcome, StoreError> {
         machine::validate(&request)?;
+        let request = machine::kept(request, self.options());
         if let Some(written) = self.fast_claim(&request).await? {
             return Ok(ClaimOutcome::Claimed(fresh_claim(&request, &written)));
         }
@@ -59,6 +63,11 @@ impl<B: RecordBackend> Store for B {
         &self,
         requests: Vec<ClaimRequest>,
     ) -> Result<Vec<Result<ClaimOutcome, StoreError>>, StoreError> {
+        let options = self.options();
+        let requests = requests
+            .into_iter()
+            .map(|r| machine::kept(r, options))
+            .collect();
         claim_many(self, requests).await
     }
 
@@ -225,6 +234,40 @@ impl<B: RecordBackend> Store for B {
             }),
         )
         .await
+    }
+
+    async fn registration(&self, namespace: &str) -> Result<Option<Registration>, StoreError> {
+        Ok(self.read_registrations(Some(namespace)).await?.pop())
+    }
+
+    async fn registrations(&self) -> Result<Vec<Registration>, StoreError> {
+        self.read_registrations(None).await
+    }
+
+    async fn activate_policy(&self, request: Activation) -> Result<Registration, StoreError> {
+        let change = registry::activate(&request)?;
+        let component = Some((request.digest.clone(), request.component));
+        self.update_registration(&request.namespace, component, change)
+            .await
+    }
+
+    async fn rollback_policy(&self, request: Rollback) -> Result<Registration, StoreError> {
+        let change = registry::rollback(&request)?;
+        self.update_registration(&request.namespace, None, change)
+            .await
+    }
+
+    async fn policy_component(&self, digest: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        self.read_component(digest).await
+    }
+
+    async fn requires_registration(&self) -> Result<bool, StoreError> {
+        Ok(self.read_setting(REQUIRE_REGISTRATION).await?.as_deref() == Some("on"))
+    }
+
+    async fn set_require_registration(&self, on: bool) -> Result<(), StoreError> {
+        self.write_setting(REQUIRE_REGISTRATION, if on { "on" } else { "off" })
+            .await
     }
 
     async fn join_membership(

@@ -21,6 +21,110 @@ pub const MAX_ERROR_BYTES: usize = 4096;
 /// Appended to error text that was cut to [`MAX_ERROR_BYTES`].
 pub const TRUNCATION_MARK: &str = " …[truncated]";
 
+/// Longest canonical operation a record keeps, in bytes (16 KiB); a longer
+/// one is not kept ([`NotKept::TooLarge`]). An operation may be 64 KiB: the
+/// bound keeps a store of millions of records from quadrupling in size for
+/// the rare large operation, which then cannot be diffed.
+pub const MAX_KEPT_OPERATION_BYTES: usize = 16 * 1024;
+
+/// What a record keeps of the business operation that made it, so that its
+/// key can be derived again offline (`idem diff --store`) with another
+/// version of the policy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeptOperation {
+    /// The canonical operation as JSON text (the host's canonical spelling
+    /// of kind, tenant and fields; at most [`MAX_KEPT_OPERATION_BYTES`]).
+    Kept(String),
+    /// Not kept, and why: such a record cannot be diffed.
+    NotKept(NotKept),
+}
+
+/// Why a record keeps no operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NotKept {
+    /// The canonical operation was longer than [`MAX_KEPT_OPERATION_BYTES`].
+    TooLarge {
+        /// Its length in bytes.
+        bytes: usize,
+    },
+    /// The host was configured not to keep operations
+    /// ([`StoreOptions::keep_operations`] or the engine's option).
+    OffByHost,
+    /// The policy said its operations carry sensitive fields.
+    OffByPolicy,
+}
+
+impl fmt::Display for NotKept {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            NotKept::TooLarge { bytes } => write!(
+                f,
+                "its operation ({bytes} bytes) was larger than the {MAX_KEPT_OPERATION_BYTES} kept"
+            ),
+            NotKept::OffByHost => f.write_str("the host was configured not to keep operations"),
+            NotKept::OffByPolicy => f.write_str("its policy asked for operations not to be kept"),
+        }
+    }
+}
+
+impl KeptOperation {
+    /// The column spelling: the JSON text itself (an object, so it starts
+    /// with `{`), or `!` and the reason it was not kept (`!too-large N`,
+    /// `!off-by-host`, `!off-by-policy`): one nullable text column, no
+    /// ambiguity.
+    pub fn to_column(&self) -> String {
+        match self {
+            KeptOperation::Kept(text) => text.clone(),
+            KeptOperation::NotKept(NotKept::TooLarge { bytes }) => format!("!too-large {bytes}"),
+            KeptOperation::NotKept(NotKept::OffByHost) => "!off-by-host".to_string(),
+            KeptOperation::NotKept(NotKept::OffByPolicy) => "!off-by-policy".to_string(),
+        }
+    }
+
+    /// Reads [`KeptOperation::to_column`]'s spelling back.
+    pub fn from_column(text: &str) -> Result<Self, String> {
+        if text.starts_with('{') {
+            return Ok(KeptOperation::Kept(text.to_string()));
+        }
+        match text {
+            "!off-by-host" => Ok(KeptOperation::NotKept(NotKept::OffByHost)),
+            "!off-by-policy" => Ok(KeptOperation::NotKept(NotKept::OffByPolicy)),
+            _ => text
+                .strip_prefix("!too-large ")
+                .and_then(|n| n.parse().ok())
+                .map(|bytes| KeptOperation::NotKept(NotKept::TooLarge { bytes }))
+                .ok_or_else(|| {
+                    format!(
+                        "`{}` is not a kept operation",
+                        crate::attempt::bounded_note(text.chars().take(64).collect())
+                    )
+                }),
+        }
+    }
+
+    /// The operation's JSON text, when it was kept.
+    pub fn text(&self) -> Option<&str> {
+        match self {
+            KeptOperation::Kept(text) => Some(text),
+            KeptOperation::NotKept(_) => None,
+        }
+    }
+
+    /// What a store keeps of `self` under `options`: nothing beyond the
+    /// bound, nothing when the host turned keeping off.
+    pub(crate) fn bounded(self, options: &StoreOptions) -> Self {
+        match self {
+            KeptOperation::Kept(_) if !options.keep_operations => {
+                KeptOperation::NotKept(NotKept::OffByHost)
+            }
+            KeptOperation::Kept(text) if text.len() > MAX_KEPT_OPERATION_BYTES => {
+                KeptOperation::NotKept(NotKept::TooLarge { bytes: text.len() })
+            }
+            other => other,
+        }
+    }
+}
+
 /// What identifies a record: keys of different namespaces never collide.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct RecordKey {
@@ -166,6 +270,10 @@ pub struct Record {
     pub outcome: Option<Outcome>,
     /// Who holds (or last held) the record.
     pub holder: Holder,
+    /// The business operation that made the record, as kept by its first
+    /// claim (a take-over keeps it); `None` on a record written before
+    /// stores kept operations, or by a caller that gave none.
+    pub operation: Option<KeptOperation>,
 }
 
 impl Record {
@@ -235,6 +343,13 @@ pub struct ClaimRequest {
     /// attempt log (see [`crate::AttemptEntry::operation_digest`]); `None`
     /// when the caller has none.
     pub operation_digest: Option<Digest>,
+    /// The canonical operation to keep with the record (see
+    /// [`KeptOperation`]); the store keeps it only within
+    /// [`MAX_KEPT_OPERATION_BYTES`] and while
+    /// [`StoreOptions::keep_operations`] is on, and says why not otherwise.
+    /// A text that is not a JSON object is refused
+    /// ([`StoreError::InvalidRequest`]).
+    pub operation: Option<KeptOperation>,
     /// The claimer's ownership epoch, when it works under partitioned
     /// ownership: the store refuses the claim
     /// ([`StoreError::StaleEpoch`]) unless it is the group's current epoch.
@@ -418,6 +533,14 @@ pub struct StoreOptions {
     /// [`crate::StoreError::NotMigrated`] and nothing is created: a
     /// mistyped `?idem_schema=` is an error, not a new empty store.
     pub migrate: bool,
+    /// Whether records keep the canonical operation their claim carried
+    /// (default: yes). Off, every record says
+    /// [`NotKept::OffByHost`] instead: for a service whose operations carry
+    /// fields that must not sit in the store. Its records cannot be diffed
+    /// (`idem diff --store` cannot derive their keys again with another
+    /// policy version, and says so), and an activation cannot prove that
+    /// an upgrade keeps their keys.
+    pub keep_operations: bool,
 }
 
 impl Default for StoreOptions {
@@ -427,6 +550,7 @@ impl Default for StoreOptions {
             max_outcome_bytes: DEFAULT_MAX_OUTCOME_BYTES,
             attempt_log: true,
             migrate: true,
+            keep_operations: true,
         }
     }
 }

@@ -674,10 +674,10 @@ async fn a_version_1_file_is_upgraded_in_place() {
     };
     drop(store);
     {
-        // Back to version 1: exactly the objects migrations 2 and 3 add, gone.
+        // Back to version 1: exactly the objects migrations 2 to 4 add, gone.
         let conn = rusqlite::Connection::open(&path).expect("open");
         conn.execute_batch(
-            "DROP TABLE attempts; DROP TABLE memberships; DROP TABLE job_leases; DROP TABLE epoch_seq; PRAGMA user_version = 1;",
+            "ALTER TABLE records DROP COLUMN operation; DROP TABLE registrations; DROP TABLE policy_components; DROP TABLE settings; DROP TABLE attempts; DROP TABLE memberships; DROP TABLE job_leases; DROP TABLE epoch_seq; PRAGMA user_version = 1;",
         )
         .expect("downgrade");
     }
@@ -692,6 +692,10 @@ async fn a_version_1_file_is_upgraded_in_place() {
         .expect("get")
         .expect("the record survived");
     assert_eq!(view.record.fence, fence);
+    assert_eq!(
+        view.record.operation, None,
+        "a record from before version 4 keeps none"
+    );
     let m = store
         .join_membership("nightly", &["a".to_string()])
         .await

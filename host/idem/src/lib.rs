@@ -12,6 +12,9 @@
 //!   claims and completions, a summary.
 //! - [`forensics`]: why it ran twice: the store's attempt log read back
 //!   as duplicates and their causes, and the runs involved.
+//! - [`lifecycle`]: a policy across versions: `idem diff` (which keys an
+//!   upgrade changes, and why) and the activation gate (a version's own
+//!   golden vectors).
 //! - [`idem_core`] (re-exported as [`core`]): the contract in plain Rust:
 //!   canonical operations, key encoding, the decision safety gate.
 //!
@@ -24,6 +27,7 @@
 pub mod engine;
 pub mod forensics;
 pub mod job;
+pub mod lifecycle;
 pub mod policy;
 
 pub use idem_store as store;

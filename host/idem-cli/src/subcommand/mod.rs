@@ -5,12 +5,14 @@
 pub mod build;
 pub mod demo;
 pub mod describe;
+pub mod diff;
 pub mod exec;
 pub mod gc;
 pub mod inspect;
 pub mod key;
 pub mod migrate;
 pub mod new;
+pub mod policy;
 pub mod report;
 pub mod resolve;
 pub mod review;

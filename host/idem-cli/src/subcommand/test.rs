@@ -16,9 +16,10 @@ use crate::policy_args::PolicyArgs;
 pub struct TestArgs {
     #[command(flatten)]
     pub policy: PolicyArgs,
-    /// The cases file (JSON).
+    /// The cases file (JSON); without it, the golden vectors the policy
+    /// carries (the `cases.json` `idem build` found beside its crate).
     #[arg(value_name = "CASES.json")]
-    pub cases: PathBuf,
+    pub cases: Option<PathBuf>,
 }
 
 /// The loaded component as a cases subject, recording what each call cost.
@@ -53,14 +54,30 @@ impl Subject for Wasm {
 
 /// Runs `idem test`.
 pub fn run(args: TestArgs) -> Result<u8, Failure> {
-    let text = std::fs::read_to_string(&args.cases)
-        .map_err(|e| Failure::input(format!("cannot read {}: {e}", args.cases.display())))?;
-    let file = CasesFile::from_json(&text).map_err(|e| {
-        Failure::input(format!("{} is not a cases file: {e}", args.cases.display()))
-    })?;
+    let given = match &args.cases {
+        Some(path) => Some(
+            std::fs::read_to_string(path)
+                .map_err(|e| Failure::input(format!("cannot read {}: {e}", path.display())))?,
+        ),
+        None => None,
+    };
     let started = Instant::now();
     let policy = args.policy.load()?;
     let load_ms = started.elapsed().as_secs_f64() * 1e3;
+    let (text, source) = match (&given, &args.cases) {
+        (Some(text), Some(path)) => (text.as_str(), path.display().to_string()),
+        _ => (
+            policy.golden_cases().ok_or_else(|| {
+                Failure::input(format!(
+                    "{} carries no golden vectors (no cases.json beside its crate when it was built): name a cases file",
+                    args.policy.policy.display()
+                ))
+            })?,
+            "the policy's golden vectors".to_string(),
+        ),
+    };
+    let file = CasesFile::from_json(text)
+        .map_err(|e| Failure::input(format!("{source} is not a cases file: {e}")))?;
     let limits = policy.limits().clone();
     println!(
         "policy {} {} ({}), {} cases",

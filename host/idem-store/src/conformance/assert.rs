@@ -6,8 +6,9 @@ use std::time::Duration;
 
 use super::Fixture;
 use crate::{
-    Claim, ClaimOutcome, ClaimRequest, Digest, Existing, Holder, ManualClock, Membership,
-    OwnershipToken, RecordKey, RecordState, RecordView, Store, StoreError, StoreOptions,
+    Claim, ClaimOutcome, ClaimRequest, Digest, Existing, Holder, KeptOperation, ManualClock,
+    Membership, OwnershipToken, RecordKey, RecordState, RecordView, Store, StoreError,
+    StoreOptions,
 };
 
 /// The clock every check starts at (ms since the epoch).
@@ -47,8 +48,17 @@ pub fn request(
         holder: holder(who),
         // One business operation per key, as the engine computes it.
         operation_digest: Some(Digest::of_bytes(&key.digest.0)),
+        operation: Some(KeptOperation::Kept(operation_of(key))),
         ownership: None,
     }
+}
+
+/// The canonical operation the checks keep with `key`'s record.
+pub fn operation_of(key: &RecordKey) -> String {
+    format!(
+        r#"{{"kind":"charge","tenant":"conformance","fields":{{"key":"{}"}}}}"#,
+        key.digest
+    )
 }
 
 /// A holder named after worker `who`.

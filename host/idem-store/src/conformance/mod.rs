@@ -30,14 +30,16 @@ mod attempt_log;
 mod batches;
 mod factories;
 mod job_lease;
+mod kept_operations;
 pub mod model;
 mod ownership;
 mod records;
+mod registry;
 mod store_wide;
 
 use std::future::Future;
 
-pub use assert::{POLICY, START_MS, fingerprint, holder, key, request};
+pub use assert::{POLICY, START_MS, fingerprint, holder, key, operation_of, request};
 pub use attempt_log::{
     attempt_log_follows_every_change, attempt_log_off_writes_no_entries,
     gc_removes_attempt_entries_with_their_records, resolution_settles_review_once,
@@ -52,12 +54,16 @@ pub use factories::{drop_postgres_schema, postgres_factory};
 #[cfg(feature = "sqlite")]
 pub use factories::{sqlite_factory, sqlite_fast_factory};
 pub use job_lease::job_lease;
+pub use kept_operations::{
+    keep_operations_off_keeps_none, kept_operations_are_bounded, records_keep_their_operation,
+};
 pub use ownership::{membership_epochs, stale_epoch_is_refused};
 pub use records::{
     claim_and_duplicate, complete_then_replay, expired_holder_may_still_write,
     fail_retryable_then_take_over, fenced_stale_writes, heartbeat_extends_and_is_fenced,
     lease_expiry_and_take_over, mark_unknown, take_over_refused_for_final,
 };
+pub use registry::{activation_pins_digests_and_logs_history, racing_activations_have_one_winner};
 pub use store_wide::{
     fence_monotonic_across_gc_and_reopen, gc_removes_a_backlog_in_batches, list_filters,
     outcome_size_cap, retention_and_gc,
@@ -102,6 +108,11 @@ macro_rules! for_each_conformance_check {
             gc_removes_a_backlog_in_batches,
             resolution_settles_review_once,
             attempt_log_off_writes_no_entries,
+            records_keep_their_operation,
+            kept_operations_are_bounded,
+            keep_operations_off_keeps_none,
+            activation_pins_digests_and_logs_history,
+            racing_activations_have_one_winner,
         }
     };
 }

@@ -21,13 +21,14 @@ use crate::backend::{BatchClaim, Written};
 use crate::codec;
 use crate::error::StoreError;
 use crate::machine;
-use crate::record::ClaimRequest;
+use crate::record::{ClaimRequest, KeptOperation};
 
 /// The statement, for the schema `s` (quoted) and the fence sequence
 /// `fence_seq` (a quoted regclass literal). Parameters: `$1`–`$12` arrays
 /// (one element per request), `$13`/`$14` the clock, `$15`/`$16` the
 /// ownership group and epoch (NULL: none), `$17` the operation digests
-/// (for the `executed` entries logged in the same statement). Columns, one row per request in
+/// (for the `executed` entries logged in the same statement), `$18` the
+/// kept operations' column text. Columns, one row per request in
 /// order: `position` (1-based), `now_ms`, `current_epoch`,
 /// `inserted_fence` (when this statement inserted the row), the record the
 /// snapshot held, and in debug builds the inserted row (`ins_*`).
@@ -48,6 +49,7 @@ pub(super) fn claim_sql(s: &str, fence_seq: &str, log: bool) -> String {
         attempt: "u.attempt",
         host: "u.host",
         pid: "u.pid",
+        operation: "u.operation",
         fence: &format!("nextval({fence_seq})"),
         now: "ok.ms",
     });
@@ -67,9 +69,9 @@ pub(super) fn claim_sql(s: &str, fence_seq: &str, log: bool) -> String {
            WHERE $15::text IS NULL OR EXISTS (SELECT 1 FROM m WHERE m.epoch = $16::int8)), \
          u AS (SELECT * FROM unnest($1::text[], $2::bytea[], $3::text[], $4::bytea[], $5::text[], \
            $6::int8[], $7::int8[], $8::text[], $9::text[], $10::int8[], $11::text[], $12::int8[], \
-           $17::bytea[]) \
+           $17::bytea[], $18::text[]) \
            WITH ORDINALITY AS u(namespace, key, policy_digest, fingerprint, partition, lease, \
-           retention, run_id, trig, attempt, host, pid, op_digest, i)), \
+           retention, run_id, trig, attempt, host, pid, op_digest, operation, i)), \
          ins AS (INSERT INTO {s}.records ({columns}) \
            SELECT {fresh} \
            FROM (SELECT * FROM u ORDER BY u.namespace COLLATE \"C\", u.key) u CROSS JOIN ok \
@@ -122,10 +124,13 @@ impl PostgresStore {
         let operations: Vec<Option<&[u8]>> = all()
             .map(|r| r.operation_digest.as_ref().map(|d| d.0.as_slice()))
             .collect();
+        let kept: Vec<Option<String>> = all()
+            .map(|r| r.operation.as_ref().map(KeptOperation::to_column))
+            .collect();
         let token = requests[0].ownership.as_ref();
         let group = token.map(|t| t.group.as_str());
         let epoch = token.map(|t| i64::try_from(t.epoch).unwrap_or(i64::MAX));
-        let params: [&(dyn ToSql + Sync); 17] = [
+        let params: [&(dyn ToSql + Sync); 18] = [
             &namespaces,
             &keys,
             &digests,
@@ -143,6 +148,7 @@ impl PostgresStore {
             &group,
             &epoch,
             &operations,
+            &kept,
         ];
         let rows = inner
             .query("claiming a batch", &inner.sql.batch_claim, &params)

@@ -61,6 +61,8 @@ mod batch_finish;
 #[cfg(feature = "postgres")]
 mod conn;
 #[cfg(feature = "postgres")]
+mod registry;
+#[cfg(feature = "postgres")]
 mod row;
 #[cfg(feature = "postgres")]
 mod schema;

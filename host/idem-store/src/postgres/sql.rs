@@ -10,9 +10,9 @@ use crate::codec::{self, COLUMNS};
 /// a column is cast to it: left to the server, a parameter written to a
 /// domain column would be typed as the domain, which the client's types
 /// do not accept.
-const COLUMN_TYPES: [&str; 21] = [
+const COLUMN_TYPES: [&str; 22] = [
     "text", "bytea", "text", "bytea", "text", "text", "int8", "int8", "int8", "int8", "int8",
-    "int8", "int8", "int4", "bytea", "text", "text", "text", "int8", "text", "int8",
+    "int8", "int8", "int4", "bytea", "text", "text", "text", "int8", "text", "int8", "text",
 ];
 
 /// The store clock in ms, in SQL: `$1` pins it (a manual clock), else the
@@ -56,6 +56,7 @@ pub(super) struct Sql {
     pub(super) append_one: String,
     pub(super) append_many: String,
     pub(super) attempts: String,
+    pub(super) registry: super::registry::RegistrySql,
 }
 
 impl Sql {
@@ -100,6 +101,7 @@ impl Sql {
                 attempt: "$10::int8",
                 host: "$11::text",
                 pid: "$12::int8",
+                operation: "$OP::text",
                 fence: "n.fence",
                 now: "n.ms",
             }),
@@ -135,14 +137,15 @@ impl Sql {
                 "INSERT INTO {s}.records ({columns}) VALUES ({placeholders}) ON CONFLICT (namespace, key) DO NOTHING"
             ),
             update: format!(
-                "UPDATE {s}.records SET {set} WHERE namespace = $1 AND key = $2 AND fence = $22"
+                "UPDATE {s}.records SET {set} WHERE namespace = $1 AND key = $2 AND fence = $23"
             ),
             fast_claim: format!(
                 "WITH n AS (SELECT {} AS ms, nextval({fence_seq}) AS fence), \
                  ins AS ({fresh_insert}), {}",
                 NOW.replace("$1", "$13").replace("$2", "$14"),
                 log_fresh("$15::bytea"),
-            ),
+            )
+            .replace("$OP", "$16"),
             // The same under an ownership token ($15 group, $16 epoch): it
             // inserts only while the epoch is current, holding the
             // membership row FOR SHARE until commit so that a membership
@@ -157,7 +160,8 @@ impl Sql {
                  ins AS ({fresh_insert}), {}",
                 NOW.replace("$1", "$13").replace("$2", "$14"),
                 log_fresh("$17::bytea"),
-            ),
+            )
+            .replace("$OP", "$18"),
             batch_claim: batch_claim::claim_sql(&s, &fence_seq, log),
             get: format!(
                 "SELECT n.ms, {r_columns} FROM (SELECT {now34} AS ms) n \
@@ -245,13 +249,13 @@ impl Sql {
                 "WITH w AS (INSERT INTO {s}.records ({columns}) VALUES ({placeholders}) \
                    ON CONFLICT (namespace, key) DO NOTHING RETURNING 1) \
                  INSERT INTO {s}.attempts ({attempt_columns}) SELECT {} FROM w",
-                attempt_placeholders(22),
+                attempt_placeholders(23),
             ),
             update_logged: format!(
                 "WITH w AS (UPDATE {s}.records SET {set} WHERE namespace = $1 AND key = $2 \
-                   AND fence = $22 RETURNING 1) \
+                   AND fence = $23 RETURNING 1) \
                  INSERT INTO {s}.attempts ({attempt_columns}) SELECT {} FROM w",
-                attempt_placeholders(23),
+                attempt_placeholders(24),
             ),
             append_one: format!(
                 "INSERT INTO {s}.attempts ({attempt_columns}) VALUES ({})",
@@ -264,6 +268,7 @@ impl Sql {
                    $5::text[], $6::text[], $7::int8[], $8::text[], $9::int8[], $10::int8[], \
                    $11::text[], $12::bytea[], $13::text[], $14::text[])"
             ),
+            registry: super::registry::RegistrySql::new(&s),
             attempts: format!(
                 "SELECT id, {attempt_columns} FROM {s}.attempts \
                  WHERE ($1::text IS NULL OR namespace = $1) \
@@ -291,6 +296,8 @@ pub(super) struct Fresh<'a> {
     pub attempt: &'a str,
     pub host: &'a str,
     pub pid: &'a str,
+    /// The kept operation's column text.
+    pub operation: &'a str,
     /// The new fence.
     pub fence: &'a str,
     /// The store clock, ms.
@@ -310,7 +317,7 @@ pub(super) fn fresh_record(v: &Fresh<'_>) -> String {
     );
     format!(
         "{}, {}, {}, {}, {}, 'in-progress', {}, {lease_until}::int8, 1, {now}, {now}, {}, \
-         {retain_until}, NULL, NULL, NULL, {}, {}, {}, {}, {}",
+         {retain_until}, NULL, NULL, NULL, {}, {}, {}, {}, {}, {}",
         v.namespace,
         v.key,
         v.policy_digest,
@@ -323,6 +330,7 @@ pub(super) fn fresh_record(v: &Fresh<'_>) -> String {
         v.attempt,
         v.host,
         v.pid,
+        v.operation,
         now = v.now,
     )
 }
@@ -470,6 +478,7 @@ mod tests {
             append_one,
             append_many,
             attempts,
+            registry,
         } = sql;
         vec![
             ("lock", lock),
@@ -498,6 +507,10 @@ mod tests {
             ("append_many", append_many),
             ("attempts", attempts),
         ]
+        .into_iter()
+        .map(|(name, text)| (name, text.as_str()))
+        .chain(registry.statements())
+        .collect()
     }
 
     /// The statements are fixed text but for the (checked, quoted) schema:
@@ -514,6 +527,6 @@ mod tests {
             assert!(text.contains("\"svc_a\".records"), "{text}");
         }
         assert!(a.now_and_fence.contains("nextval('\"svc_a\".fence_seq')"));
-        assert_eq!(a.update.matches('$').count(), 22);
+        assert_eq!(a.update.matches('$').count(), 23);
     }
 }

@@ -8,6 +8,7 @@ use async_trait::async_trait;
 use tokio_postgres::types::ToSql;
 
 use super::conn::Attempt;
+use super::registry::RegistryCalls;
 use super::row::values;
 use super::{Inner, PostgresStore};
 use crate::attempt::{AttemptEntry, AttemptFilter};
@@ -16,9 +17,10 @@ use crate::codec::{self, AttemptRow, RecordRow, attempt_values};
 use crate::error::StoreError;
 use crate::machine;
 use crate::record::{
-    ClaimRequest, Finish, JobLease, JobLeaseAcquire, ListFilter, Membership, Outcome, Record,
-    RecordKey, RecordState, StoreOptions,
+    ClaimRequest, Finish, JobLease, JobLeaseAcquire, KeptOperation, ListFilter, Membership,
+    Outcome, Record, RecordKey, RecordState, StoreOptions,
 };
+use crate::registry::{Change, Registration};
 
 /// The fence drawn in the transaction's first round trip (when the call
 /// asked for one), handed to the decision at most once.
@@ -286,7 +288,8 @@ impl RecordBackend for PostgresStore {
             .as_ref()
             .map(|t| i64::try_from(t.epoch).unwrap_or(i64::MAX));
         let operation = request.operation_digest.map(|d| d.0.to_vec());
-        let all: [&(dyn ToSql + Sync); 17] = [
+        let kept = request.operation.as_ref().map(KeptOperation::to_column);
+        let all: [&(dyn ToSql + Sync); 18] = [
             &request.key.namespace,
             &key,
             &request.policy_digest,
@@ -304,12 +307,13 @@ impl RecordBackend for PostgresStore {
             &group,
             &epoch,
             &operation,
+            &kept,
         ];
         // Without a token, the statement takes neither group nor epoch:
-        // its operation digest is `$15`.
-        let unowned: [&(dyn ToSql + Sync); 15] = [
+        // its operation digest is `$15`, the kept operation `$16`.
+        let unowned: [&(dyn ToSql + Sync); 16] = [
             all[0], all[1], all[2], all[3], all[4], all[5], all[6], all[7], all[8], all[9],
-            all[10], all[11], all[12], all[13], &operation,
+            all[10], all[11], all[12], all[13], &operation, &kept,
         ];
         let (sql, params) = match &request.ownership {
             Some(_) => (&inner.sql.fast_claim_owned, &all[..]),
@@ -667,5 +671,33 @@ impl RecordBackend for PostgresStore {
             Ok(_) => Ok(()),
             Err(e) => Err(fail(e)),
         }
+    }
+
+    async fn read_registrations(
+        &self,
+        namespace: Option<&str>,
+    ) -> Result<Vec<Registration>, StoreError> {
+        self.registrations_pg(namespace).await
+    }
+
+    async fn update_registration(
+        &self,
+        namespace: &str,
+        component: Option<(String, Vec<u8>)>,
+        change: Change,
+    ) -> Result<Registration, StoreError> {
+        self.update_pg(namespace, component, change).await
+    }
+
+    async fn read_component(&self, digest: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        self.component_pg(digest).await
+    }
+
+    async fn read_setting(&self, name: &str) -> Result<Option<String>, StoreError> {
+        self.setting_pg(name).await
+    }
+
+    async fn write_setting(&self, name: &str, value: &str) -> Result<(), StoreError> {
+        self.set_setting_pg(name, value).await
     }
 }

@@ -38,7 +38,9 @@
 //! # }
 //! ```
 
+pub mod admission;
 mod answer_log;
+pub mod dual_read;
 mod execution;
 mod fenced;
 mod run_once;
@@ -50,7 +52,8 @@ use std::time::Duration;
 use idem_core::{Decision, KeyedDerivation, OpError, Operation, PolicyError, RecordState};
 use idem_store::{
     AttemptEntry, AttemptEvent, ClaimOutcome, ClaimRequest, Ending, GroupCommit,
-    GroupCommitOptions, Holder, Outcome, OwnershipToken, RecordKey, Store, StoreError,
+    GroupCommitOptions, Holder, KeptOperation, NotKept, Outcome, OwnershipToken, RecordKey, Store,
+    StoreError,
 };
 use thiserror::Error;
 
@@ -81,6 +84,13 @@ pub struct EngineOptions {
     /// ([`Store::batches_share_commits`]). On by default; a lone caller
     /// pays nothing for it (see [`idem_store::GroupCommit`]).
     pub group_commit: GroupCommitOptions,
+    /// Whether each claim hands the store the canonical operation to keep
+    /// with its record (default: yes), so that `idem diff --store` and an
+    /// activation can derive the record's key again with another policy
+    /// version. Off (operations with fields that must not sit in the
+    /// store), records say so instead, and cannot be diffed. A policy can
+    /// ask for the same (see `LoadedPolicy::keeps_operations`).
+    pub keep_operations: bool,
 }
 
 impl Default for EngineOptions {
@@ -91,6 +101,7 @@ impl Default for EngineOptions {
             max_rounds: 4,
             ownership: None,
             group_commit: GroupCommitOptions::default(),
+            keep_operations: true,
         }
     }
 }
@@ -113,6 +124,10 @@ pub enum EngineError {
     /// The store failed.
     #[error("store error: {0}")]
     Store(StoreError),
+    /// The policy's digest is not registered for its namespace (see
+    /// [`admission`]): nothing was written.
+    #[error("{0}")]
+    Unregistered(Box<admission::Unregistered>),
 }
 
 impl From<StoreError> for EngineError {
@@ -214,6 +229,10 @@ pub struct Engine {
     /// Answers to duplicates, on their way to the attempt log (shared by
     /// clones).
     answers: Arc<AnswerLog>,
+    /// Whether the policy may claim in its namespace (shared by clones).
+    admission: Arc<admission::Admission>,
+    /// A dual-read window given by the caller (else the store's).
+    dual_read: Option<Arc<dual_read::DualRead>>,
 }
 
 impl Engine {
@@ -222,6 +241,8 @@ impl Engine {
         let store = GroupCommit::wrap_if_useful(store, options.group_commit);
         Engine {
             answers: AnswerLog::new(store.clone()),
+            admission: Arc::default(),
+            dual_read: None,
             policy,
             store,
             options,
@@ -237,10 +258,26 @@ impl Engine {
             policy: self.policy.clone(),
             store: self.store.clone(),
             answers: self.answers.clone(),
+            admission: self.admission.clone(),
+            dual_read: self.dual_read.clone(),
             options: EngineOptions {
                 group_commit: self.options.group_commit,
                 ..options
             },
+        }
+    }
+
+    /// This engine with another policy (a hot swap), on the same store as
+    /// this engine wrapped it (never wrapped twice) and the same answer
+    /// log; the new policy's admission is checked afresh.
+    pub(crate) fn with_policy(&self, policy: LoadedPolicy) -> Engine {
+        Engine {
+            policy,
+            store: self.store.clone(),
+            answers: self.answers.clone(),
+            admission: Arc::default(),
+            dual_read: None,
+            options: self.options.clone(),
         }
     }
 
@@ -316,6 +353,14 @@ impl Engine {
         op: &Operation,
         keyed: KeyedDerivation,
     ) -> Result<Begin, EngineError> {
+        self.admission
+            .check(self.store.as_ref(), &self.policy)
+            .await?;
+        if let Some(found) = self.dual_read_hit(op, &keyed).await? {
+            return self
+                .settle_traced(op, found.keyed, found.request, Some(Ok(found.first)))
+                .await;
+        }
         let request = self.claim_request(op, &keyed);
         self.settle_traced(op, keyed, request, None).await
     }
@@ -331,23 +376,55 @@ impl Engine {
         &self,
         items: Vec<(Operation, KeyedDerivation)>,
     ) -> Result<Vec<Claimed>, EngineError> {
+        self.admission
+            .check(self.store.as_ref(), &self.policy)
+            .await?;
+        // During a dual-read window, an operation whose replaced version's
+        // record is live settles on it; the rest are claimed together.
+        let mut found = Vec::with_capacity(items.len());
+        for (op, keyed) in &items {
+            found.push(self.dual_read_hit(op, keyed).await?);
+        }
         let requests: Vec<ClaimRequest> = items
             .iter()
-            .map(|(op, keyed)| self.claim_request(op, keyed))
+            .zip(&found)
+            .filter(|(_, f)| f.is_none())
+            .map(|((op, keyed), _)| self.claim_request(op, keyed))
             .collect();
-        let outcomes = self.store.claim_many(requests.clone()).await?;
-        let outcomes = one_answer_each(outcomes, items.len(), "claims")?;
-        Ok(items
+        let count = requests.len();
+        let outcomes = if count == 0 {
+            Vec::new()
+        } else {
+            self.store.claim_many(requests.clone()).await?
+        };
+        let mut fresh = requests
             .into_iter()
-            .zip(requests)
-            .zip(outcomes)
-            .map(|(((op, keyed), request), first)| Claimed {
-                op,
-                keyed,
-                request,
-                first,
-            })
-            .collect())
+            .zip(one_answer_each(outcomes, count, "claims")?);
+        let mut claimed = Vec::with_capacity(items.len());
+        for ((op, keyed), found) in items.into_iter().zip(found) {
+            claimed.push(match found {
+                Some(f) => Claimed {
+                    op,
+                    keyed: f.keyed,
+                    request: f.request,
+                    first: Ok(f.first),
+                },
+                None => {
+                    let (request, first) = fresh.next().ok_or_else(|| {
+                        EngineError::Store(StoreError::Task(
+                            "a batch of claims answered fewer than it was asked".into(),
+                        ))
+                    })?;
+                    Claimed {
+                        op,
+                        keyed,
+                        request,
+                        first,
+                    }
+                }
+            });
+        }
+        Ok(claimed)
     }
 
     /// Finishes what [`Engine::claim_batch`] started for one operation: the
@@ -427,7 +504,20 @@ impl Engine {
             retention: Duration::from_secs(keyed.retention_s),
             holder: holder_for(op),
             operation_digest: Some(op.business_digest()),
+            operation: Some(self.kept_operation(op)),
             ownership: self.options.ownership.clone(),
+        }
+    }
+
+    /// What the record keeps of `op`: its canonical JSON without the run,
+    /// unless the host or the policy said not to.
+    fn kept_operation(&self, op: &Operation) -> KeptOperation {
+        if !self.options.keep_operations {
+            KeptOperation::NotKept(NotKept::OffByHost)
+        } else if !self.policy.keeps_operations() {
+            KeptOperation::NotKept(NotKept::OffByPolicy)
+        } else {
+            KeptOperation::Kept(op.kept_json())
         }
     }
 

@@ -87,6 +87,15 @@ pub enum LoadError {
     /// namespace, a version that is not semantic, ...).
     #[error("policy describes itself badly: {0}")]
     BadDescription(String),
+    /// A custom section the host reads (the lifecycle manifest, the golden
+    /// vectors) is malformed or given twice.
+    #[error("policy's `{section}` section is refused: {why}")]
+    BadSection {
+        /// The section's name.
+        section: String,
+        /// What is wrong with it.
+        why: String,
+    },
     /// The wasmtime engine could not be built with the runtime's settings.
     #[error("cannot set up the policy runtime: {0}")]
     Runtime(String),

@@ -14,6 +14,7 @@ mod error;
 mod inspect;
 mod limiter;
 mod memo;
+pub mod sections;
 mod slots;
 mod wasm;
 
@@ -118,6 +119,7 @@ impl PolicyRuntime {
             });
         }
         inspect::classify(bytes)?;
+        let sections = Arc::new(sections::read(bytes)?);
         let digest = Digest::of_bytes(bytes);
         let lookup = inner
             .cache
@@ -169,6 +171,7 @@ impl PolicyRuntime {
                 description: String::new(),
             },
             memo: None,
+            sections,
         };
         let info = policy.call(0, |bindings, store| {
             bindings
@@ -197,6 +200,8 @@ pub struct LoadedPolicy {
     info: PolicyInfo,
     /// Remembered evaluations, shared by the clones of a memoized policy.
     memo: Option<Arc<memo::Memo>>,
+    /// The lifecycle manifest and golden vectors the component carries.
+    sections: Arc<sections::Sections>,
 }
 
 impl std::fmt::Debug for LoadedPolicy {
@@ -217,6 +222,30 @@ impl LoadedPolicy {
     /// What the policy says it is (validated at load).
     pub fn info(&self) -> &PolicyInfo {
         &self.info
+    }
+
+    /// The lifecycle manifest the component carries (the defaults when
+    /// it carries none): see [`idem_core::lifecycle`].
+    pub fn lifecycle(&self) -> &idem_core::Lifecycle {
+        &self.sections.lifecycle
+    }
+
+    /// Whether records may keep this policy's canonical operations (its
+    /// manifest's `keep-operations`, default yes).
+    pub fn keeps_operations(&self) -> bool {
+        self.sections.lifecycle.keep_operations
+    }
+
+    /// The golden vectors the component carries (a cases file's text),
+    /// when it carries them.
+    pub fn golden_cases(&self) -> Option<&str> {
+        self.sections.cases.as_deref()
+    }
+
+    /// Loads another component into this policy's runtime (same limits,
+    /// same cache): e.g. the replaced version a store kept.
+    pub fn load_sibling(&self, bytes: &[u8]) -> Result<LoadedPolicy, LoadError> {
+        self.runtime.load_bytes(bytes)
     }
 
     /// The component's size in bytes.
