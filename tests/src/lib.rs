@@ -85,3 +85,45 @@ pub fn succeed(command: &mut std::process::Command) -> std::process::Output {
     );
     out
 }
+
+/// A temporary directory and a store for one test: a SQLite file in the
+/// directory, or a fresh PostgreSQL schema dropped when the test ends.
+pub struct TestStore {
+    /// The directory (a SQLite store's file lives in it).
+    pub dir: tempfile::TempDir,
+    /// The store URL.
+    pub store: String,
+    postgres: bool,
+}
+
+impl TestStore {
+    /// A SQLite store (`idem.db` in a fresh directory).
+    pub fn sqlite() -> TestStore {
+        let dir = tempfile::tempdir().unwrap();
+        let store = format!("sqlite:{}", dir.path().join("idem.db").display());
+        TestStore {
+            dir,
+            store,
+            postgres: false,
+        }
+    }
+
+    /// A fresh schema in the PostgreSQL database `url` names.
+    pub fn postgres(url: &str) -> TestStore {
+        let sep = if url.contains('?') { '&' } else { '?' };
+        let schema = idem_store::conformance::fresh_schema();
+        TestStore {
+            dir: tempfile::tempdir().unwrap(),
+            store: format!("{url}{sep}idem_schema={schema}&idem_pool_size=2"),
+            postgres: true,
+        }
+    }
+}
+
+impl Drop for TestStore {
+    fn drop(&mut self) {
+        if self.postgres {
+            idem_store::conformance::drop_postgres_schema(&self.store);
+        }
+    }
+}

@@ -14,8 +14,7 @@ use std::process::{Command, Output, Stdio};
 
 use idem::lifecycle::{GateError, run_golden_vectors};
 use idem_guest_build::add_sections;
-use idem_store::conformance::{drop_postgres_schema, fresh_schema};
-use idem_tests::{idem_bin, policy_path, postgres_url};
+use idem_tests::{TestStore, idem_bin, policy_path, postgres_url};
 use serde_json::Value;
 
 const V1: &str = "billing-charge";
@@ -28,40 +27,24 @@ fn op(invoice: u32) -> String {
     )
 }
 
-/// A temporary directory and a store (a SQLite file in it, or a fresh
-/// PostgreSQL schema dropped at the end).
-struct Env {
-    dir: tempfile::TempDir,
-    store: String,
-    postgres: bool,
-}
+/// The test's directory and store (`idem_tests::TestStore`), with the
+/// commands this file runs against them.
+struct Env(TestStore);
 
-impl Drop for Env {
-    fn drop(&mut self) {
-        if self.postgres {
-            drop_postgres_schema(&self.store);
-        }
+impl std::ops::Deref for Env {
+    type Target = TestStore;
+    fn deref(&self) -> &TestStore {
+        &self.0
     }
 }
 
 impl Env {
     fn sqlite() -> Env {
-        let dir = tempfile::tempdir().unwrap();
-        let store = format!("sqlite:{}", dir.path().join("idem.db").display());
-        Env {
-            dir,
-            store,
-            postgres: false,
-        }
+        Env(TestStore::sqlite())
     }
 
     fn postgres(url: &str) -> Env {
-        let sep = if url.contains('?') { '&' } else { '?' };
-        Env {
-            dir: tempfile::tempdir().unwrap(),
-            store: format!("{url}{sep}idem_schema={}&idem_pool_size=2", fresh_schema()),
-            postgres: true,
-        }
+        Env(TestStore::postgres(url))
     }
 
     fn write(&self, name: &str, text: &str) -> PathBuf {
