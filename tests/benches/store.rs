@@ -10,7 +10,9 @@
 //! Then the attempt log's cost: the same engine with the log on and off
 //! (`StoreOptions::attempt_log`), interleaved.
 //!
-//! `cargo bench -p idem-tests --bench store`
+//! `cargo bench -p idem-tests --bench store [-- SECTION...]`: every section,
+//! or only those named: `floor`, `group`, `log` (SQLite), `pg-log`,
+//! `pg-group`, `pg-floor` (PostgreSQL).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -411,178 +413,198 @@ fn main() {
         .unwrap();
     let total: u64 = if quick { 32 } else { 600 };
     let rounds = if quick { 1 } else { 5 };
-    println!(
-        "durable begin+complete on SQLite (WAL, synchronous=FULL), medians of {rounds} rounds, {total} ops each"
-    );
-    println!(
-        "{:>8} {:>14} {:>14} {:>8}",
-        "callers", "engine ops/s", "floor ops/s", "ratio"
-    );
-    for callers in [1u64, 8, 32] {
-        let per = (total / callers).max(1);
-        // Interleave engine and floor rounds so both see the same machine.
-        let mut e = Vec::new();
-        let mut f = Vec::new();
-        for _ in 0..rounds {
-            e.push(engine_rate(callers, per, &rt));
-            f.push(raw_rate(callers, per));
-        }
-        let (e, f) = (median(e), median(f));
-        println!("{callers:>8} {e:>14.0} {f:>14.0} {:>7.2}x", e / f);
-    }
-    println!(
-        "\ngroup commit on SQLite: 32 callers with it, against 1 caller, 32 callers without, and a raw loop committing 32 claims (then their 32 completions) per transaction; medians of {rounds} rounds"
-    );
-    {
-        let mut one = Vec::new();
-        let mut on = Vec::new();
-        let mut off = Vec::new();
-        let mut raw = Vec::new();
-        for _ in 0..rounds {
-            one.push(engine_rate_with(1, total, true, true, &rt));
-            on.push(engine_rate_with(
-                32,
-                (4 * total / 32).max(1),
-                true,
-                true,
-                &rt,
-            ));
-            off.push(engine_rate_with(
-                32,
-                (4 * total / 32).max(1),
-                true,
-                false,
-                &rt,
-            ));
-            raw.push(raw_batched_rate(4 * total, 32));
-        }
-        let (one, on, off, raw) = (median(one), median(on), median(off), median(raw));
+    let chosen: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
+    let wants = |section: &str| chosen.is_empty() || chosen.iter().any(|c| c == section);
+    if wants("floor") {
         println!(
-            "  1 caller {one:.0} ops/s; 32 callers {on:.0} ops/s with group commit, {off:.0} without; raw 32 per transaction {raw:.0} ops/s"
+            "durable begin+complete on SQLite (WAL, synchronous=FULL), medians of {rounds} rounds, {total} ops each"
         );
         println!(
-            "  32 grouped / 1 caller {:.2}x (target >= 10x); / 32 ungrouped {:.2}x; / raw batched {:.2}x (target >= 0.5x)",
-            on / one,
-            on / off,
-            on / raw
+            "{:>8} {:>14} {:>14} {:>8}",
+            "callers", "engine ops/s", "floor ops/s", "ratio"
         );
-    }
-    println!(
-        "\nthe attempt log's cost on SQLite: begin+complete with the log / without, medians of {rounds} rounds"
-    );
-    println!(
-        "{:>8} {:>14} {:>14} {:>8}",
-        "callers", "log ops/s", "no-log ops/s", "ratio"
-    );
-    for callers in [1u64, 8] {
-        let per = (total / callers).max(1);
-        let mut on = Vec::new();
-        let mut off = Vec::new();
-        for _ in 0..rounds {
-            on.push(engine_rate_logged(callers, per, true, &rt));
-            off.push(engine_rate_logged(callers, per, false, &rt));
+        for callers in [1u64, 8, 32] {
+            let per = (total / callers).max(1);
+            // Interleave engine and floor rounds so both see the same machine.
+            let mut e = Vec::new();
+            let mut f = Vec::new();
+            for _ in 0..rounds {
+                e.push(engine_rate(callers, per, &rt));
+                f.push(raw_rate(callers, per));
+            }
+            let (e, f) = (median(e), median(f));
+            println!("{callers:>8} {e:>14.0} {f:>14.0} {:>7.2}x", e / f);
         }
-        let (on, off) = (median(on), median(off));
-        println!("{callers:>8} {on:>14.0} {off:>14.0} {:>7.2}x", on / off);
+    }
+    if wants("group") {
+        println!(
+            "\ngroup commit on SQLite: 32 callers with it, against 1 caller, 32 callers without, and a raw loop committing 32 claims (then their 32 completions) per transaction; medians of {rounds} rounds"
+        );
+        {
+            let mut one = Vec::new();
+            let mut on = Vec::new();
+            let mut off = Vec::new();
+            let mut raw = Vec::new();
+            for _ in 0..rounds {
+                one.push(engine_rate_with(1, total, true, true, &rt));
+                on.push(engine_rate_with(
+                    32,
+                    (4 * total / 32).max(1),
+                    true,
+                    true,
+                    &rt,
+                ));
+                off.push(engine_rate_with(
+                    32,
+                    (4 * total / 32).max(1),
+                    true,
+                    false,
+                    &rt,
+                ));
+                raw.push(raw_batched_rate(4 * total, 32));
+            }
+            let (one, on, off, raw) = (median(one), median(on), median(off), median(raw));
+            println!(
+                "  1 caller {one:.0} ops/s; 32 callers {on:.0} ops/s with group commit, {off:.0} without; raw 32 per transaction {raw:.0} ops/s"
+            );
+            println!(
+                "  32 grouped / 1 caller {:.2}x (target >= 10x); / 32 ungrouped {:.2}x; / raw batched {:.2}x (target >= 0.5x)",
+                on / one,
+                on / off,
+                on / raw
+            );
+        }
+    }
+    if wants("log") {
+        println!(
+            "\nthe attempt log's cost on SQLite: begin+complete with the log / without, medians of {rounds} rounds"
+        );
+        println!(
+            "{:>8} {:>14} {:>14} {:>8}",
+            "callers", "log ops/s", "no-log ops/s", "ratio"
+        );
+        for callers in [1u64, 8] {
+            let per = (total / callers).max(1);
+            let mut on = Vec::new();
+            let mut off = Vec::new();
+            for _ in 0..rounds {
+                on.push(engine_rate_logged(callers, per, true, &rt));
+                off.push(engine_rate_logged(callers, per, false, &rt));
+            }
+            let (on, off) = (median(on), median(off));
+            println!("{callers:>8} {on:>14.0} {off:>14.0} {:>7.2}x", on / off);
+        }
+    }
+    if !["pg-log", "pg-group", "pg-floor"].iter().any(|s| wants(s)) {
+        return;
     }
     let Ok(url) = std::env::var("IDEM_TEST_POSTGRES_URL") else {
         println!("PostgreSQL: skipped (set IDEM_TEST_POSTGRES_URL to measure it)");
         return;
     };
-    println!(
-        "\nthe attempt log's cost on PostgreSQL: with the log / without, medians of {rounds} rounds"
-    );
-    println!(
-        "{:>8} {:>14} {:>14} {:>8}",
-        "callers", "log ops/s", "no-log ops/s", "ratio"
-    );
-    for callers in [1u64, 8] {
-        let per = (total / callers).max(1);
-        let mut on = Vec::new();
-        let mut off = Vec::new();
-        for round in 0..rounds {
-            for (log, rates) in [(true, &mut on), (false, &mut off)] {
-                let schema = format!(
-                    "idem_bench_log_{}_{callers}_{round}_{log}",
-                    std::process::id()
-                );
-                rates.push(engine_rate_pg_logged(&url, &schema, callers, per, log, &rt));
-                drop_schema(&url, &schema, &rt);
+    if wants("pg-log") {
+        println!(
+            "\nthe attempt log's cost on PostgreSQL: with the log / without, medians of {rounds} rounds"
+        );
+        println!(
+            "{:>8} {:>14} {:>14} {:>8}",
+            "callers", "log ops/s", "no-log ops/s", "ratio"
+        );
+        for callers in [1u64, 8] {
+            let per = (total / callers).max(1);
+            let mut on = Vec::new();
+            let mut off = Vec::new();
+            for round in 0..rounds {
+                for (log, rates) in [(true, &mut on), (false, &mut off)] {
+                    let schema = format!(
+                        "idem_bench_log_{}_{callers}_{round}_{log}",
+                        std::process::id()
+                    );
+                    rates.push(engine_rate_pg_logged(&url, &schema, callers, per, log, &rt));
+                    drop_schema(&url, &schema, &rt);
+                }
             }
+            let (on, off) = (median(on), median(off));
+            println!("{callers:>8} {on:>14.0} {off:>14.0} {:>7.2}x", on / off);
         }
-        let (on, off) = (median(on), median(off));
-        println!("{callers:>8} {on:>14.0} {off:>14.0} {:>7.2}x", on / off);
     }
-    println!(
-        "\ngroup commit on PostgreSQL: 32 callers with it, against 1 caller and 32 callers without; medians of {rounds} rounds"
-    );
-    {
-        // Grouped with 1, 4 and 8 store calls of a kind in flight, and not.
-        let settings: [(u64, Option<usize>); 5] = [
-            (1, Some(1)),
-            (32, Some(1)),
-            (32, Some(4)),
-            (32, Some(8)),
-            (32, None),
-        ];
-        let mut rates: Vec<Vec<f64>> = vec![Vec::new(); settings.len()];
-        for round in 0..rounds {
-            for (i, (callers, in_flight)) in settings.iter().enumerate() {
-                let schema = format!("idem_bench_gc_{}_{i}_{round}", std::process::id());
-                let per = if *callers == 1 {
-                    total
-                } else {
-                    (4 * total / 32).max(1)
-                };
-                let options = grouping_in_flight(in_flight.is_some(), *in_flight);
-                rates[i].push(engine_rate_pg_options(
-                    &url, &schema, *callers, per, true, options, &rt,
+    if wants("pg-group") {
+        println!(
+            "\ngroup commit on PostgreSQL: 32 callers with it, against 1 caller and 32 callers without; medians of {rounds} rounds"
+        );
+        {
+            // Grouped with 1, 4 and 8 store calls of a kind in flight, and not.
+            let settings: [(u64, Option<usize>); 5] = [
+                (1, Some(1)),
+                (32, Some(1)),
+                (32, Some(4)),
+                (32, Some(8)),
+                (32, None),
+            ];
+            let mut rates: Vec<Vec<f64>> = vec![Vec::new(); settings.len()];
+            for round in 0..rounds {
+                for (i, (callers, in_flight)) in settings.iter().enumerate() {
+                    let schema = format!("idem_bench_gc_{}_{i}_{round}", std::process::id());
+                    let per = if *callers == 1 {
+                        total
+                    } else {
+                        (4 * total / 32).max(1)
+                    };
+                    let options = grouping_in_flight(in_flight.is_some(), *in_flight);
+                    rates[i].push(engine_rate_pg_options(
+                        &url, &schema, *callers, per, true, options, &rt,
+                    ));
+                    drop_schema(&url, &schema, &rt);
+                }
+            }
+            let r: Vec<f64> = rates.into_iter().map(median).collect();
+            let (one, off) = (r[0], r[4]);
+            println!(
+                "  1 caller {one:.0} ops/s; 32 callers: without group commit {off:.0} ops/s; grouped with 1 call in flight {:.0}, 4 {:.0}, 8 {:.0}",
+                r[1], r[2], r[3]
+            );
+            println!(
+                "  32 callers / 1 caller: without {:.2}x; grouped 1/4/8 in flight {:.2}x / {:.2}x / {:.2}x (target >= 3x); grouped / without {:.2}x / {:.2}x / {:.2}x",
+                off / one,
+                r[1] / one,
+                r[2] / one,
+                r[3] / one,
+                r[1] / off,
+                r[2] / off,
+                r[3] / off
+            );
+        }
+    }
+    if wants("pg-floor") {
+        println!(
+            "\nbegin+complete on PostgreSQL ({url}), medians of {rounds} rounds, {total} ops each"
+        );
+        println!(
+            "{:>8} {:>14} {:>14} {:>8}",
+            "callers", "engine ops/s", "floor ops/s", "ratio"
+        );
+        for callers in [1u64, 8, 32] {
+            let per = (total / callers).max(1);
+            let mut e = Vec::new();
+            let mut f = Vec::new();
+            for round in 0..rounds {
+                let schema = format!("idem_bench_{}_{callers}_{round}", std::process::id());
+                e.push(engine_rate_pg(&url, &schema, callers, per, &rt));
+                drop_schema(&url, &schema, &rt);
+                f.push(raw_rate_pg(
+                    &url,
+                    &format!("{schema}_raw"),
+                    callers,
+                    per,
+                    &rt,
                 ));
-                drop_schema(&url, &schema, &rt);
             }
+            let (e, f) = (median(e), median(f));
+            println!("{callers:>8} {e:>14.0} {f:>14.0} {:>7.2}x", e / f);
         }
-        let r: Vec<f64> = rates.into_iter().map(median).collect();
-        let (one, off) = (r[0], r[4]);
-        println!(
-            "  1 caller {one:.0} ops/s; 32 callers: without group commit {off:.0} ops/s; grouped with 1 call in flight {:.0}, 4 {:.0}, 8 {:.0}",
-            r[1], r[2], r[3]
-        );
-        println!(
-            "  32 callers / 1 caller: without {:.2}x; grouped 1/4/8 in flight {:.2}x / {:.2}x / {:.2}x (target >= 3x); grouped / without {:.2}x / {:.2}x / {:.2}x",
-            off / one,
-            r[1] / one,
-            r[2] / one,
-            r[3] / one,
-            r[1] / off,
-            r[2] / off,
-            r[3] / off
-        );
-    }
-    println!(
-        "\nbegin+complete on PostgreSQL ({url}), medians of {rounds} rounds, {total} ops each"
-    );
-    println!(
-        "{:>8} {:>14} {:>14} {:>8}",
-        "callers", "engine ops/s", "floor ops/s", "ratio"
-    );
-    for callers in [1u64, 8, 32] {
-        let per = (total / callers).max(1);
-        let mut e = Vec::new();
-        let mut f = Vec::new();
-        for round in 0..rounds {
-            let schema = format!("idem_bench_{}_{callers}_{round}", std::process::id());
-            e.push(engine_rate_pg(&url, &schema, callers, per, &rt));
-            drop_schema(&url, &schema, &rt);
-            f.push(raw_rate_pg(
-                &url,
-                &format!("{schema}_raw"),
-                callers,
-                per,
-                &rt,
-            ));
-        }
-        let (e, f) = (median(e), median(f));
-        println!("{callers:>8} {e:>14.0} {f:>14.0} {:>7.2}x", e / f);
     }
 }
 

@@ -72,6 +72,15 @@ impl<T> Step<T> {
         self.entry = Some(entry);
         self
     }
+
+    /// The same step with its answer mapped by `f`.
+    pub fn map<U>(self, f: impl FnOnce(T) -> U) -> Step<U> {
+        Step {
+            record: self.record,
+            entry: self.entry,
+            answer: self.answer.map(f),
+        }
+    }
 }
 
 /// Where a decision gets a new fence from: a backend draws one from its

@@ -19,7 +19,7 @@ use crate::clock::StoreClock;
 use crate::error::StoreError;
 use crate::record::{
     Claim, ClaimOutcome, ClaimRequest, Finish, Holder, JobLeaseAcquire, ListFilter, Membership,
-    Outcome, OwnershipToken, RecordKey, RecordView, StoreOptions,
+    Outcome, OwnershipToken, RecordKey, RecordView, StoreOptions, Write, WriteOutcome,
 };
 use crate::registry::{Activation, Registration, Rollback};
 use crate::store::Store;
@@ -33,6 +33,7 @@ pub struct Deferred {
     options: StoreOptions,
     batches_share_commits: bool,
     concurrent_commits: usize,
+    mixes_writes: bool,
     store: OnceCell<Arc<dyn Store>>,
 }
 
@@ -63,6 +64,7 @@ impl Deferred {
             } else {
                 1
             },
+            mixes_writes: matches!(parsed, StoreUrl::Sqlite { .. }),
             store: OnceCell::new(),
         })
     }
@@ -101,6 +103,10 @@ impl Store for Deferred {
         self.concurrent_commits
     }
 
+    fn mixes_writes(&self) -> bool {
+        self.mixes_writes
+    }
+
     async fn ready(&self) -> Result<(), StoreError> {
         self.store().await?.ready().await
     }
@@ -114,6 +120,13 @@ impl Store for Deferred {
         requests: Vec<ClaimRequest>,
     ) -> Result<Vec<Result<ClaimOutcome, StoreError>>, StoreError> {
         self.store().await?.claim_many(requests).await
+    }
+
+    async fn write_many(
+        &self,
+        writes: Vec<Write>,
+    ) -> Result<Vec<Result<WriteOutcome, StoreError>>, StoreError> {
+        self.store().await?.write_many(writes).await
     }
 
     async fn take_over_with(

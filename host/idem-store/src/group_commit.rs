@@ -7,7 +7,11 @@
 //! while another claim's store call is in flight waits for it and then goes,
 //! with all the others that queued meanwhile, in *one*
 //! [`Store::claim_many`] call — one transaction on SQLite, one statement on
-//! PostgreSQL; finishes likewise through [`Store::finish_many`].
+//! PostgreSQL; finishes likewise through [`Store::finish_many`]. Where the
+//! store has one writer and a batch of both kinds is one commit
+//! ([`Store::mixes_writes`]: SQLite), claims and finishes wait in *one*
+//! line and go together through [`Store::write_many`]: two lines would
+//! only take turns on the one connection, each paying a commit.
 //!
 //! No timer: a caller that finds nothing in flight (more generally, fewer
 //! than [`GroupCommitOptions::max_in_flight`] calls) makes its own call at
@@ -39,7 +43,7 @@ use crate::clock::StoreClock;
 use crate::error::StoreError;
 use crate::record::{
     Claim, ClaimOutcome, ClaimRequest, Ending, Finish, Holder, JobLeaseAcquire, ListFilter,
-    Membership, Outcome, OwnershipToken, RecordKey, RecordView,
+    Membership, Outcome, OwnershipToken, RecordKey, RecordView, Write, WriteOutcome,
 };
 use crate::registry::{Activation, Registration, Rollback};
 use crate::store::Store;
@@ -76,8 +80,11 @@ impl Default for GroupCommitOptions {
 /// the module docs). Every other call goes straight to the wrapped store.
 pub struct GroupCommit {
     inner: Arc<dyn Store>,
-    claims: Arc<Lane<Claims>>,
-    finishes: Arc<Lane<Finishes>>,
+    claims: Arc<Lane>,
+    /// The claims' own lane where the store mixes writes
+    /// ([`Store::mixes_writes`]): claims and finishes then wait in one line
+    /// and share each commit.
+    finishes: Arc<Lane>,
 }
 
 impl std::fmt::Debug for GroupCommit {
@@ -86,11 +93,20 @@ impl std::fmt::Debug for GroupCommit {
             .field("store", &self.inner.describe())
             .field("max_batch", &self.claims.max_batch)
             .field("max_in_flight", &self.claims.max_in_flight)
+            .field("mixed", &self.mixed())
             .finish()
     }
 }
 
 impl GroupCommit {
+    /// A finish, through its line.
+    async fn finish(&self, finish: Finish) -> Result<(), StoreError> {
+        match self.finishes.submit(Write::Finish(finish)).await? {
+            WriteOutcome::Finished => Ok(()),
+            WriteOutcome::Claim(_) => Err(mismatched("finish")),
+        }
+    }
+
     /// Wraps `store`. `options.enabled` is not consulted here: wrapping is
     /// the decision to group.
     pub fn new(store: Arc<dyn Store>, options: GroupCommitOptions) -> Self {
@@ -99,9 +115,15 @@ impl GroupCommit {
             .max_in_flight
             .unwrap_or_else(|| store.concurrent_commits())
             .max(1);
+        let claims = Lane::new(store.clone(), max_batch, max_in_flight);
+        let finishes = if store.mixes_writes() {
+            claims.clone()
+        } else {
+            Lane::new(store.clone(), max_batch, max_in_flight)
+        };
         GroupCommit {
-            claims: Lane::new(store.clone(), max_batch, max_in_flight),
-            finishes: Lane::new(store.clone(), max_batch, max_in_flight),
+            claims,
+            finishes,
             inner: store,
         }
     }
@@ -121,11 +143,22 @@ impl GroupCommit {
         &self.inner
     }
 
+    /// Whether claims and finishes wait in one line and share store calls.
+    fn mixed(&self) -> bool {
+        Arc::ptr_eq(&self.claims, &self.finishes)
+    }
+
     /// How much grouping happened so far, and who waits now.
     pub fn stats(&self) -> GroupCommitStats {
+        let calls = if self.mixed() {
+            self.claims.calls()
+        } else {
+            self.claims.calls() + self.finishes.calls()
+        };
         GroupCommitStats {
-            claims: self.claims.stats(),
-            finishes: self.finishes.stats(),
+            claims: self.claims.stats(Kind::Claim),
+            finishes: self.finishes.stats(Kind::Finish),
+            calls,
         }
     }
 }
@@ -137,89 +170,81 @@ pub struct GroupCommitStats {
     pub claims: LaneStats,
     /// Completions and failures.
     pub finishes: LaneStats,
+    /// Store calls made in all. Where the store mixes writes
+    /// ([`Store::mixes_writes`]) one call may carry claims and finishes
+    /// together, and counts in both kinds' `calls`, once here.
+    pub calls: u64,
 }
 
 /// One kind of grouped call's figures.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct LaneStats {
-    /// Store calls made (a lone item or a batch each).
+    /// Store calls that carried this kind (a lone item or a batch each).
     pub calls: u64,
-    /// Items those calls carried: `items / calls` is the mean batch size.
+    /// Items of this kind those calls carried: `items / calls` is the mean
+    /// batch size.
     pub items: u64,
-    /// Callers waiting now for the call in flight to end.
+    /// Callers of this kind waiting now for a call in flight to end.
     pub waiting: usize,
 }
 
-/// One kind of grouped call: how a lone item and a batch are sent.
-#[async_trait]
-trait Batch: Send + Sync + 'static {
-    type Item: Send + 'static;
-    type Answer: Send + 'static;
-    async fn one(store: &dyn Store, item: Self::Item) -> Result<Self::Answer, StoreError>;
-    async fn many(
-        store: &dyn Store,
-        items: Vec<Self::Item>,
-    ) -> Result<Vec<Result<Self::Answer, StoreError>>, StoreError>;
+/// The two kinds of grouped writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Claim,
+    Finish,
 }
 
-struct Claims;
-
-#[async_trait]
-impl Batch for Claims {
-    type Item = ClaimRequest;
-    type Answer = ClaimOutcome;
-    async fn one(store: &dyn Store, item: ClaimRequest) -> Result<ClaimOutcome, StoreError> {
-        store.claim(item).await
-    }
-    async fn many(
-        store: &dyn Store,
-        items: Vec<ClaimRequest>,
-    ) -> Result<Vec<Result<ClaimOutcome, StoreError>>, StoreError> {
-        store.claim_many(items).await
+impl Kind {
+    fn of(write: &Write) -> Kind {
+        match write {
+            Write::Claim(_) => Kind::Claim,
+            Write::Finish(_) => Kind::Finish,
+        }
     }
 }
 
-struct Finishes;
-
-#[async_trait]
-impl Batch for Finishes {
-    type Item = Finish;
-    type Answer = ();
-    async fn one(store: &dyn Store, f: Finish) -> Result<(), StoreError> {
-        match f.ending {
+/// A lone write, as an ungrouped caller makes it.
+async fn write_one(store: &dyn Store, write: Write) -> Result<WriteOutcome, StoreError> {
+    match write {
+        Write::Claim(request) => store.claim(request).await.map(WriteOutcome::Claim),
+        Write::Finish(f) => match f.ending {
             Ending::Completed => store.complete(&f.key, f.fence, f.outcome).await,
             Ending::Failed { retryable } => store.fail(&f.key, f.fence, retryable, f.outcome).await,
         }
-    }
-    async fn many(
-        store: &dyn Store,
-        items: Vec<Finish>,
-    ) -> Result<Vec<Result<(), StoreError>>, StoreError> {
-        store.finish_many(items).await
+        .map(|()| WriteOutcome::Finished),
     }
 }
 
-type Reply<B> = oneshot::Sender<Result<<B as Batch>::Answer, StoreError>>;
+type Reply = oneshot::Sender<Result<WriteOutcome, StoreError>>;
 
-/// The callers of one kind of call: at most `max_in_flight` store calls in
-/// flight, and whoever arrives meanwhile waits in line for the next.
-struct Lane<B: Batch> {
-    store: Arc<dyn Store>,
-    max_batch: usize,
-    max_in_flight: usize,
-    state: Mutex<LaneState<B>>,
+/// Store calls and items of one kind, counted.
+#[derive(Default)]
+struct Counts {
     calls: AtomicU64,
     items: AtomicU64,
 }
 
-struct LaneState<B: Batch> {
+/// A line of callers: at most `max_in_flight` store calls in flight, and
+/// whoever arrives meanwhile waits in line for the next.
+struct Lane {
+    store: Arc<dyn Store>,
+    max_batch: usize,
+    max_in_flight: usize,
+    state: Mutex<LaneState>,
+    calls: AtomicU64,
+    claims: Counts,
+    finishes: Counts,
+}
+
+struct LaneState {
     /// Store calls of this lane in flight (or about to be): each is a
     /// [`Turn`]'s.
     in_flight: usize,
-    waiting: VecDeque<(B::Item, Reply<B>)>,
+    waiting: VecDeque<(Write, Reply)>,
 }
 
-impl<B: Batch> Lane<B> {
+impl Lane {
     fn new(store: Arc<dyn Store>, max_batch: usize, max_in_flight: usize) -> Arc<Self> {
         Arc::new(Lane {
             store,
@@ -230,52 +255,77 @@ impl<B: Batch> Lane<B> {
                 waiting: VecDeque::new(),
             }),
             calls: AtomicU64::new(0),
-            items: AtomicU64::new(0),
+            claims: Counts::default(),
+            finishes: Counts::default(),
         })
     }
 
-    fn stats(&self) -> LaneStats {
-        LaneStats {
-            calls: self.calls.load(Ordering::Relaxed),
-            items: self.items.load(Ordering::Relaxed),
-            waiting: self.state().waiting.len(),
+    fn counts(&self, kind: Kind) -> &Counts {
+        match kind {
+            Kind::Claim => &self.claims,
+            Kind::Finish => &self.finishes,
         }
     }
 
-    /// Counts a store call of `items` items.
-    fn counted(&self, items: usize) {
-        self.calls.fetch_add(1, Ordering::Relaxed);
-        self.items.fetch_add(items as u64, Ordering::Relaxed);
+    fn calls(&self) -> u64 {
+        self.calls.load(Ordering::Relaxed)
     }
 
-    fn state(&self) -> MutexGuard<'_, LaneState<B>> {
+    fn stats(&self, kind: Kind) -> LaneStats {
+        let counts = self.counts(kind);
+        LaneStats {
+            calls: counts.calls.load(Ordering::Relaxed),
+            items: counts.items.load(Ordering::Relaxed),
+            waiting: self
+                .state()
+                .waiting
+                .iter()
+                .filter(|(write, _)| Kind::of(write) == kind)
+                .count(),
+        }
+    }
+
+    /// Counts a store call carrying `writes`.
+    fn counted(&self, writes: &[Write]) {
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        for kind in [Kind::Claim, Kind::Finish] {
+            let n = writes.iter().filter(|w| Kind::of(w) == kind).count() as u64;
+            if n > 0 {
+                let counts = self.counts(kind);
+                counts.calls.fetch_add(1, Ordering::Relaxed);
+                counts.items.fetch_add(n, Ordering::Relaxed);
+            }
+        }
+    }
+
+    fn state(&self) -> MutexGuard<'_, LaneState> {
         // A flag and a queue, never left half-changed: always consistent.
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Sends `item` now when nothing is in flight, else in the next batch.
-    async fn submit(self: &Arc<Self>, item: B::Item) -> Result<B::Answer, StoreError> {
+    /// Sends `write` now when a slot is free, else in the next batch.
+    async fn submit(self: &Arc<Self>, write: Write) -> Result<WriteOutcome, StoreError> {
         let receiver = {
             let mut state = self.state();
             // Someone already waits (a drain is about to take them): join
             // the line behind them; else a free slot: go now.
             if state.in_flight >= self.max_in_flight || !state.waiting.is_empty() {
                 let (reply, receiver) = oneshot::channel();
-                state.waiting.push_back((item, reply));
+                state.waiting.push_back((write, reply));
                 Err(receiver)
             } else {
                 state.in_flight += 1;
-                Ok(item)
+                Ok(write)
             }
         };
         match receiver {
-            Ok(item) => {
-                // Nothing in flight: this caller's own call, at once. The
-                // turn passes on when it ends, even if this future is
-                // dropped midway.
+            Ok(write) => {
+                // A free slot: this caller's own call, at once. The turn
+                // passes on when it ends, even if this future is dropped
+                // midway.
                 let mut turn = Turn::new(self.clone());
-                self.counted(1);
-                let answer = B::one(self.store.as_ref(), item).await;
+                self.counted(std::slice::from_ref(&write));
+                let answer = write_one(self.store.as_ref(), write).await;
                 turn.pass();
                 answer
             }
@@ -292,7 +342,7 @@ impl<B: Batch> Lane<B> {
     async fn drain(self: Arc<Self>) {
         let mut turn = Turn::new(self.clone());
         loop {
-            let batch: Vec<(B::Item, Reply<B>)> = {
+            let batch: Vec<(Write, Reply)> = {
                 let mut state = self.state();
                 // A caller that gave up is left out: nothing written for it.
                 state.waiting.retain(|(_, reply)| !reply.is_closed());
@@ -304,17 +354,17 @@ impl<B: Batch> Lane<B> {
                 let n = state.waiting.len().min(self.max_batch);
                 state.waiting.drain(..n).collect()
             };
-            let (items, replies): (Vec<_>, Vec<_>) = batch.into_iter().unzip();
-            self.counted(items.len());
-            if items.len() == 1 {
-                let item = items.into_iter().next().expect("one item");
-                let answer = B::one(self.store.as_ref(), item).await;
+            let (writes, replies): (Vec<_>, Vec<_>) = batch.into_iter().unzip();
+            self.counted(&writes);
+            if writes.len() == 1 {
+                let write = writes.into_iter().next().expect("one write");
+                let answer = write_one(self.store.as_ref(), write).await;
                 let reply = replies.into_iter().next().expect("one reply");
                 let _ = reply.send(answer);
                 continue;
             }
-            let asked = items.len();
-            match B::many(self.store.as_ref(), items).await {
+            let asked = writes.len();
+            match self.store.write_many(writes).await {
                 Ok(answers) if answers.len() == asked => {
                     for (reply, answer) in replies.into_iter().zip(answers) {
                         let _ = reply.send(answer);
@@ -343,13 +393,13 @@ impl<B: Batch> Lane<B> {
 /// [`Turn::done`] (a call ended, or its future was dropped, or it
 /// panicked), it hands the line to a drain task when callers wait, so that
 /// nobody waits on a call that will never end.
-struct Turn<B: Batch> {
-    lane: Arc<Lane<B>>,
+struct Turn {
+    lane: Arc<Lane>,
     armed: bool,
 }
 
-impl<B: Batch> Turn<B> {
-    fn new(lane: Arc<Lane<B>>) -> Self {
+impl Turn {
+    fn new(lane: Arc<Lane>) -> Self {
         Turn { lane, armed: true }
     }
 
@@ -366,7 +416,7 @@ impl<B: Batch> Turn<B> {
     }
 }
 
-impl<B: Batch> Drop for Turn<B> {
+impl Drop for Turn {
     fn drop(&mut self) {
         self.pass();
     }
@@ -374,7 +424,7 @@ impl<B: Batch> Drop for Turn<B> {
 
 /// Ends a turn: its slot freed when nobody waits, else a drain task takes
 /// the slot over.
-fn pass_on<B: Batch>(lane: &Arc<Lane<B>>) {
+fn pass_on(lane: &Arc<Lane>) {
     let mut state = lane.state();
     if state.waiting.is_empty() {
         state.in_flight -= 1;
@@ -392,6 +442,14 @@ fn pass_on<B: Batch>(lane: &Arc<Lane<B>>) {
             state.waiting.clear();
         }
     }
+}
+
+/// A lane's answer that is not of the kind asked (never, from a correct
+/// store): an error, not a panic.
+fn mismatched(kind: &str) -> StoreError {
+    StoreError::Task(format!(
+        "the group commit got another kind of answer for a {kind}"
+    ))
 }
 
 #[async_trait]
@@ -412,12 +470,19 @@ impl Store for GroupCommit {
         self.inner.concurrent_commits()
     }
 
+    fn mixes_writes(&self) -> bool {
+        self.inner.mixes_writes()
+    }
+
     async fn ready(&self) -> Result<(), StoreError> {
         self.inner.ready().await
     }
 
     async fn claim(&self, request: ClaimRequest) -> Result<ClaimOutcome, StoreError> {
-        self.claims.submit(request).await
+        match self.claims.submit(Write::Claim(request)).await? {
+            WriteOutcome::Claim(outcome) => Ok(outcome),
+            WriteOutcome::Finished => Err(mismatched("claim")),
+        }
     }
 
     async fn claim_many(
@@ -450,14 +515,13 @@ impl Store for GroupCommit {
         fence: u64,
         outcome: Outcome,
     ) -> Result<(), StoreError> {
-        self.finishes
-            .submit(Finish {
-                key: key.clone(),
-                fence,
-                ending: Ending::Completed,
-                outcome,
-            })
-            .await
+        self.finish(Finish {
+            key: key.clone(),
+            fence,
+            ending: Ending::Completed,
+            outcome,
+        })
+        .await
     }
 
     async fn fail(
@@ -467,14 +531,13 @@ impl Store for GroupCommit {
         retryable: bool,
         outcome: Outcome,
     ) -> Result<(), StoreError> {
-        self.finishes
-            .submit(Finish {
-                key: key.clone(),
-                fence,
-                ending: Ending::Failed { retryable },
-                outcome,
-            })
-            .await
+        self.finish(Finish {
+            key: key.clone(),
+            fence,
+            ending: Ending::Failed { retryable },
+            outcome,
+        })
+        .await
     }
 
     async fn finish_many(
@@ -482,6 +545,13 @@ impl Store for GroupCommit {
         finishes: Vec<Finish>,
     ) -> Result<Vec<Result<(), StoreError>>, StoreError> {
         self.inner.finish_many(finishes).await
+    }
+
+    async fn write_many(
+        &self,
+        writes: Vec<Write>,
+    ) -> Result<Vec<Result<WriteOutcome, StoreError>>, StoreError> {
+        self.inner.write_many(writes).await
     }
 
     async fn heartbeat(

@@ -108,7 +108,7 @@ pub use record::{
     Claim, ClaimOutcome, ClaimRequest, DEFAULT_MAX_OUTCOME_BYTES, Digest, Ending, Existing, Finish,
     Holder, JobLease, JobLeaseAcquire, KeptOperation, ListFilter, MAX_ERROR_BYTES,
     MAX_KEPT_OPERATION_BYTES, Membership, NotKept, Outcome, OwnershipToken, Record, RecordKey,
-    RecordState, RecordView, StoreOptions, TRUNCATION_MARK,
+    RecordState, RecordView, StoreOptions, TRUNCATION_MARK, Write, WriteOutcome,
 };
 pub use registry::{
     Activation, DualRead, MAX_HISTORY, Registration, RegistryAction, RegistryEvent, Rollback,

@@ -18,10 +18,10 @@ use crate::error::StoreError;
 use crate::machine::{self, ClaimStep};
 use crate::record::{
     Claim, ClaimOutcome, ClaimRequest, Finish, Holder, JobLeaseAcquire, ListFilter, Membership,
-    Outcome, OwnershipToken, Record, RecordKey, RecordState, RecordView,
+    Outcome, OwnershipToken, Record, RecordKey, RecordState, RecordView, Write, WriteOutcome,
 };
 use crate::registry::{self, Activation, Registration, Rollback};
-use crate::store::Store;
+use crate::store::{self, Store};
 
 /// How many expired records one `gc` transaction deletes (with their log
 /// entries): a few milliseconds of SQLite's write lock, or of PostgreSQL row
@@ -47,6 +47,12 @@ impl<B: RecordBackend> Store for B {
 
     fn concurrent_commits(&self) -> usize {
         RecordBackend::concurrent_commits(self)
+    }
+
+    /// One shared transaction carries claims and finishes alike: one
+    /// commit for both.
+    fn mixes_writes(&self) -> bool {
+        RecordBackend::batches_share_commits(self) && self.batches_share_a_transaction()
     }
 
     async fn claim(&self, request: ClaimRequest) -> Result<ClaimOutcome, StoreError> {
@@ -145,6 +151,17 @@ impl<B: RecordBackend> Store for B {
         finishes: Vec<Finish>,
     ) -> Result<Vec<Result<(), StoreError>>, StoreError> {
         finish_many(self, finishes).await
+    }
+
+    async fn write_many(
+        &self,
+        writes: Vec<Write>,
+    ) -> Result<Vec<Result<WriteOutcome, StoreError>>, StoreError> {
+        if Store::mixes_writes(self) {
+            write_in_one_transaction(self, writes).await
+        } else {
+            store::write_by_kind(self, writes).await
+        }
     }
 
     async fn heartbeat(
@@ -539,6 +556,63 @@ async fn claim_in_one_transaction<B: RecordBackend>(
                 slots.push(None);
                 calls.push((claim_call(&request), claim_decision(request)));
             }
+        }
+    }
+    let mut answers = backend.transact_many(calls).await?.into_iter();
+    slots
+        .into_iter()
+        .map(|slot| {
+            slot.or_else(|| answers.next()).ok_or_else(|| {
+                StoreError::Task("a batch transaction answered fewer calls than it ran".into())
+            })
+        })
+        .collect()
+}
+
+/// `decide` with its answer mapped by `f`, for a batch of mixed calls.
+fn mapped<T: 'static, U: 'static>(mut decide: Decide<T>, f: fn(T) -> U) -> Decide<U> {
+    Box::new(move |current, now, fences| decide(current, now, fences).map(|step| step.map(f)))
+}
+
+/// Claims and finishes in one [`RecordBackend::transact_many`] (one
+/// commit), each decided as alone, in order; an invalid claim or an
+/// outcome too large is refused alone.
+async fn write_in_one_transaction<B: RecordBackend>(
+    backend: &B,
+    writes: Vec<Write>,
+) -> Result<Vec<Result<WriteOutcome, StoreError>>, StoreError> {
+    let options = backend.options();
+    let limit = options.max_outcome_bytes;
+    let mut slots = Vec::with_capacity(writes.len());
+    let mut calls = Vec::with_capacity(writes.len());
+    for write in writes {
+        let call = match write {
+            Write::Claim(request) => {
+                let request = machine::kept(request, options);
+                machine::validate(&request).map(|()| {
+                    (
+                        claim_call(&request),
+                        mapped(claim_decision(request), WriteOutcome::Claim),
+                    )
+                })
+            }
+            Write::Finish(f) => {
+                let state = f.ending.state();
+                machine::checked_outcome(&f.key, f.outcome, limit).map(|outcome| {
+                    let decide = finish_decision(f.key.clone(), f.fence, state, outcome, limit);
+                    (
+                        plain_call("finishing an attempt", &f.key),
+                        mapped(decide, |()| WriteOutcome::Finished),
+                    )
+                })
+            }
+        };
+        match call {
+            Ok(call) => {
+                slots.push(None);
+                calls.push(call);
+            }
+            Err(refused) => slots.push(Some(Err(refused))),
         }
     }
     let mut answers = backend.transact_many(calls).await?.into_iter();

@@ -322,6 +322,27 @@ pub struct Finish {
     pub outcome: Outcome,
 }
 
+/// One grouped write, for [`Store::write_many`]: a claim or a holder's end.
+// Moved once into a group commit's line and out into a batch: boxing the
+// larger variant would cost every claim an allocation for nothing.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Write {
+    /// [`Store::claim`].
+    Claim(ClaimRequest),
+    /// [`Store::complete`] or [`Store::fail`].
+    Finish(Finish),
+}
+
+/// What one [`Write`] got.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WriteOutcome {
+    /// A claim's outcome.
+    Claim(ClaimOutcome),
+    /// A finish was written.
+    Finished,
+}
+
 /// What the engine asks a store to claim.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClaimRequest {

@@ -9,7 +9,7 @@ use crate::clock::StoreClock;
 use crate::error::StoreError;
 use crate::record::{
     Claim, ClaimOutcome, ClaimRequest, Ending, Finish, Holder, JobLeaseAcquire, ListFilter,
-    Membership, Outcome, OwnershipToken, RecordKey, RecordView,
+    Membership, Outcome, OwnershipToken, RecordKey, RecordView, Write, WriteOutcome,
 };
 use crate::registry::{Activation, Registration, Rollback};
 
@@ -49,6 +49,16 @@ pub trait Store: Send + Sync + 'static {
     /// connections). Default: 1.
     fn concurrent_commits(&self) -> usize {
         1
+    }
+
+    /// Whether one [`Store::write_many`] call carrying claims *and*
+    /// finishes is one commit, so that [`crate::GroupCommit`] sends both
+    /// kinds in one line instead of a line each. SQLite: yes (one writer:
+    /// two lines would only take turns on its one connection, each paying
+    /// a commit). PostgreSQL: no (a claim batch and a finish batch are a
+    /// statement each, and several run at once). Default: no.
+    fn mixes_writes(&self) -> bool {
+        false
     }
 
     /// Makes sure the store is open and usable, changing nothing: a store
@@ -162,6 +172,20 @@ pub trait Store: Send + Sync + 'static {
             });
         }
         Ok(results)
+    }
+
+    /// Claims and finishes in one call: what each would have got, in order,
+    /// with the guarantees of [`Store::claim_many`] and
+    /// [`Store::finish_many`] (each write decided alone, conditional on its
+    /// own key and fence; the call is not a transaction, only fewer
+    /// commits). Where [`Store::mixes_writes`], all of them share one
+    /// commit; the default sends the claims in one `claim_many` and the
+    /// finishes in one `finish_many`.
+    async fn write_many(
+        &self,
+        writes: Vec<Write>,
+    ) -> Result<Vec<Result<WriteOutcome, StoreError>>, StoreError> {
+        write_by_kind(self, writes).await
     }
 
     /// Extends the lease of the attempt holding `fence` to store-now +
@@ -285,4 +309,61 @@ pub trait Store: Send + Sync + 'static {
     /// unregistered namespace is refused too: for a shared store where one
     /// team must not be able to start writing into a namespace first.
     async fn set_require_registration(&self, on: bool) -> Result<(), StoreError>;
+}
+
+/// [`Store::write_many`] as a `claim_many` of its claims and a
+/// `finish_many` of its finishes, answers put back in the writes' order.
+pub(crate) async fn write_by_kind<S: Store + ?Sized>(
+    store: &S,
+    writes: Vec<Write>,
+) -> Result<Vec<Result<WriteOutcome, StoreError>>, StoreError> {
+    let mut is_claim = Vec::with_capacity(writes.len());
+    let mut claims = Vec::new();
+    let mut finishes = Vec::new();
+    for write in writes {
+        match write {
+            Write::Claim(request) => {
+                is_claim.push(true);
+                claims.push(request);
+            }
+            Write::Finish(finish) => {
+                is_claim.push(false);
+                finishes.push(finish);
+            }
+        }
+    }
+    let asked = (claims.len(), finishes.len());
+    let claimed = match claims.len() {
+        0 => Vec::new(),
+        1 => vec![store.claim(claims.pop().expect("one claim")).await],
+        _ => store.claim_many(claims).await?,
+    };
+    let finished = match finishes.len() {
+        0 => Vec::new(),
+        _ => store.finish_many(finishes).await?,
+    };
+    if (claimed.len(), finished.len()) != asked {
+        return Err(StoreError::Task(format!(
+            "the store answered {} of {} claims and {} of {} finishes",
+            claimed.len(),
+            asked.0,
+            finished.len(),
+            asked.1
+        )));
+    }
+    let mut claimed = claimed.into_iter();
+    let mut finished = finished.into_iter();
+    Ok(is_claim
+        .into_iter()
+        .map(|claim| {
+            if claim {
+                claimed.next().expect("counted").map(WriteOutcome::Claim)
+            } else {
+                finished
+                    .next()
+                    .expect("counted")
+                    .map(|()| WriteOutcome::Finished)
+            }
+        })
+        .collect())
 }

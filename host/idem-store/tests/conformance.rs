@@ -963,6 +963,126 @@ async fn group_commit_leaves_out_a_caller_that_gave_up() {
     assert_eq!(grouped.stats().claims.items, 2);
 }
 
+/// On one writer (SQLite: [`Store::mixes_writes`]) claims and finishes
+/// wait in one line: those that queued together while a call was held up
+/// go in *one* store call (one commit), each with its own answer — fresh
+/// claims under new fences above every earlier one, finishes each
+/// conditional on its own fence (a stale one refused alone).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn group_commit_sends_waiting_claims_and_finishes_together_on_one_writer() {
+    use idem_store::{GroupCommit, GroupCommitOptions};
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("idem.db");
+    let sqlite = SqliteOptions {
+        busy_timeout: Duration::from_secs(60),
+        ..SqliteOptions::default()
+    };
+    let inner = SqliteStore::open(&path, sqlite, StoreOptions::default()).unwrap();
+    assert!(inner.mixes_writes(), "SQLite has one writer");
+    let grouped = Arc::new(GroupCommit::new(
+        Arc::new(inner),
+        GroupCommitOptions::default(),
+    ));
+    let store: Arc<dyn Store> = grouped.clone();
+    let claim = |n: u32| {
+        let store = store.clone();
+        tokio::spawn(async move {
+            store
+                .claim(request(&conformance::key(n), n, 60_000, 600_000, n))
+                .await
+        })
+    };
+    // Six claims made one by one: their holders finish later.
+    let mut held = Vec::new();
+    for n in 0..6 {
+        match claim(n).await.unwrap().unwrap() {
+            ClaimOutcome::Claimed(c) => held.push(c),
+            other => panic!("a fresh key is claimed: {other:?}"),
+        }
+    }
+    let highest = held.iter().map(|c| c.fence).max().unwrap();
+    let before = grouped.stats();
+
+    let blocker = rusqlite::Connection::open(&path).unwrap();
+    blocker.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let first = claim(100);
+    until("the first claim to be sent", || {
+        grouped.stats().calls == before.calls + 1
+    })
+    .await;
+    let claims: Vec<_> = (101..105).map(claim).collect();
+    let finishes: Vec<_> = held
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let (store, key) = (store.clone(), c.key.clone());
+            let fence = if i == 2 { c.fence - 1 } else { c.fence };
+            tokio::spawn(async move {
+                store
+                    .complete(&key, fence, Outcome::new(0, b"ok".to_vec()))
+                    .await
+            })
+        })
+        .collect();
+    until("the claims and finishes to wait in one line", || {
+        let now = grouped.stats();
+        now.claims.waiting == 4 && now.finishes.waiting == 6
+    })
+    .await;
+    blocker.execute_batch("COMMIT").unwrap();
+
+    let mut fences = Vec::new();
+    for task in std::iter::once(first).chain(claims) {
+        match task.await.unwrap().unwrap() {
+            ClaimOutcome::Claimed(c) => fences.push(c.fence),
+            other => panic!("a fresh key is claimed: {other:?}"),
+        }
+    }
+    fences.sort_unstable();
+    fences.dedup();
+    assert_eq!(fences.len(), 5, "every claim under a fence of its own");
+    assert!(
+        fences[0] > highest,
+        "new fences are above every earlier one"
+    );
+    for (i, task) in finishes.into_iter().enumerate() {
+        let result = task.await.unwrap();
+        let state = store.get(&held[i].key).await.unwrap().unwrap().record.state;
+        if i == 2 {
+            assert!(
+                matches!(result, Err(StoreError::Fenced { .. })),
+                "the stale fence is refused alone: {result:?}"
+            );
+            assert_eq!(state, RecordState::InProgress);
+        } else {
+            result.unwrap();
+            assert_eq!(state, RecordState::Completed, "finish {i}");
+        }
+    }
+    let after = grouped.stats();
+    assert_eq!(
+        after.calls - before.calls,
+        2,
+        "one lone call, then one call for the claims and finishes that waited"
+    );
+    assert_eq!(
+        (
+            after.claims.calls - before.claims.calls,
+            after.finishes.calls - before.finishes.calls
+        ),
+        (2, 1)
+    );
+    assert_eq!(after.finishes.items - before.finishes.items, 6);
+
+    // The next claim after the batch draws above the batch's fences: the
+    // batch wrote its last fence back to the sequence.
+    match claim(200).await.unwrap().unwrap() {
+        ClaimOutcome::Claimed(c) => assert!(c.fence > *fences.last().unwrap()),
+        other => panic!("a fresh key is claimed: {other:?}"),
+    }
+}
+
 /// A store opened on first use: nothing exists until a call needs it (or
 /// `ready`), a malformed URL is refused at once, and a store that cannot
 /// be opened is that call's error, tried again by the next.

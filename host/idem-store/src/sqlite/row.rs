@@ -101,6 +101,24 @@ impl Inner {
         u64::try_from(fence).map_err(|_| self.corrupt(format!("the fence sequence is at {fence}")))
     }
 
+    /// The last fence issued, in the caller's transaction (a batch draws
+    /// its fences from it in memory, then [`Inner::set_last_fence`]).
+    pub(super) fn last_fence(&self, tx: &Connection) -> Result<u64, StoreError> {
+        let fence: i64 = tx
+            .prepare_cached("SELECT last FROM fence_seq WHERE id = 1")
+            .and_then(|mut stmt| stmt.query_row([], |row| row.get(0)))
+            .map_err(|e| self.err("issuing a fence", e))?;
+        u64::try_from(fence).map_err(|_| self.corrupt(format!("the fence sequence is at {fence}")))
+    }
+
+    /// Moves the fence sequence to `last`, in the caller's transaction.
+    pub(super) fn set_last_fence(&self, tx: &Connection, last: u64) -> Result<(), StoreError> {
+        tx.prepare_cached("UPDATE fence_seq SET last = ?1 WHERE id = 1")
+            .and_then(|mut stmt| stmt.execute([int(last)]))
+            .map_err(|e| self.err("issuing a fence", e))?;
+        Ok(())
+    }
+
     /// The next ownership epoch, in the caller's transaction.
     pub(super) fn next_epoch(&self, tx: &Connection) -> Result<u64, StoreError> {
         let epoch: i64 = tx
