@@ -32,7 +32,9 @@ fn op(n: u64) -> Operation {
     Operation::from_json(&json, &OperationLimits::default()).unwrap()
 }
 
-/// The store's schema (version 1), for the raw floor.
+/// The store's record table with its two indexes (retention, last update:
+/// a completion moves both), for the raw floor; the attempt log is not in
+/// the floor (its cost is measured on its own, `log`).
 const SCHEMA: &str = "
     PRAGMA journal_mode = WAL;
     CREATE TABLE fence_seq (id INTEGER PRIMARY KEY CHECK (id = 1), last INTEGER NOT NULL);
@@ -44,7 +46,8 @@ const SCHEMA: &str = "
         retain_until INTEGER NOT NULL, outcome_status INTEGER, outcome_body BLOB, outcome_error TEXT,
         holder_run_id TEXT, holder_trigger TEXT, holder_attempt INTEGER, holder_host TEXT NOT NULL,
         holder_pid INTEGER NOT NULL, PRIMARY KEY (namespace, key)) WITHOUT ROWID;
-    CREATE INDEX records_retain_until ON records (retain_until);";
+    CREATE INDEX records_retain_until ON records (retain_until);
+    CREATE INDEX records_updated ON records (updated);";
 
 fn raw_connection(path: &std::path::Path) -> rusqlite::Connection {
     let c = rusqlite::Connection::open(path).unwrap();
@@ -329,7 +332,8 @@ fn engine_rate_pg_options(
 
 /// The PostgreSQL floor: the claim as one `INSERT … ON CONFLICT DO NOTHING
 /// RETURNING` drawing the fence from a sequence, the completion as one
-/// conditional `UPDATE`, each its own autocommit statement.
+/// conditional `UPDATE`, each its own autocommit statement, on the store's
+/// record table and its two indexes (as the SQLite floor).
 fn raw_rate_pg(
     url: &str,
     schema: &str,
@@ -353,7 +357,9 @@ fn raw_rate_pg(
                    lease_until BIGINT NOT NULL, attempts INT NOT NULL, created BIGINT NOT NULL, updated BIGINT NOT NULL,
                    retention_ms BIGINT NOT NULL, retain_until BIGINT NOT NULL, outcome_status INT, outcome_body BYTEA,
                    outcome_error TEXT, holder_run_id TEXT, holder_trigger TEXT, holder_attempt INT, holder_host TEXT NOT NULL,
-                   holder_pid INT NOT NULL, PRIMARY KEY (namespace, key));"
+                   holder_pid INT NOT NULL, PRIMARY KEY (namespace, key));
+                 CREATE INDEX ON {schema}.records (retain_until);
+                 CREATE INDEX ON {schema}.records (updated);"
             ))
             .await
             .unwrap();

@@ -161,6 +161,15 @@ pub trait RecordBackend: Send + Sync + 'static {
         1
     }
 
+    /// How many expired records one `gc` transaction deletes (with their
+    /// log entries): a gc of millions runs as many short transactions, so
+    /// that live claims wait for one batch at most, never for the whole
+    /// gc. Default: 250 (PostgreSQL: a claim of another key never waits
+    /// for gc's row locks anyway).
+    fn gc_batch(&self) -> u32 {
+        250
+    }
+
     /// Whether several calls are cheaper as one shared transaction
     /// ([`RecordBackend::transact_many`]) than as single calls with their
     /// fast paths. SQLite: yes (one commit, one fsync). PostgreSQL: no (its

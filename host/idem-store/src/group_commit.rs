@@ -338,6 +338,45 @@ impl Lane {
         }
     }
 
+    /// Puts `writes` in line together (behind whoever waits) and answers
+    /// each, in order: a caller's own batch shares store calls with
+    /// everyone else's writes. Starts a drain when a slot is free.
+    async fn submit_many(
+        self: &Arc<Self>,
+        writes: Vec<Write>,
+    ) -> Vec<Result<WriteOutcome, StoreError>> {
+        let (receivers, start) = {
+            let mut state = self.state();
+            let receivers: Vec<_> = writes
+                .into_iter()
+                .map(|write| {
+                    let (reply, receiver) = oneshot::channel();
+                    state.waiting.push_back((write, reply));
+                    receiver
+                })
+                .collect();
+            let start = state.in_flight < self.max_in_flight;
+            if start {
+                state.in_flight += 1;
+            }
+            (receivers, start)
+        };
+        if start {
+            // The slot taken above is the drain's: its turn gives it back.
+            tokio::spawn(self.clone().drain());
+        }
+        let mut answers = Vec::with_capacity(receivers.len());
+        for receiver in receivers {
+            answers.push(receiver.await.unwrap_or_else(|_| {
+                Err(StoreError::Task(
+                    "the group commit stopped before answering (the runtime is shutting down)"
+                        .into(),
+                ))
+            }));
+        }
+        answers
+    }
+
     /// Sends what waits, batch after batch, until the line is empty.
     async fn drain(self: Arc<Self>) {
         let mut turn = Turn::new(self.clone());
@@ -485,11 +524,28 @@ impl Store for GroupCommit {
         }
     }
 
+    /// On one writer, a caller's batch smaller than a full call joins the
+    /// line (so that a job's claims and its finishes share commits);
+    /// otherwise it is one store call of its own (PostgreSQL: one
+    /// statement).
     async fn claim_many(
         &self,
         requests: Vec<ClaimRequest>,
     ) -> Result<Vec<Result<ClaimOutcome, StoreError>>, StoreError> {
-        self.inner.claim_many(requests).await
+        if !self.mixed() || requests.len() >= self.claims.max_batch {
+            return self.inner.claim_many(requests).await;
+        }
+        let writes = requests.into_iter().map(Write::Claim).collect();
+        Ok(self
+            .claims
+            .submit_many(writes)
+            .await
+            .into_iter()
+            .map(|answer| match answer? {
+                WriteOutcome::Claim(outcome) => Ok(outcome),
+                WriteOutcome::Finished => Err(mismatched("claim")),
+            })
+            .collect())
     }
 
     async fn take_over_with(
@@ -540,11 +596,26 @@ impl Store for GroupCommit {
         .await
     }
 
+    /// As [`GroupCommit::claim_many`]: in line on one writer, else one
+    /// store call.
     async fn finish_many(
         &self,
         finishes: Vec<Finish>,
     ) -> Result<Vec<Result<(), StoreError>>, StoreError> {
-        self.inner.finish_many(finishes).await
+        if !self.mixed() || finishes.len() >= self.finishes.max_batch {
+            return self.inner.finish_many(finishes).await;
+        }
+        let writes = finishes.into_iter().map(Write::Finish).collect();
+        Ok(self
+            .finishes
+            .submit_many(writes)
+            .await
+            .into_iter()
+            .map(|answer| match answer? {
+                WriteOutcome::Finished => Ok(()),
+                WriteOutcome::Claim(_) => Err(mismatched("finish")),
+            })
+            .collect())
     }
 
     async fn write_many(

@@ -23,11 +23,6 @@ use crate::record::{
 use crate::registry::{self, Activation, Registration, Rollback};
 use crate::store::{self, Store};
 
-/// How many expired records one `gc` transaction deletes (with their log
-/// entries): a few milliseconds of SQLite's write lock, or of PostgreSQL row
-/// locks, at a time, so that a gc of millions of records never stalls live
-/// claims for long.
-const GC_BATCH: u32 = 250;
 /// The store-wide setting behind [`Store::requires_registration`].
 const REQUIRE_REGISTRATION: &str = "require-registration";
 
@@ -203,9 +198,10 @@ impl<B: RecordBackend> Store for B {
     async fn gc(&self) -> Result<u64, StoreError> {
         let mut removed = 0;
         loop {
-            let batch = self.collect_garbage(GC_BATCH).await?;
+            let limit = self.gc_batch();
+            let batch = self.collect_garbage(limit).await?;
             removed += batch;
-            if batch < u64::from(GC_BATCH) {
+            if batch < u64::from(limit) {
                 return Ok(removed);
             }
         }

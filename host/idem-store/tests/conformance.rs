@@ -964,8 +964,9 @@ async fn group_commit_leaves_out_a_caller_that_gave_up() {
 }
 
 /// On one writer (SQLite: [`Store::mixes_writes`]) claims and finishes
-/// wait in one line: those that queued together while a call was held up
-/// go in *one* store call (one commit), each with its own answer — fresh
+/// wait in one line (a caller's own small `claim_many` too): those that
+/// queued together while a call was held up go in *one* store call (one
+/// commit), each with its own answer — fresh
 /// claims under new fences above every earlier one, finishes each
 /// conditional on its own fence (a stale one refused alone).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1012,6 +1013,14 @@ async fn group_commit_sends_waiting_claims_and_finishes_together_on_one_writer()
     })
     .await;
     let claims: Vec<_> = (101..105).map(claim).collect();
+    // A job's own small batch joins the same line.
+    let batch = {
+        let store = store.clone();
+        let requests = (105..107)
+            .map(|n| request(&conformance::key(n), n, 60_000, 600_000, n))
+            .collect();
+        tokio::spawn(async move { store.claim_many(requests).await })
+    };
     let finishes: Vec<_> = held
         .iter()
         .enumerate()
@@ -1027,7 +1036,7 @@ async fn group_commit_sends_waiting_claims_and_finishes_together_on_one_writer()
         .collect();
     until("the claims and finishes to wait in one line", || {
         let now = grouped.stats();
-        now.claims.waiting == 4 && now.finishes.waiting == 6
+        now.claims.waiting == 6 && now.finishes.waiting == 6
     })
     .await;
     blocker.execute_batch("COMMIT").unwrap();
@@ -1039,9 +1048,15 @@ async fn group_commit_sends_waiting_claims_and_finishes_together_on_one_writer()
             other => panic!("a fresh key is claimed: {other:?}"),
         }
     }
+    for outcome in batch.await.unwrap().unwrap() {
+        match outcome.unwrap() {
+            ClaimOutcome::Claimed(c) => fences.push(c.fence),
+            other => panic!("a fresh key is claimed: {other:?}"),
+        }
+    }
     fences.sort_unstable();
     fences.dedup();
-    assert_eq!(fences.len(), 5, "every claim under a fence of its own");
+    assert_eq!(fences.len(), 7, "every claim under a fence of its own");
     assert!(
         fences[0] > highest,
         "new fences are above every earlier one"
