@@ -8,9 +8,10 @@
 //! 2. With 1 M records past their retention: the same claims' p99 while
 //!    `gc` deletes them (in its bounded batches), against idle.
 //!
-//! `cargo bench -p idem-tests --bench growth` (`IDEM_GROWTH_SIZES=10000,1000000`
-//! to choose the sizes; default 10 k, 1 M, 10 M; `IDEM_GROWTH_GC=N` the gc
-//! backlog, default 1 M). The PostgreSQL half needs `IDEM_TEST_POSTGRES_URL`.
+//! `cargo bench -p idem-tests --bench growth [-- sqlite|postgres]`
+//! (`IDEM_GROWTH_SIZES=10000,1000000` to choose the sizes; default 10 k,
+//! 1 M, 10 M; `IDEM_GROWTH_GC=N` the gc backlog, default 1 M; both stores
+//! unless one is named). The PostgreSQL half needs `IDEM_TEST_POSTGRES_URL`.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -237,12 +238,22 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
+    let named: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
+    let wants = |store: &str| named.is_empty() || named.iter().any(|n| n == store);
     rt.block_on(async {
-        println!("claim latency as the store grows, SQLite (synchronous=FULL), {samples} fresh claims per size");
-        let place = Place::Sqlite(tempfile::tempdir().unwrap());
-        growth(&place, &sizes, samples).await;
-        println!("gc of {backlog} expired records on SQLite, claims meanwhile:");
-        gc_stall(&Place::Sqlite(tempfile::tempdir().unwrap()), backlog, samples).await;
+        if wants("sqlite") {
+            println!("claim latency as the store grows, SQLite (synchronous=FULL), {samples} fresh claims per size");
+            let place = Place::Sqlite(tempfile::tempdir().unwrap());
+            growth(&place, &sizes, samples).await;
+            println!("gc of {backlog} expired records on SQLite, claims meanwhile:");
+            gc_stall(&Place::Sqlite(tempfile::tempdir().unwrap()), backlog, samples).await;
+        }
+        if !wants("postgres") {
+            return;
+        }
         let Ok(url) = std::env::var("IDEM_TEST_POSTGRES_URL") else {
             println!("PostgreSQL: skipped (set IDEM_TEST_POSTGRES_URL to measure it)");
             return;
