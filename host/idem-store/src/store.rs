@@ -174,13 +174,16 @@ pub trait Store: Send + Sync + 'static {
         Ok(results)
     }
 
-    /// Claims and finishes in one call: what each would have got, in order,
-    /// with the guarantees of [`Store::claim_many`] and
-    /// [`Store::finish_many`] (each write decided alone, conditional on its
-    /// own key and fence; the call is not a transaction, only fewer
-    /// commits). Where [`Store::mixes_writes`], all of them share one
-    /// commit; the default sends the claims in one `claim_many` and the
-    /// finishes in one `finish_many`.
+    /// Claims and finishes in one call: what each would have got, answered
+    /// in the writes' order, with the guarantees of [`Store::claim_many`]
+    /// and [`Store::finish_many`] (each write decided alone, conditional on
+    /// its own key and fence; claims in order among claims, finishes among
+    /// finishes; the call is not a transaction, only fewer commits). A
+    /// claim and a finish of the same key in one call are decided in
+    /// either order, as two callers racing would be. Where
+    /// [`Store::mixes_writes`], all of them share one commit; the default
+    /// sends the claims in one `claim_many` and the finishes in one
+    /// `finish_many`.
     async fn write_many(
         &self,
         writes: Vec<Write>,

@@ -275,3 +275,121 @@ where
         assert_eq!(record.updated_ms, START_MS + 2_000, "{name}: key {n}");
     }
 }
+
+/// `write_many` answers each claim and finish as the single calls would,
+/// whatever the mix: a fresh claim under a new fence, a key claimed twice
+/// finding its first claim's record, a finish of a claim made earlier, a
+/// deposed holder's finish fenced, an invalid claim and an oversized
+/// outcome refused alone, the answers in the writes' order. Where the store
+/// mixes writes ([`crate::Store::mixes_writes`]) all of it is one commit;
+/// elsewhere claims and finishes go as a batch of each.
+pub async fn write_many_is_writes_in_order<F, Fut>(factory: &F)
+where
+    F: Fn(StoreOptions) -> Fut,
+    Fut: Future<Output = Fixture>,
+{
+    use crate::{Write, WriteOutcome};
+
+    let (fx, clock) = fixture(factory, 64).await;
+    let store = fx.store.as_ref();
+    let name = store.describe();
+    assert!(
+        store
+            .write_many(Vec::new())
+            .await
+            .expect("empty batch")
+            .is_empty(),
+        "{name}: an empty batch writes nothing"
+    );
+    let first = claimed(store, request(&key(1), 1, 1_000, 60_000, 1)).await;
+    let deposed = claimed(store, request(&key(2), 1, 1_000, 60_000, 1)).await;
+    clock.advance(ms(2_000));
+    let taker = store
+        .take_over(&key(2), deposed.fence, ms(60_000), holder(2))
+        .await
+        .expect("take over key 2");
+    let highest = first.fence.max(taker.fence);
+    let finish = |n: u32, fence: u64, body: &[u8]| {
+        Write::Finish(Finish {
+            key: key(n),
+            fence,
+            ending: Ending::Completed,
+            outcome: Outcome::new(0, body.to_vec()),
+        })
+    };
+    let invalid = ClaimRequest {
+        policy_digest: "md5:nope".to_string(),
+        ..request(&key(9), 1, 1_000, 60_000, 2)
+    };
+    let batch = vec![
+        Write::Claim(request(&key(3), 1, 10_000, 60_000, 2)),
+        finish(1, first.fence, b"one"),
+        Write::Claim(request(&key(3), 1, 10_000, 60_000, 3)),
+        finish(2, deposed.fence, b"stale"),
+        Write::Claim(invalid),
+        finish(2, taker.fence, &[b'x'; 65]),
+        Write::Claim(request(&key(1), 1, 10_000, 60_000, 2)),
+    ];
+    let mut out = store
+        .write_many(batch)
+        .await
+        .unwrap_or_else(|e| panic!("{name}: write_many: {e}"))
+        .into_iter();
+    let mut next = |what: &str| {
+        out.next()
+            .unwrap_or_else(|| panic!("{name}: no answer for {what}"))
+    };
+    let fresh = match next("claim 3") {
+        Ok(WriteOutcome::Claim(ClaimOutcome::Claimed(c))) => c,
+        other => panic!("{name}: claim 3: expected a fresh claim, got {other:?}"),
+    };
+    assert!(
+        fresh.fence > highest,
+        "{name}: a new fence above the others"
+    );
+    assert_eq!(
+        next("finish 1").unwrap_or_else(|e| panic!("{name}: finish 1: {e}")),
+        WriteOutcome::Finished
+    );
+    match next("claim 3 again") {
+        Ok(WriteOutcome::Claim(ClaimOutcome::Existing(e))) => {
+            assert_eq!(
+                e.view.record.fence, fresh.fence,
+                "{name}: the first's record"
+            );
+        }
+        other => panic!("{name}: claim 3 again: expected Existing, got {other:?}"),
+    }
+    assert_fenced(next("deposed holder of 2"), deposed.fence, taker.fence);
+    match next("invalid claim") {
+        Err(StoreError::InvalidRequest(_)) => {}
+        other => panic!("{name}: invalid claim: expected InvalidRequest, got {other:?}"),
+    }
+    match next("oversized outcome") {
+        Err(StoreError::OutcomeTooLarge { .. }) => {}
+        other => panic!("{name}: oversized outcome: expected OutcomeTooLarge, got {other:?}"),
+    }
+    // A claim and a finish of one key in one call race as two callers
+    // would: the claim finds the record in progress or completed.
+    match next("claim 1, finished in the same batch") {
+        Ok(WriteOutcome::Claim(ClaimOutcome::Existing(e))) => {
+            assert_eq!(e.view.record.fence, first.fence, "{name}");
+        }
+        other => panic!("{name}: claim 1: expected Existing, got {other:?}"),
+    }
+    assert!(out.next().is_none(), "{name}: one answer per write");
+    assert_eq!(
+        view(store, &key(1)).await.record.state,
+        RecordState::Completed,
+        "{name}: key 1 completed"
+    );
+    assert_eq!(
+        view(store, &key(2)).await.record.state,
+        RecordState::InProgress,
+        "{name}: key 2 is still the taker's"
+    );
+    assert!(
+        store.get(&key(9)).await.expect("get").is_none(),
+        "{name}: nothing written for the invalid claim"
+    );
+}

@@ -44,7 +44,9 @@ pub use attempt_log::{
     attempt_log_follows_every_change, attempt_log_off_writes_no_entries,
     gc_removes_attempt_entries_with_their_records, resolution_settles_review_once,
 };
-pub use batches::{claim_many_is_claims_in_order, finish_many_is_finishes_in_order};
+pub use batches::{
+    claim_many_is_claims_in_order, finish_many_is_finishes_in_order, write_many_is_writes_in_order,
+};
 pub use factories::{
     BoxFuture, Fixture, POSTGRES_URL_ENV, Reopen, fresh_schema, grouped, memory_factory,
     postgres_test_url,
@@ -97,6 +99,7 @@ macro_rules! for_each_conformance_check {
             retention_and_gc,
             claim_many_is_claims_in_order,
             finish_many_is_finishes_in_order,
+            write_many_is_writes_in_order,
             fence_monotonic_across_gc_and_reopen,
             outcome_size_cap,
             list_filters,
