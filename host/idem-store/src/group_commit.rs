@@ -101,10 +101,7 @@ impl std::fmt::Debug for GroupCommit {
 impl GroupCommit {
     /// A finish, through its line.
     async fn finish(&self, finish: Finish) -> Result<(), StoreError> {
-        match self.finishes.submit(Write::Finish(finish)).await? {
-            WriteOutcome::Finished => Ok(()),
-            WriteOutcome::Claim(_) => Err(mismatched("finish")),
-        }
+        as_finished(self.finishes.submit(Write::Finish(finish)).await)
     }
 
     /// Wraps `store`. `options.enabled` is not consulted here: wrapping is
@@ -329,12 +326,7 @@ impl Lane {
                 turn.pass();
                 answer
             }
-            Err(receiver) => receiver.await.unwrap_or_else(|_| {
-                Err(StoreError::Task(
-                    "the group commit stopped before answering (the runtime is shutting down)"
-                        .into(),
-                ))
-            }),
+            Err(receiver) => receiver.await.unwrap_or_else(|_| Err(stopped())),
         }
     }
 
@@ -367,12 +359,7 @@ impl Lane {
         }
         let mut answers = Vec::with_capacity(receivers.len());
         for receiver in receivers {
-            answers.push(receiver.await.unwrap_or_else(|_| {
-                Err(StoreError::Task(
-                    "the group commit stopped before answering (the runtime is shutting down)"
-                        .into(),
-                ))
-            }));
+            answers.push(receiver.await.unwrap_or_else(|_| Err(stopped())));
         }
         answers
     }
@@ -483,8 +470,30 @@ fn pass_on(lane: &Arc<Lane>) {
     }
 }
 
-/// A lane's answer that is not of the kind asked (never, from a correct
-/// store): an error, not a panic.
+/// A waiter whose line was dropped unanswered.
+fn stopped() -> StoreError {
+    StoreError::Task(
+        "the group commit stopped before answering (the runtime is shutting down)".into(),
+    )
+}
+
+/// A claim's answer from its line. Another kind of answer (never, from a
+/// correct store) is an error, not a panic.
+fn as_claim(answer: Result<WriteOutcome, StoreError>) -> Result<ClaimOutcome, StoreError> {
+    match answer? {
+        WriteOutcome::Claim(outcome) => Ok(outcome),
+        WriteOutcome::Finished => Err(mismatched("claim")),
+    }
+}
+
+/// A finish's answer from its line (see [`as_claim`]).
+fn as_finished(answer: Result<WriteOutcome, StoreError>) -> Result<(), StoreError> {
+    match answer? {
+        WriteOutcome::Finished => Ok(()),
+        WriteOutcome::Claim(_) => Err(mismatched("finish")),
+    }
+}
+
 fn mismatched(kind: &str) -> StoreError {
     StoreError::Task(format!(
         "the group commit got another kind of answer for a {kind}"
@@ -518,10 +527,7 @@ impl Store for GroupCommit {
     }
 
     async fn claim(&self, request: ClaimRequest) -> Result<ClaimOutcome, StoreError> {
-        match self.claims.submit(Write::Claim(request)).await? {
-            WriteOutcome::Claim(outcome) => Ok(outcome),
-            WriteOutcome::Finished => Err(mismatched("claim")),
-        }
+        as_claim(self.claims.submit(Write::Claim(request)).await)
     }
 
     /// On one writer, a caller's batch smaller than a full call joins the
@@ -541,10 +547,7 @@ impl Store for GroupCommit {
             .submit_many(writes)
             .await
             .into_iter()
-            .map(|answer| match answer? {
-                WriteOutcome::Claim(outcome) => Ok(outcome),
-                WriteOutcome::Finished => Err(mismatched("claim")),
-            })
+            .map(as_claim)
             .collect())
     }
 
@@ -611,10 +614,7 @@ impl Store for GroupCommit {
             .submit_many(writes)
             .await
             .into_iter()
-            .map(|answer| match answer? {
-                WriteOutcome::Finished => Ok(()),
-                WriteOutcome::Claim(_) => Err(mismatched("finish")),
-            })
+            .map(as_finished)
             .collect())
     }
 

@@ -543,14 +543,39 @@ async fn claim_in_one_transaction<B: RecordBackend>(
     backend: &B,
     requests: Vec<ClaimRequest>,
 ) -> Result<Vec<Result<ClaimOutcome, StoreError>>, StoreError> {
-    let mut slots = Vec::with_capacity(requests.len());
+    let prepared = requests
+        .into_iter()
+        .map(|request| match machine::validate(&request) {
+            Err(refused) => Prepared::Answered(Err(refused)),
+            Ok(()) => Prepared::Call(claim_call(&request), claim_decision(request)),
+        })
+        .collect();
+    in_one_transaction(backend, prepared).await
+}
+
+/// One item of a batch sent through [`in_one_transaction`]: answered
+/// already (refused before the store, or written by a batch statement), or
+/// a record transaction to run.
+enum Prepared<T> {
+    Answered(Result<T, StoreError>),
+    Call(Call, Decide<T>),
+}
+
+/// Runs every call of `prepared` in one [`RecordBackend::transact_many`]
+/// (one commit where the backend shares one) and answers each item in
+/// order, the answered ones as they are.
+async fn in_one_transaction<B: RecordBackend, T: Send + 'static>(
+    backend: &B,
+    prepared: Vec<Prepared<T>>,
+) -> Result<Vec<Result<T, StoreError>>, StoreError> {
+    let mut slots = Vec::with_capacity(prepared.len());
     let mut calls = Vec::new();
-    for request in requests {
-        match machine::validate(&request) {
-            Err(refused) => slots.push(Some(Err(refused))),
-            Ok(()) => {
+    for item in prepared {
+        match item {
+            Prepared::Answered(answer) => slots.push(Some(answer)),
+            Prepared::Call(call, decide) => {
                 slots.push(None);
-                calls.push((claim_call(&request), claim_decision(request)));
+                calls.push((call, decide));
             }
         }
     }
@@ -579,47 +604,35 @@ async fn write_in_one_transaction<B: RecordBackend>(
 ) -> Result<Vec<Result<WriteOutcome, StoreError>>, StoreError> {
     let options = backend.options();
     let limit = options.max_outcome_bytes;
-    let mut slots = Vec::with_capacity(writes.len());
-    let mut calls = Vec::with_capacity(writes.len());
-    for write in writes {
-        let call = match write {
+    let prepared = writes
+        .into_iter()
+        .map(|write| match write {
             Write::Claim(request) => {
                 let request = machine::kept(request, options);
-                machine::validate(&request).map(|()| {
-                    (
+                match machine::validate(&request) {
+                    Err(refused) => Prepared::Answered(Err(refused)),
+                    Ok(()) => Prepared::Call(
                         claim_call(&request),
                         mapped(claim_decision(request), WriteOutcome::Claim),
-                    )
-                })
+                    ),
+                }
             }
             Write::Finish(f) => {
                 let state = f.ending.state();
-                machine::checked_outcome(&f.key, f.outcome, limit).map(|outcome| {
-                    let decide = finish_decision(f.key.clone(), f.fence, state, outcome, limit);
-                    (
+                match machine::checked_outcome(&f.key, f.outcome, limit) {
+                    Err(refused) => Prepared::Answered(Err(refused)),
+                    Ok(outcome) => Prepared::Call(
                         plain_call("finishing an attempt", &f.key),
-                        mapped(decide, |()| WriteOutcome::Finished),
-                    )
-                })
+                        mapped(
+                            finish_decision(f.key, f.fence, state, outcome, limit),
+                            |()| WriteOutcome::Finished,
+                        ),
+                    ),
+                }
             }
-        };
-        match call {
-            Ok(call) => {
-                slots.push(None);
-                calls.push(call);
-            }
-            Err(refused) => slots.push(Some(Err(refused))),
-        }
-    }
-    let mut answers = backend.transact_many(calls).await?.into_iter();
-    slots
-        .into_iter()
-        .map(|slot| {
-            slot.or_else(|| answers.next()).ok_or_else(|| {
-                StoreError::Task("a batch transaction answered fewer calls than it ran".into())
-            })
         })
-        .collect()
+        .collect();
+    in_one_transaction(backend, prepared).await
 }
 
 /// The backend's batch statement (`None` when it has none): each valid key
@@ -822,29 +835,19 @@ async fn finish_without_batch<B: RecordBackend>(
         }
         return Ok(results);
     }
-    let mut answered = Vec::with_capacity(slots.len());
-    let mut calls = Vec::new();
-    for (slot, f) in slots.into_iter().zip(checked) {
-        match slot {
-            Slot::Done(result) => answered.push(Some(result)),
-            _ => {
-                answered.push(None);
-                let call = plain_call("finishing a batch", &f.key);
-                let state = f.ending.state();
-                calls.push((
-                    call,
-                    finish_decision(f.key, f.fence, state, f.outcome, limit),
-                ));
-            }
-        }
-    }
-    let mut answers = backend.transact_many(calls).await?.into_iter();
-    answered
+    let prepared = slots
         .into_iter()
-        .map(|slot| {
-            slot.or_else(|| answers.next()).ok_or_else(|| {
-                StoreError::Task("a batch transaction answered fewer calls than it ran".into())
-            })
+        .zip(checked)
+        .map(|(slot, f)| match slot {
+            Slot::Done(result) => Prepared::Answered(result),
+            _ => {
+                let state = f.ending.state();
+                Prepared::Call(
+                    plain_call("finishing a batch", &f.key),
+                    finish_decision(f.key, f.fence, state, f.outcome, limit),
+                )
+            }
         })
-        .collect()
+        .collect();
+    in_one_transaction(backend, prepared).await
 }
