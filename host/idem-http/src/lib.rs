@@ -44,6 +44,7 @@
 #![warn(missing_docs)]
 
 mod body;
+mod finish_on_drop;
 mod layer;
 mod operation;
 pub mod problem;

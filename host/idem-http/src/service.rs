@@ -22,6 +22,7 @@ use idem::store::{Ending, Outcome};
 use tower::Service;
 
 use crate::body::read_bounded;
+use crate::finish_on_drop::FinishOnDrop;
 use crate::layer::Config;
 use crate::operation::operation;
 use crate::problem::{self, Problem};
@@ -230,7 +231,9 @@ where
         take_over: execution.is_take_over(),
     });
     let request = Request::from_parts(parts, B::from(body));
-    let task = tokio::spawn(async move {
+    // Polled here; a request dropped mid-way (the client hung up) hands
+    // what is left to a task of its own, so its end is still recorded.
+    let work = async move {
         let handler = AssertUnwindSafe(async move {
             let response = inner.call(request).await?;
             let (parts, body) = response.into_parts();
@@ -254,11 +257,11 @@ where
             }
         };
         record(&config, execution, ended).await
-    });
-    match task.await {
+    };
+    match FinishOnDrop::new(AssertUnwindSafe(work).catch_unwind()).await {
         Ok(answer) => answer,
-        Err(e) => {
-            tracing::error!(error = %e, "the task recording a request's end failed");
+        Err(_panic) => {
+            tracing::error!("recording a request's end panicked");
             Ok(unknown_outcome("the task running the request failed").into_response())
         }
     }
