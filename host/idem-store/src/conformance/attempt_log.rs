@@ -316,6 +316,44 @@ where
     )
     .await;
     assert_eq!(here, all, "{name}");
+
+    // One key's timeline (a statement of its own on the SQL stores), with
+    // the other filters on it.
+    let k = key(1);
+    let mine: Vec<_> = all.iter().filter(|e| e.key == k).cloned().collect();
+    assert!(mine.len() >= 2, "{name}: {mine:?}");
+    let by_key = |f: AttemptFilter| {
+        log(
+            store,
+            AttemptFilter {
+                key: Some(k.clone()),
+                ..f
+            },
+        )
+    };
+    assert_eq!(by_key(AttemptFilter::default()).await, mine, "{name}");
+    assert_eq!(
+        by_key(AttemptFilter {
+            namespace: Some(k.namespace.clone()),
+            after_id: Some(mine[0].id),
+            limit: Some(1),
+            ..AttemptFilter::default()
+        })
+        .await,
+        mine[1..2].to_vec(),
+        "{name}"
+    );
+    let expected: Vec<_> = mine.iter().filter(|e| e.at_ms >= since).cloned().collect();
+    let since_filter = AttemptFilter {
+        since_ms: Some(since),
+        ..AttemptFilter::default()
+    };
+    assert_eq!(by_key(since_filter).await, expected, "{name}");
+    let mismatched = AttemptFilter {
+        namespace: Some("elsewhere".into()),
+        ..AttemptFilter::default()
+    };
+    assert!(by_key(mismatched).await.is_empty(), "{name}");
 }
 
 /// `gc` removes a collected record's entries with it, and only those.

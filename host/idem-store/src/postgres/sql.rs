@@ -56,6 +56,9 @@ pub(super) struct Sql {
     pub(super) append_one: String,
     pub(super) append_many: String,
     pub(super) attempts: String,
+    /// One record's timeline: an equality on the key index (written as
+    /// `$2 IS NULL OR key = $3`, a generic plan could not use it).
+    pub(super) attempts_by_key: String,
     pub(super) registry: super::registry::RegistrySql,
 }
 
@@ -108,6 +111,8 @@ impl Sql {
             logged_columns(""),
         );
         let attempt_columns = codec::attempt_column_list();
+        let attempts_rest = "($3::int8 IS NULL OR at_ms >= $3) AND ($4::int8 IS NULL OR at_ms < $4) \
+             AND ($5::int8 IS NULL OR id > $5) ORDER BY id LIMIT $6::int8";
         // The fresh claim's `executed` entry, from the inserted row `ins`
         // and the operation digest `$op`.
         let log_fresh = |op: &str| {
@@ -271,10 +276,12 @@ impl Sql {
             registry: super::registry::RegistrySql::new(&s),
             attempts: format!(
                 "SELECT id, {attempt_columns} FROM {s}.attempts \
-                 WHERE ($1::text IS NULL OR namespace = $1) \
-                 AND ($2::text IS NULL OR (namespace = $2 AND key = $3::bytea)) \
-                 AND ($4::int8 IS NULL OR at_ms >= $4) AND ($5::int8 IS NULL OR at_ms < $5) \
-                 AND ($6::int8 IS NULL OR id > $6) ORDER BY id LIMIT $7::int8"
+                 WHERE ($1::text IS NULL OR namespace = $1) AND $2::bytea IS NULL \
+                 AND {attempts_rest}"
+            ),
+            attempts_by_key: format!(
+                "SELECT id, {attempt_columns} FROM {s}.attempts \
+                 WHERE namespace = $1 AND key = $2 AND {attempts_rest}"
             ),
         }
     }
@@ -478,6 +485,7 @@ mod tests {
             append_one,
             append_many,
             attempts,
+            attempts_by_key,
             registry,
         } = sql;
         vec![
@@ -506,6 +514,7 @@ mod tests {
             ("append_one", append_one),
             ("append_many", append_many),
             ("attempts", attempts),
+            ("attempts_by_key", attempts_by_key),
         ]
         .into_iter()
         .map(|(name, text)| (name, text.as_str()))

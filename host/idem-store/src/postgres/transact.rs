@@ -505,8 +505,19 @@ impl RecordBackend for PostgresStore {
     async fn read_attempts(&self, filter: &AttemptFilter) -> Result<Vec<AttemptEntry>, StoreError> {
         let inner = &self.inner;
         let int = |v: Option<u64>| v.map(|v| i64::try_from(v).unwrap_or(i64::MAX));
-        let key_namespace = filter.key.as_ref().map(|k| k.namespace.as_str());
-        let key = filter.key.as_ref().map(|k| k.digest.0.to_vec());
+        let (sql, namespace, key) = match &filter.key {
+            // A key in another namespace than `filter.namespace` selects
+            // nothing (as the memory store's `AttemptFilter::selects`).
+            Some(k) if filter.namespace.as_ref().is_some_and(|n| n != &k.namespace) => {
+                return Ok(Vec::new());
+            }
+            Some(k) => (
+                &inner.sql.attempts_by_key,
+                Some(k.namespace.as_str()),
+                Some(k.digest.0.to_vec()),
+            ),
+            None => (&inner.sql.attempts, filter.namespace.as_deref(), None),
+        };
         let (since, until, after) = (
             int(filter.since_ms),
             int(filter.until_ms),
@@ -516,16 +527,8 @@ impl RecordBackend for PostgresStore {
         let rows = inner
             .query(
                 "reading the attempt log",
-                &inner.sql.attempts,
-                &[
-                    &filter.namespace,
-                    &key_namespace,
-                    &key,
-                    &since,
-                    &until,
-                    &after,
-                    &limit,
-                ],
+                sql,
+                &[&namespace, &key, &since, &until, &after, &limit],
             )
             .await?;
         rows.iter()
