@@ -3,8 +3,9 @@
 //! ran for each key. `idem run` is the same runner behind the CLI (see
 //! `cli.rs`, `ownership.rs`, `fleet.rs`).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::num::NonZeroUsize;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -14,7 +15,10 @@ use idem::job::{
     EffectOutcome, End, JobError, JobEvent, JobLeaseOptions, JobOptions, JobRunner, Ownership,
     Summary,
 };
-use idem::store::{JobLeaseAcquire, Outcome, SqliteOptions, SqliteStore, Store, StoreOptions};
+use idem::store::{
+    JobLeaseAcquire, ListFilter, Outcome, RecordState, SqliteOptions, SqliteStore, Store,
+    StoreOptions,
+};
 use idem_tests::load;
 
 const OPERATIONS: usize = 24;
@@ -305,4 +309,55 @@ async fn a_held_job_lease_or_a_refused_operation_runs_nothing() {
     }
     assert_eq!(ledger.keys(), 0);
     assert!(s.store.list(Default::default()).await.unwrap().is_empty());
+}
+
+/// Only operations about to start are claimed: however large the claim
+/// batch, no more operations are claimed and not yet ended than there are
+/// slots (here two). So a run that crashes leaves only operations whose
+/// effect had started looking unfinished, never ones it merely queued.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn claims_never_run_ahead_of_the_free_slots() {
+    let s = sqlite();
+    let (store, most) = (s.store.clone(), Arc::new(AtomicUsize::new(0)));
+    let ended = Arc::new(Mutex::new(HashSet::new()));
+    let options = JobOptions {
+        concurrency: NonZeroUsize::new(2).unwrap(),
+        claim_batch: NonZeroUsize::new(64).unwrap(),
+        finish_batch: NonZeroUsize::new(1).unwrap(),
+        ..JobOptions::default()
+    };
+    let seen = most.clone();
+    let summary = JobRunner::new(engine(&s), options)
+        .run(job(), move |_op: Operation, ctx: ExecContext| {
+            let (store, seen, ended) = (store.clone(), seen.clone(), ended.clone());
+            async move {
+                // Give the dispatcher a chance to claim ahead, were it to.
+                tokio::task::yield_now().await;
+                let in_progress = store
+                    .list(ListFilter {
+                        state: Some(RecordState::InProgress),
+                        ..ListFilter::default()
+                    })
+                    .await
+                    .unwrap();
+                // Those whose effect ended are only waiting to be recorded:
+                // they hold no claim of the run's any more.
+                let done = ended.lock().unwrap().clone();
+                let held = in_progress
+                    .iter()
+                    .filter(|r| !done.contains(&r.record.key.digest.to_hex()))
+                    .count();
+                seen.fetch_max(held, Ordering::SeqCst);
+                ended.lock().unwrap().insert(ctx.key.clone());
+                EffectOutcome::Completed(Outcome::new(0, b"ok".to_vec()))
+            }
+        })
+        .await
+        .unwrap();
+    assert_eq!(summary.executed, OPERATIONS as u64, "{summary:?}");
+    let most = most.load(Ordering::SeqCst);
+    assert!(
+        (1..=4).contains(&most),
+        "{most} claimed and not ended at once"
+    );
 }
