@@ -273,6 +273,31 @@ fn a_worker_answering_outside_the_protocol_leaves_that_operation_unknown() {
     );
 }
 
+/// A plain re-run (another process, no run id or trigger given) replays
+/// everything and its closing lines say why the keys were asked for again.
+#[test]
+fn a_plain_rerun_says_it_is_a_rerun() {
+    let env = Env::sqlite();
+    let ops = env.write("ops.jsonl", &charges(3));
+    let ops = ops.to_str().unwrap();
+    let first = env
+        .run("billing-charge", ops, &["--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(first.status.code(), Some(0), "{}", text(&first.stderr));
+    let again = env
+        .run("billing-charge", ops, &["--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(again.status.code(), Some(0), "{}", text(&again.stderr));
+    let out = text(&again.stdout);
+    assert!(out.contains("replayed 3"), "{out}");
+    assert!(
+        out.contains("why: 3 duplicates prevented: a later run after the first had stopped"),
+        "{out}"
+    );
+}
+
 #[test]
 fn operations_from_standard_input_run_like_a_file() {
     let env = Env::sqlite();

@@ -228,6 +228,21 @@ fn by_trigger(asks: &[&AttemptEntry], spans: &Spans) -> Option<(Cause, String)> 
                 name(late),
             ),
         )),
+        // The earlier run had stopped, and the later one does not say why
+        // it ran: a re-run, by hand or by a scheduler.
+        None => Some((
+            Cause::Rerun,
+            format!(
+                "{} ran again as {} {gap} after it started, once it had stopped{}; no trigger said why",
+                name(early),
+                name(late),
+                if early_run.unfinished_since.is_some() {
+                    " with an attempt unfinished"
+                } else {
+                    ""
+                }
+            ),
+        )),
         _ => None,
     }
 }

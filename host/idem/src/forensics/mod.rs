@@ -50,6 +50,9 @@ pub enum Cause {
     /// A run started by hand after the first run ended (a re-run after a
     /// partial failure).
     ManualRerun,
+    /// A later run, its trigger not given, after the first run ended (a
+    /// re-run: by hand or by a scheduler, the log cannot say which).
+    Rerun,
     /// The same run asked again with the trigger `client`: a client retry.
     ClientRetry,
     /// A combination the rules do not recognise.
@@ -58,12 +61,13 @@ pub enum Cause {
 
 impl Cause {
     /// Every cause, in the order a report lists them (key drift first).
-    pub const ALL: [Cause; 7] = [
+    pub const ALL: [Cause; 8] = [
         Cause::KeyDrift,
         Cause::TakeOverAfterPause,
         Cause::SchedulerRetry,
         Cause::Overlap,
         Cause::ManualRerun,
+        Cause::Rerun,
         Cause::ClientRetry,
         Cause::Unrecognised,
     ];
@@ -76,6 +80,7 @@ impl Cause {
             Cause::SchedulerRetry => "scheduler-retry",
             Cause::Overlap => "overlap",
             Cause::ManualRerun => "manual-rerun",
+            Cause::Rerun => "rerun",
             Cause::ClientRetry => "client-retry",
             Cause::Unrecognised => "unrecognised",
         }
@@ -93,6 +98,7 @@ impl Cause {
             }
             Cause::Overlap => "two instances of the job overlapped",
             Cause::ManualRerun => "a manual re-run after a partial failure",
+            Cause::Rerun => "a later run after the first had stopped (no trigger said why)",
             Cause::ClientRetry => "a client retry",
             Cause::Unrecognised => "a combination the classifier does not recognise",
         }
@@ -575,6 +581,77 @@ mod tests {
                 .explanation
                 .contains("mon (trigger scheduled) then tue")
         );
+    }
+
+    #[test]
+    fn a_later_run_without_a_trigger_after_the_first_stopped_is_a_rerun() {
+        let untriggered = |mut e: AttemptEntry| {
+            e.holder.as_mut().expect("a holder").trigger = None;
+            e
+        };
+        let log = vec![
+            untriggered(entry(
+                1,
+                1,
+                1,
+                AttemptEvent::Executed,
+                Some(("mon", "")),
+                10,
+            )),
+            untriggered(entry(
+                2,
+                1,
+                1,
+                AttemptEvent::Completed,
+                Some(("mon", "")),
+                20,
+            )),
+            untriggered(entry(
+                3,
+                1,
+                1,
+                AttemptEvent::Replayed,
+                Some(("tue", "")),
+                900,
+            )),
+        ];
+        let found = analyse(&log);
+        assert_eq!(found.causes(), vec![(Cause::Rerun, 1)]);
+        assert!(
+            found.duplicates[0]
+                .explanation
+                .contains("mon ran again as tue"),
+            "{}",
+            found.duplicates[0].explanation
+        );
+        // Untriggered but at the same time: still an overlap.
+        let log = vec![
+            untriggered(entry(
+                1,
+                1,
+                1,
+                AttemptEvent::Executed,
+                Some(("mon", "")),
+                10,
+            )),
+            untriggered(entry(
+                2,
+                1,
+                1,
+                AttemptEvent::InProgress,
+                Some(("tue", "")),
+                15,
+            )),
+            untriggered(entry(
+                3,
+                1,
+                1,
+                AttemptEvent::Completed,
+                Some(("mon", "")),
+                20,
+            )),
+        ];
+        assert_eq!(analyse(&log).causes(), vec![(Cause::Overlap, 1)]);
     }
 
     #[test]
