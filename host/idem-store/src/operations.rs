@@ -221,6 +221,14 @@ impl<B: RecordBackend> Store for B {
     }
 
     async fn attempts(&self, filter: AttemptFilter) -> Result<Vec<AttemptEntry>, StoreError> {
+        // A key outside the filter's namespace selects nothing (as
+        // `AttemptFilter::selects` says); a backend reads a key's timeline
+        // by its key alone.
+        if let (Some(key), Some(namespace)) = (&filter.key, &filter.namespace)
+            && &key.namespace != namespace
+        {
+            return Ok(Vec::new());
+        }
         self.read_attempts(&filter).await
     }
 

@@ -505,12 +505,9 @@ impl RecordBackend for PostgresStore {
     async fn read_attempts(&self, filter: &AttemptFilter) -> Result<Vec<AttemptEntry>, StoreError> {
         let inner = &self.inner;
         let int = |v: Option<u64>| v.map(|v| i64::try_from(v).unwrap_or(i64::MAX));
+        // A key's timeline by the key alone (a key outside the filter's
+        // namespace never reaches a backend).
         let (sql, namespace, key) = match &filter.key {
-            // A key in another namespace than `filter.namespace` selects
-            // nothing (as the memory store's `AttemptFilter::selects`).
-            Some(k) if filter.namespace.as_ref().is_some_and(|n| n != &k.namespace) => {
-                return Ok(Vec::new());
-            }
             Some(k) => (
                 &inner.sql.attempts_by_key,
                 Some(k.namespace.as_str()),

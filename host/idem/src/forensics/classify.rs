@@ -3,7 +3,7 @@
 
 use idem_store::{AttemptEntry, AttemptEvent};
 
-use super::{Cause, Duplicate, Spans, caller_of, human_ms, is_ask};
+use super::{Activity, Cause, Duplicate, Spans, caller_of, human_ms, is_ask};
 
 /// Whether `event` ends the attempt of its fence (by its holder or by a
 /// person).
@@ -212,11 +212,7 @@ fn by_trigger(asks: &[&AttemptEntry], spans: &Spans) -> Option<(Cause, String)> 
                 "{} was re-run by hand as {} {gap} after it started, once it had stopped{}",
                 name(early),
                 name(late),
-                if early_run.unfinished_since.is_some() {
-                    " with an attempt unfinished"
-                } else {
-                    ""
-                }
+                unfinished(&early_run),
             ),
         )),
         _ if early_run.last_ms >= start => Some((
@@ -236,14 +232,20 @@ fn by_trigger(asks: &[&AttemptEntry], spans: &Spans) -> Option<(Cause, String)> 
                 "{} ran again as {} {gap} after it started, once it had stopped{}; no trigger said why",
                 name(early),
                 name(late),
-                if early_run.unfinished_since.is_some() {
-                    " with an attempt unfinished"
-                } else {
-                    ""
-                }
+                unfinished(&early_run),
             ),
         )),
         _ => None,
+    }
+}
+
+/// " with an attempt unfinished" when `run` left one, for the re-run
+/// explanations.
+fn unfinished(run: &Activity) -> &'static str {
+    if run.unfinished_since.is_some() {
+        " with an attempt unfinished"
+    } else {
+        ""
     }
 }
 
