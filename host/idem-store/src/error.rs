@@ -181,7 +181,7 @@ pub enum StoreError {
     InvalidRequest(String),
     /// A store URL this build cannot open.
     #[error(
-        "unsupported store URL `{url}`: {why}. Supported: `sqlite:PATH` (or `sqlite://PATH`, query `?synchronous=full|normal&busy_timeout_ms=N`), `postgres://USER@HOST[:PORT]/DB` (or `postgresql://`, query `?idem_schema=NAME&idem_pool_size=N&sslmode=disable|prefer|require|verify-ca|verify-full` plus libpq options) and `memory:`"
+        "unsupported store URL `{url}`: {why}. Supported: `sqlite:PATH` (or `sqlite://PATH`, query `?synchronous=full|normal&busy_timeout_ms=N&wal_autocheckpoint=PAGES`), `postgres://USER@HOST[:PORT]/DB` (or `postgresql://`, query `?idem_schema=NAME&idem_pool_size=N&sslmode=disable|prefer|require|verify-ca|verify-full` plus libpq options) and `memory:`"
     )]
     UnsupportedUrl {
         /// The URL as given.

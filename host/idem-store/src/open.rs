@@ -13,7 +13,7 @@ use crate::url::StoreUrl;
 use crate::{SqliteOptions, SqliteStore};
 
 /// Opens the store a URL names: `sqlite:PATH`, `sqlite://PATH` (query
-/// `?synchronous=full|normal&busy_timeout_ms=N`), `postgres://…` or
+/// `?synchronous=full|normal&busy_timeout_ms=N&wal_autocheckpoint=PAGES`), `postgres://…` or
 /// `postgresql://…` (see [`crate::PostgresUrl`]) or `memory:`. Opening
 /// migrates a persistent store's schema. A URL of a backend this build left
 /// out (cargo features `sqlite`, `postgres`) is

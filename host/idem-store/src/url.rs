@@ -22,7 +22,8 @@ pub fn redacted_url(url: &str) -> String {
 ///
 /// - `sqlite:PATH` or `sqlite://PATH` (so `sqlite:///var/lib/idem.db` is
 ///   absolute and `sqlite://idem.db` relative), with an optional query:
-///   `synchronous=full|normal` and `busy_timeout_ms=N`. Everything after the
+///   `synchronous=full|normal`, `busy_timeout_ms=N` and
+///   `wal_autocheckpoint=PAGES` (at least 1). Everything after the
 ///   first `?` is the query, so a path cannot contain `?`.
 /// - `postgres://…` or `postgresql://…`: a PostgreSQL database (see
 ///   [`PostgresUrl`] for the query parameters idem reads).
@@ -104,9 +105,17 @@ impl FromStr for StoreUrl {
                     })?;
                     options.busy_timeout = Duration::from_millis(ms);
                 }
+                "wal_autocheckpoint" => {
+                    options.wal_autocheckpoint =
+                        value.parse().ok().filter(|&n: &u32| n > 0).ok_or_else(|| {
+                            bad(format!(
+                                "wal_autocheckpoint must be a number of pages, at least 1, not `{value}`"
+                            ))
+                        })?;
+                }
                 _ => {
                     return Err(bad(format!(
-                        "unknown query parameter `{name}` (known: synchronous, busy_timeout_ms)"
+                        "unknown query parameter `{name}` (known: synchronous, busy_timeout_ms, wal_autocheckpoint)"
                     )));
                 }
             }
@@ -151,9 +160,10 @@ mod tests {
         let normal = SqliteOptions {
             synchronous: Synchronous::Normal,
             busy_timeout: Duration::from_millis(250),
+            wal_autocheckpoint: 10_000,
         };
         assert_eq!(
-            "sqlite:/x.db?synchronous=NORMAL&busy_timeout_ms=250"
+            "sqlite:/x.db?synchronous=NORMAL&busy_timeout_ms=250&wal_autocheckpoint=10000"
                 .parse::<StoreUrl>()
                 .unwrap(),
             sqlite("/x.db", normal)
@@ -174,6 +184,11 @@ mod tests {
                 "sqlite:x.db?busy_timeout_ms=soon",
                 "busy_timeout_ms must be",
             ),
+            (
+                "sqlite:x.db?wal_autocheckpoint=0",
+                "wal_autocheckpoint must be",
+            ),
+            ("sqlite:x.db?wal_autocheckpoint=-5", "at least 1, not `-5`"),
             (
                 "sqlite:x.db?journal=wal",
                 "unknown query parameter `journal`",

@@ -125,6 +125,8 @@ impl SqliteStore {
         // tens of millions.
         conn.pragma_update(None, "cache_size", -64 * 1024)
             .map_err(|e| schema::open_error(path, "setting cache_size", e))?;
+        conn.pragma_update(None, "wal_autocheckpoint", sqlite.wal_autocheckpoint)
+            .map_err(|e| schema::open_error(path, "setting wal_autocheckpoint", e))?;
         if found < schema::SCHEMA_VERSION {
             schema::migrate(&conn, path)?;
         }
@@ -250,5 +252,32 @@ impl Inner {
         let conn = self.conn();
         let now = self.options.clock.now_ms();
         f(&conn, now)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The URL's `wal_autocheckpoint` reaches the connection; SQLite's own
+    /// default otherwise.
+    #[test]
+    fn the_checkpoint_interval_is_the_connections() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let interval = |sqlite: SqliteOptions, file: &str| -> i64 {
+            let store = SqliteStore::open(&dir.path().join(file), sqlite, StoreOptions::default())
+                .expect("open");
+            store
+                .inner
+                .conn()
+                .pragma_query_value(None, "wal_autocheckpoint", |row| row.get(0))
+                .expect("pragma")
+        };
+        assert_eq!(interval(SqliteOptions::default(), "a.db"), 1_000);
+        let larger = SqliteOptions {
+            wal_autocheckpoint: 10_000,
+            ..SqliteOptions::default()
+        };
+        assert_eq!(interval(larger, "b.db"), 10_000);
     }
 }
