@@ -585,35 +585,16 @@ mod tests {
 
     #[test]
     fn a_later_run_without_a_trigger_after_the_first_stopped_is_a_rerun() {
-        let untriggered = |mut e: AttemptEntry| {
+        // Key 1 under fence 1, asked by `run` with no trigger.
+        let plain = |id, event, run: &str, at| {
+            let mut e = entry(id, 1, 1, event, Some((run, "")), at);
             e.holder.as_mut().expect("a holder").trigger = None;
             e
         };
         let log = vec![
-            untriggered(entry(
-                1,
-                1,
-                1,
-                AttemptEvent::Executed,
-                Some(("mon", "")),
-                10,
-            )),
-            untriggered(entry(
-                2,
-                1,
-                1,
-                AttemptEvent::Completed,
-                Some(("mon", "")),
-                20,
-            )),
-            untriggered(entry(
-                3,
-                1,
-                1,
-                AttemptEvent::Replayed,
-                Some(("tue", "")),
-                900,
-            )),
+            plain(1, AttemptEvent::Executed, "mon", 10),
+            plain(2, AttemptEvent::Completed, "mon", 20),
+            plain(3, AttemptEvent::Replayed, "tue", 900),
         ];
         let found = analyse(&log);
         assert_eq!(found.causes(), vec![(Cause::Rerun, 1)]);
@@ -626,30 +607,9 @@ mod tests {
         );
         // Untriggered but at the same time: still an overlap.
         let log = vec![
-            untriggered(entry(
-                1,
-                1,
-                1,
-                AttemptEvent::Executed,
-                Some(("mon", "")),
-                10,
-            )),
-            untriggered(entry(
-                2,
-                1,
-                1,
-                AttemptEvent::InProgress,
-                Some(("tue", "")),
-                15,
-            )),
-            untriggered(entry(
-                3,
-                1,
-                1,
-                AttemptEvent::Completed,
-                Some(("mon", "")),
-                20,
-            )),
+            plain(1, AttemptEvent::Executed, "mon", 10),
+            plain(2, AttemptEvent::InProgress, "tue", 15),
+            plain(3, AttemptEvent::Completed, "mon", 20),
         ];
         assert_eq!(analyse(&log).causes(), vec![(Cause::Overlap, 1)]);
     }
