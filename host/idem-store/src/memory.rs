@@ -180,9 +180,13 @@ impl RecordBackend for MemoryStore {
         if !self.options.attempt_log {
             return Ok(());
         }
+        // An answer about a record gc removed meanwhile goes with the
+        // record's own entries (`Store::log_answers`).
         for entry in entries {
-            let at = entry.at_ms;
-            state.append(entry, at);
+            if state.records.contains_key(&entry.key) {
+                let at = entry.at_ms;
+                state.append(entry, at);
+            }
         }
         Ok(())
     }

@@ -215,7 +215,10 @@ pub trait Store: Send + Sync + 'static {
     /// progress, a conflict, a rejection: answers that change no record),
     /// in one transaction. Each keeps its `at_ms`: when the answer was
     /// given, by the caller's reading of [`Store::clock`] (an answer may be
-    /// written a little after it was given; its time is when it happened). Entries that
+    /// written a little after it was given; its time is when it happened).
+    /// An answer about a record that is no longer stored (gc removed it
+    /// after the answer was given) is not written: it would outlive the
+    /// record's other entries, which gc removed with it. Entries that
     /// describe a record change are written by the change itself; passing
     /// one here is [`StoreError::InvalidRequest`].
     async fn log_answers(&self, entries: Vec<AttemptEntry>) -> Result<(), StoreError>;

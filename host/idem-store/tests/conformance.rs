@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use idem_store::conformance::{self, memory_factory, request, sqlite_factory};
 use idem_store::{
-    ClaimOutcome, ManualClock, OpenErrorKind, Outcome, RecordState, SqliteOptions, SqliteStore,
-    Store, StoreError, StoreOptions, StoreUrl, Synchronous,
+    AttemptFilter, ClaimOutcome, ManualClock, OpenErrorKind, Outcome, RecordState, SqliteOptions,
+    SqliteStore, Store, StoreError, StoreOptions, StoreUrl, Synchronous,
 };
 
 macro_rules! conformance {
@@ -709,6 +709,77 @@ async fn a_version_1_file_is_upgraded_in_place() {
         idem_store::JobLeaseAcquire::Acquired(lease) => assert!(lease.fence > fence),
         other => panic!("expected Acquired, got {other:?}"),
     }
+}
+
+/// A version-4 file (its attempt log indexed by key) is upgraded in place:
+/// every record's timeline reads as before, through the record index, and
+/// gc still removes a collected record's entries with it.
+#[tokio::test]
+async fn a_version_4_log_keeps_its_timelines_when_upgraded() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("idem.db");
+    let clock = ManualClock::new(conformance::START_MS);
+    let open_at_clock = |path: &Path| {
+        SqliteStore::open(
+            path,
+            SqliteOptions::default(),
+            StoreOptions {
+                clock: clock.store_clock(),
+                ..StoreOptions::default()
+            },
+        )
+    };
+    let store = open_at_clock(&path).expect("create");
+    for (n, retention_ms) in [(1, 60_000), (2, 1)] {
+        let k = conformance::key(n);
+        let fence = match store
+            .claim(request(&k, 1, 60_000, retention_ms, 1))
+            .await
+            .expect("claim")
+        {
+            ClaimOutcome::Claimed(claim) => claim.fence,
+            other => panic!("expected a claim, got {other:?}"),
+        };
+        store
+            .complete(&k, fence, Outcome::new(0, "done"))
+            .await
+            .expect("complete");
+    }
+    let timelines = |store: SqliteStore| async move {
+        let mut out = Vec::new();
+        for n in [1, 2] {
+            let filter = AttemptFilter {
+                key: Some(conformance::key(n)),
+                ..AttemptFilter::default()
+            };
+            out.push(store.attempts(filter).await.expect("timeline"));
+        }
+        (store, out)
+    };
+    let (store, before) = timelines(store).await;
+    assert_eq!(before.iter().map(Vec::len).collect::<Vec<_>>(), [2, 2]);
+    drop(store);
+    {
+        // Back to version 4: the log indexed by key, no anchors.
+        let conn = rusqlite::Connection::open(&path).expect("open");
+        conn.execute_batch(
+            "DROP INDEX attempts_by_record; ALTER TABLE attempts DROP COLUMN anchor; \
+             CREATE INDEX attempts_by_key ON attempts (namespace, key); PRAGMA user_version = 4;",
+        )
+        .expect("downgrade");
+    }
+    let store = open_at_clock(&path).expect("reopen");
+    assert_eq!(
+        store.schema_version().await.expect("version"),
+        idem_store::SCHEMA_VERSION
+    );
+    let (store, after) = timelines(store).await;
+    assert_eq!(after, before);
+    // Key 2's record has expired: gc takes its entries, not key 1's.
+    clock.advance(Duration::from_millis(5));
+    assert_eq!(store.gc().await.expect("gc"), 1);
+    let (_, collected) = timelines(store).await;
+    assert_eq!(collected, vec![before[0].clone(), Vec::new()]);
 }
 
 /// The schema of a store file, in a form that compares across builds:

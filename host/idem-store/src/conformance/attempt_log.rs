@@ -356,7 +356,10 @@ where
     assert!(by_key(mismatched).await.is_empty(), "{name}");
 }
 
-/// `gc` removes a collected record's entries with it, and only those.
+/// `gc` removes a collected record's entries with it, and only those; a
+/// record that replaced an expired one keeps the earlier one's entries in
+/// its timeline until it is collected itself; an answer about a record
+/// already collected is not logged.
 pub async fn gc_removes_attempt_entries_with_their_records<F, Fut>(factory: &F)
 where
     F: Fn(StoreOptions) -> Fut,
@@ -365,20 +368,61 @@ where
     let (fx, clock) = fixture(factory, crate::DEFAULT_MAX_OUTCOME_BYTES).await;
     let store = fx.store.as_ref();
     let name = store.describe();
+    let completed = |k: RecordKey, fence: u64| async move {
+        store
+            .complete(&k, fence, Outcome::new(0, "done"))
+            .await
+            .expect("complete");
+    };
     let short = claimed(store, request(&key(1), 1, 100, 1_000, 1)).await;
-    store
-        .complete(&key(1), short.fence, Outcome::new(0, "a"))
-        .await
-        .expect("complete");
+    completed(key(1), short.fence).await;
     let long = claimed(store, request(&key(2), 1, 100, 60_000, 1)).await;
-    store
-        .complete(&key(2), long.fence, Outcome::new(0, "b"))
-        .await
-        .expect("complete");
+    completed(key(2), long.fence).await;
+    let first = claimed(store, request(&key(3), 1, 100, 1_000, 1)).await;
+    completed(key(3), first.fence).await;
     clock.advance(ms(2_000));
+    // Expired, not yet collected: a fresh claim replaces it.
+    let second = claimed(store, request(&key(3), 1, 100, 1_000, 2)).await;
     assert_eq!(store.gc().await.expect("gc"), 1, "{name}");
     assert!(log_of(store, &key(1)).await.is_empty(), "{name}");
     assert_eq!(log_of(store, &key(2)).await.len(), 2, "{name}");
+    assert_eq!(
+        events_of(store, &key(3)).await,
+        vec![
+            (AttemptEvent::Executed, first.fence),
+            (AttemptEvent::Completed, first.fence),
+            (AttemptEvent::Executed, second.fence),
+        ],
+        "{name}: both records' entries"
+    );
+
+    // An answer given about key 1 before it was collected, logged after.
+    store
+        .log_answers(vec![answer(
+            &key(1),
+            short.fence,
+            AttemptEvent::Replayed,
+            2,
+            START_MS + 500,
+        )])
+        .await
+        .expect("log an answer");
+    let everything = log(store, AttemptFilter::default()).await;
+    assert!(
+        everything.iter().all(|e| e.key != key(1)),
+        "{name}: {everything:?}"
+    );
+
+    // The replacing record collected: the earlier one's entries with it.
+    completed(key(3), second.fence).await;
+    clock.advance(ms(2_000));
+    assert_eq!(store.gc().await.expect("gc"), 1, "{name}");
+    let left: Vec<RecordKey> = log(store, AttemptFilter::default())
+        .await
+        .into_iter()
+        .map(|e| e.key)
+        .collect();
+    assert_eq!(left, vec![key(2), key(2)], "{name}");
 }
 
 fn resolution(key: &RecordKey, fence: u64, resolution: Resolution) -> ResolveRequest {

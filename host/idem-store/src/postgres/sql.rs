@@ -266,12 +266,16 @@ impl Sql {
                 "INSERT INTO {s}.attempts ({attempt_columns}) VALUES ({})",
                 attempt_placeholders(1),
             ),
-            // Answers to duplicates, each at the time it was given.
+            // Answers to duplicates, each at the time it was given; one
+            // about a record gc removed meanwhile is left out (see
+            // `Store::log_answers`).
             append_many: format!(
                 "INSERT INTO {s}.attempts ({attempt_columns}) \
-                 SELECT * FROM unnest($1::text[], $2::bytea[], $3::int8[], $4::text[], \
+                 SELECT u.* FROM unnest($1::text[], $2::bytea[], $3::int8[], $4::text[], \
                    $5::text[], $6::text[], $7::int8[], $8::text[], $9::int8[], $10::int8[], \
-                   $11::text[], $12::bytea[], $13::text[], $14::text[])"
+                   $11::text[], $12::bytea[], $13::text[], $14::text[]) AS u ({attempt_columns}) \
+                 WHERE EXISTS (SELECT 1 FROM {s}.records r \
+                   WHERE r.namespace = u.namespace AND r.key = u.key)"
             ),
             registry: super::registry::RegistrySql::new(&s),
             attempts: format!(

@@ -44,13 +44,16 @@ pub(super) fn int(v: u64) -> i64 {
 const ATTEMPTS_REST: &str = "(?3 IS NULL OR at_ms >= ?3) AND (?4 IS NULL OR at_ms < ?4) \
      AND (?5 IS NULL OR id > ?5) ORDER BY id LIMIT ?6";
 
-/// One record's timeline: an equality on the key index. Written as
-/// `?2 IS NULL OR key = ?2` in one statement with [`ATTEMPTS`], SQLite
-/// could not use the index and scanned the whole log for each key (a run's
-/// "why" lines read a thousand timelines).
+/// One record's timeline: an equality on the log's record index, whose
+/// anchor is the record's `created` (see migration 5), found through the
+/// record. Written as `?2 IS NULL OR key = ?2` in one statement with
+/// [`ATTEMPTS`], SQLite could not use the index and scanned the whole log
+/// for each key (a run's "why" lines read a thousand timelines).
 static ATTEMPTS_BY_KEY: LazyLock<String> = LazyLock::new(|| {
     format!(
-        "SELECT id, {} FROM attempts WHERE namespace = ?1 AND key = ?2 AND {ATTEMPTS_REST}",
+        "SELECT id, {} FROM attempts \
+         WHERE anchor = (SELECT created FROM records WHERE namespace = ?1 AND key = ?2) \
+         AND namespace = ?1 AND key = ?2 AND {ATTEMPTS_REST}",
         codec::attempt_column_list()
     )
 });
@@ -245,23 +248,74 @@ impl Inner {
         tx: &Connection,
         entry: &AttemptEntry,
         now: u64,
+        anchor: u64,
     ) -> Result<(), StoreError> {
         static INSERT: LazyLock<String> = LazyLock::new(|| {
             format!(
-                "INSERT INTO attempts ({}) VALUES ({})",
+                "INSERT INTO attempts ({}, anchor) VALUES ({})",
                 codec::attempt_column_list(),
-                (1..=codec::ATTEMPT_COLUMNS.len())
+                (1..=codec::ATTEMPT_COLUMNS.len() + 1)
                     .map(|i| format!("?{i}"))
                     .collect::<Vec<_>>()
                     .join(", ")
             )
         });
         let row = AttemptRow::of(entry, now);
+        let anchor = int(anchor);
+        let values = attempt_values!(&row, dyn rusqlite::ToSql);
         let fail = |e| self.err("writing the attempt log", e);
         tx.prepare_cached(&INSERT)
             .map_err(fail)?
-            .execute(&attempt_values!(&row, dyn rusqlite::ToSql)[..])
+            .execute(rusqlite::params_from_iter(
+                values.into_iter().chain([&anchor as &dyn rusqlite::ToSql]),
+            ))
             .map_err(fail)?;
+        Ok(())
+    }
+
+    /// The anchor of the entries about the record under `key` (its
+    /// `created`), or `None` when there is no record.
+    pub(super) fn anchor_of(
+        &self,
+        tx: &Connection,
+        key: &RecordKey,
+    ) -> Result<Option<u64>, StoreError> {
+        let fail = |e| self.err("reading a record", e);
+        let created: Option<i64> = tx
+            .prepare_cached("SELECT created FROM records WHERE namespace = ?1 AND key = ?2")
+            .map_err(fail)?
+            .query_row(
+                rusqlite::params![key.namespace, key.digest.0.as_slice()],
+                |row| row.get(0),
+            )
+            .optional()
+            .map_err(fail)?;
+        Ok(created.map(|c| u64::try_from(c).unwrap_or(0)))
+    }
+
+    /// Moves the entries about the record under `key` from anchor `from` to
+    /// `to`: an expired record was replaced by a fresh one (a new
+    /// `created`), and its history stays in the key's timeline until gc
+    /// removes both.
+    pub(super) fn reanchor(
+        &self,
+        tx: &Connection,
+        key: &RecordKey,
+        from: u64,
+        to: u64,
+    ) -> Result<(), StoreError> {
+        tx.prepare_cached(
+            "UPDATE attempts SET anchor = ?4 WHERE anchor = ?3 AND namespace = ?1 AND key = ?2",
+        )
+        .and_then(|mut stmt| {
+            stmt.execute(rusqlite::params![
+                key.namespace,
+                key.digest.0.as_slice(),
+                int(from),
+                int(to)
+            ])
+        })
+        .map_err(|e| self.err("writing the attempt log", e))?;
         Ok(())
     }
 
@@ -302,10 +356,11 @@ impl Inner {
 mod tests {
     use super::*;
 
-    /// A key's timeline is read through the key index, not by scanning
-    /// the log (what SQLite plans, on the real schema).
+    /// A key's timeline is read through the log's record index (its
+    /// record found by primary key), not by scanning the log (what SQLite
+    /// plans, on the real schema).
     #[test]
-    fn a_timeline_is_read_through_the_key_index() {
+    fn a_timeline_is_read_through_the_record_index() {
         let dir = tempfile::tempdir().expect("temp dir");
         let path = dir.path().join("plan.db");
         // Created and migrated by the store; planned on a connection of
@@ -336,7 +391,7 @@ mod tests {
             .expect("plan");
         assert!(
             plan.iter()
-                .any(|step| step.contains("USING INDEX attempts_by_key")),
+                .any(|step| step.contains("USING INDEX attempts_by_record")),
             "{plan:?}"
         );
         assert!(

@@ -103,6 +103,7 @@ impl Inner {
             };
         }
         let current = self.load(tx, &call.key)?;
+        let created_before = current.as_ref().map(|r| r.created_ms);
         let step = match decide(current, now, fences) {
             Err(refused) if refused.is_refusal() => return Ok(Err(refused)),
             Err(failed) => return Err(failed),
@@ -110,9 +111,24 @@ impl Inner {
         };
         if let Some(record) = &step.record {
             self.save(tx, record)?;
+            if let Some(before) = created_before.filter(|b| *b != record.created_ms)
+                && self.options.attempt_log
+            {
+                self.reanchor(tx, &call.key, before, record.created_ms)?;
+            }
         }
         if let Some(entry) = step.entry.as_ref().filter(|_| self.options.attempt_log) {
-            self.append_entry(tx, entry, now)?;
+            // Every entry a record transaction writes is about a record
+            // that exists (a refused write's too: it was refused by one).
+            let anchor = step
+                .record
+                .as_ref()
+                .map(|r| r.created_ms)
+                .or(created_before)
+                .ok_or_else(|| {
+                    self.corrupt(format!("a log entry about {} has no record", call.key))
+                })?;
+            self.append_entry(tx, entry, now, anchor)?;
         }
         Ok(step.answer)
     }
@@ -227,27 +243,29 @@ impl RecordBackend for SqliteStore {
                 let fail = |e| inner.err("collecting garbage", e);
                 // Found by the retention index, at most `limit`, then
                 // deleted by primary key with their entries (by the log's
-                // key index).
-                let victims: Vec<(String, Vec<u8>)> = tx
+                // record index: anchor, namespace, key).
+                let victims: Vec<(String, Vec<u8>, i64)> = tx
                     .prepare_cached(&format!(
-                        "SELECT namespace, key FROM records WHERE {EXPIRED} LIMIT ?2"
+                        "SELECT namespace, key, created FROM records WHERE {EXPIRED} LIMIT ?2"
                     ))
                     .map_err(fail)?
                     .query_map(rusqlite::params![int(now), i64::from(limit)], |row| {
-                        Ok((row.get(0)?, row.get(1)?))
+                        Ok((row.get(0)?, row.get(1)?, row.get(2)?))
                     })
                     .map_err(fail)?
                     .collect::<Result<_, _>>()
                     .map_err(fail)?;
                 let mut entries = tx
-                    .prepare_cached("DELETE FROM attempts WHERE namespace = ?1 AND key = ?2")
+                    .prepare_cached(
+                        "DELETE FROM attempts WHERE anchor = ?3 AND namespace = ?1 AND key = ?2",
+                    )
                     .map_err(fail)?;
                 let mut records = tx
                     .prepare_cached("DELETE FROM records WHERE namespace = ?1 AND key = ?2")
                     .map_err(fail)?;
-                for (namespace, key) in &victims {
+                for (namespace, key, created) in &victims {
                     entries
-                        .execute(rusqlite::params![namespace, key])
+                        .execute(rusqlite::params![namespace, key, created])
                         .map_err(fail)?;
                     records
                         .execute(rusqlite::params![namespace, key])
@@ -266,7 +284,11 @@ impl RecordBackend for SqliteStore {
         self.blocking(move |inner| {
             inner.write("logging answers", |tx, _now| {
                 for entry in &entries {
-                    inner.append_entry(tx, entry, entry.at_ms)?;
+                    // An answer about a record gc removed meanwhile goes
+                    // with the record's own entries (`Store::log_answers`).
+                    if let Some(anchor) = inner.anchor_of(tx, &entry.key)? {
+                        inner.append_entry(tx, entry, entry.at_ms, anchor)?;
+                    }
                 }
                 Ok(())
             })
