@@ -32,9 +32,10 @@ fn op(n: u64) -> Operation {
     Operation::from_json(&json, &OperationLimits::default()).unwrap()
 }
 
-/// The store's record table with its two indexes (retention, last update:
-/// a completion moves both), for the raw floor; the attempt log is not in
-/// the floor (its cost is measured on its own, `log`).
+/// The store's record table as the store lays it out (in claim order, a
+/// unique key index) with its two indexes (retention, last update: a
+/// completion moves both), for the raw floor; the attempt log is not in the
+/// floor (its cost is measured on its own, `log`).
 const SCHEMA: &str = "
     PRAGMA journal_mode = WAL;
     CREATE TABLE fence_seq (id INTEGER PRIMARY KEY CHECK (id = 1), last INTEGER NOT NULL);
@@ -45,7 +46,8 @@ const SCHEMA: &str = "
         attempts INTEGER NOT NULL, created INTEGER NOT NULL, updated INTEGER NOT NULL, retention_ms INTEGER NOT NULL,
         retain_until INTEGER NOT NULL, outcome_status INTEGER, outcome_body BLOB, outcome_error TEXT,
         holder_run_id TEXT, holder_trigger TEXT, holder_attempt INTEGER, holder_host TEXT NOT NULL,
-        holder_pid INTEGER NOT NULL, PRIMARY KEY (namespace, key)) WITHOUT ROWID;
+        holder_pid INTEGER NOT NULL);
+    CREATE UNIQUE INDEX records_by_key ON records (namespace, key);
     CREATE INDEX records_retain_until ON records (retain_until);
     CREATE INDEX records_updated ON records (updated);";
 

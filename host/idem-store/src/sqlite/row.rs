@@ -101,15 +101,27 @@ impl Inner {
     }
 
     /// Writes `record` in place of any row under its key.
+    ///
+    /// An existing row is updated where it stands (not replaced, which
+    /// would delete it and append it again with a new rowid and a new key
+    /// index entry): records are stored in claim order (migration 6), so an
+    /// end rewrites a row on a page the claims made with it share, and the
+    /// key index is written once per record, by its claim.
     pub(super) fn save(&self, tx: &Connection, record: &Record) -> Result<(), StoreError> {
         static UPSERT: LazyLock<String> = LazyLock::new(|| {
             let placeholders: Vec<String> = (1..=codec::COLUMNS.len())
                 .map(|i| format!("?{i}"))
                 .collect();
+            let updates: Vec<String> = codec::COLUMNS
+                .iter()
+                .filter(|c| !matches!(**c, "namespace" | "key"))
+                .map(|c| format!("{c} = excluded.{c}"))
+                .collect();
             format!(
-                "INSERT OR REPLACE INTO records ({}) VALUES ({})",
+                "INSERT INTO records ({}) VALUES ({}) ON CONFLICT (namespace, key) DO UPDATE SET {}",
                 codec::column_list(""),
-                placeholders.join(", ")
+                placeholders.join(", "),
+                updates.join(", ")
             )
         });
         let row = RecordRow::of(record)?;
