@@ -12,7 +12,8 @@
 //!
 //! `cargo bench -p idem-tests --bench store [-- SECTION...]`: every section,
 //! or only those named: `floor`, `group`, `log` (SQLite), `pg-log`,
-//! `pg-group`, `pg-floor` (PostgreSQL).
+//! `pg-group`, `pg-floor` (PostgreSQL); `grouped` (named only: 32 grouped
+//! SQLite callers alone, for a profiler).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -485,6 +486,13 @@ fn main() {
                 on / raw
             );
         }
+    }
+    // Not in the default set: 32 grouped callers alone, long enough to
+    // profile (`perf record … --bench grouped`) without the other phases.
+    if chosen.iter().any(|c| c == "grouped") {
+        let ops = if quick { 64 } else { 32 * 1_000 };
+        let rate = engine_rate_with(32, ops / 32, true, true, &rt);
+        println!("\n32 grouped callers alone, {ops} ops: {rate:.0} ops/s");
     }
     if wants("log") {
         println!(

@@ -110,7 +110,7 @@ impl Inner {
             Ok(step) => step,
         };
         if let Some(record) = &step.record {
-            self.save(tx, record)?;
+            self.save(tx, record, created_before.is_some())?;
             if let Some(before) = created_before.filter(|b| *b != record.created_ms)
                 && self.options.attempt_log
             {
