@@ -108,9 +108,8 @@ impl Inner {
     /// index entry): records are stored in claim order (migration 6), so an
     /// end rewrites a row on a page the claims made with it share, and the
     /// key index is written once per record, by its claim. Two statements,
-    /// not an upsert: the caller read the row, and an upsert would build
-    /// and check the row twice (measured: the upsert was a fifth of a
-    /// grouped run's CPU).
+    /// not an upsert: the caller read the row, and an upsert builds and
+    /// checks the row as an insert before it updates.
     pub(super) fn save(
         &self,
         tx: &Connection,
