@@ -782,6 +782,67 @@ async fn a_version_4_log_keeps_its_timelines_when_upgraded() {
     assert_eq!(collected, vec![before[0].clone(), Vec::new()]);
 }
 
+/// Entries written while the log was on stay with their key when the log
+/// is switched off: a fresh record replacing the expired one keeps them in
+/// its timeline, and gc removes them with it.
+#[tokio::test]
+async fn entries_follow_their_key_after_the_log_is_switched_off() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("idem.db");
+    let clock = ManualClock::new(conformance::START_MS);
+    let open_logging = |attempt_log: bool| {
+        SqliteStore::open(
+            &path,
+            SqliteOptions::default(),
+            StoreOptions {
+                clock: clock.store_clock(),
+                attempt_log,
+                ..StoreOptions::default()
+            },
+        )
+        .expect("open")
+    };
+    let k = conformance::key(1);
+    async fn claim(store: &SqliteStore, k: &idem_store::RecordKey, who: u32) -> u64 {
+        match store
+            .claim(request(k, 1, 100, 1_000, who))
+            .await
+            .expect("claim")
+        {
+            ClaimOutcome::Claimed(claim) => claim.fence,
+            other => panic!("expected a claim, got {other:?}"),
+        }
+    }
+    let timeline = AttemptFilter {
+        key: Some(k.clone()),
+        ..AttemptFilter::default()
+    };
+    let logging = open_logging(true);
+    let fence = claim(&logging, &k, 1).await;
+    logging
+        .complete(&k, fence, Outcome::new(0, "done"))
+        .await
+        .expect("complete");
+    drop(logging);
+
+    let quiet = open_logging(false);
+    clock.advance(Duration::from_secs(2));
+    let fence = claim(&quiet, &k, 2).await;
+    let entries = quiet.attempts(timeline).await.expect("timeline");
+    assert_eq!(entries.len(), 2, "the first record's entries");
+    quiet
+        .complete(&k, fence, Outcome::new(0, "again"))
+        .await
+        .expect("complete");
+    clock.advance(Duration::from_secs(2));
+    assert_eq!(quiet.gc().await.expect("gc"), 1);
+    let everything = quiet
+        .attempts(AttemptFilter::default())
+        .await
+        .expect("the log");
+    assert_eq!(everything, Vec::new(), "collected with the record");
+}
+
 /// The schema of a store file, in a form that compares across builds:
 /// every object's SQL with its whitespace collapsed, and the version and
 /// application id.

@@ -111,9 +111,9 @@ impl Inner {
         };
         if let Some(record) = &step.record {
             self.save(tx, record, created_before.is_some())?;
-            if let Some(before) = created_before.filter(|b| *b != record.created_ms)
-                && self.options.attempt_log
-            {
+            // Whether or not this store writes the log now: entries written
+            // while it did must stay findable, and be collected with it.
+            if let Some(before) = created_before.filter(|b| *b != record.created_ms) {
                 self.reanchor(tx, &call.key, before, record.created_ms)?;
             }
         }
