@@ -395,8 +395,8 @@ mod tests {
     use super::*;
 
     /// A key's timeline is read through the log's record index (its
-    /// record found by primary key), not by scanning the log (what SQLite
-    /// plans, on the real schema).
+    /// record found through the key index), not by scanning the log (what
+    /// SQLite plans, on the real schema).
     #[test]
     fn a_timeline_is_read_through_the_record_index() {
         let dir = tempfile::tempdir().expect("temp dir");

@@ -242,8 +242,8 @@ impl RecordBackend for SqliteStore {
             inner.write("collecting garbage", |tx, now| {
                 let fail = |e| inner.err("collecting garbage", e);
                 // Found by the retention index, at most `limit`, then
-                // deleted by primary key with their entries (by the log's
-                // record index: anchor, namespace, key).
+                // deleted through the key index with their entries (through
+                // the log's record index: anchor, namespace, key).
                 let victims: Vec<(String, Vec<u8>, i64)> = tx
                     .prepare_cached(&format!(
                         "SELECT namespace, key, created FROM records WHERE {EXPIRED} LIMIT ?2"
