@@ -78,12 +78,16 @@ async fn explain_paged(
 #[cfg(test)]
 mod tests {
     use idem_core::Digest;
-    use idem_store::{AttemptEntry, AttemptEvent, MemoryStore, RecordKey, StoreOptions};
+    use idem_store::{
+        AttemptEntry, AttemptEvent, ClaimOutcome, ClaimRequest, MemoryStore, RecordKey,
+        StoreOptions,
+    };
 
     use super::*;
 
     /// Two replays each for `keys` keys, answered to this process, and one
-    /// for a key another process asked for.
+    /// for a key another process asked for; each key claimed first by
+    /// that other process (an answer is logged about a stored record).
     async fn asked_twice(store: &MemoryStore, keys: u8) {
         let answer = |key: u8, holder: Holder| AttemptEntry {
             id: 0,
@@ -101,6 +105,24 @@ mod tests {
             pid: Holder::this_process().pid.wrapping_add(1),
             ..Holder::this_process()
         };
+        for key in (0..keys).chain([200]) {
+            let claimed = store
+                .claim(ClaimRequest {
+                    key: RecordKey::new("ns", Digest([key; 32])),
+                    policy_digest: format!("sha256:{}", "ab".repeat(32)),
+                    fingerprint: Digest([key; 32]),
+                    partition: "p".into(),
+                    lease: std::time::Duration::from_secs(60),
+                    retention: std::time::Duration::from_secs(3_600),
+                    holder: other.clone(),
+                    operation_digest: None,
+                    operation: None,
+                    ownership: None,
+                })
+                .await
+                .unwrap();
+            assert!(matches!(claimed, ClaimOutcome::Claimed(_)), "{claimed:?}");
+        }
         let mut entries = vec![answer(200, other)];
         for key in 0..keys {
             entries.push(answer(key, Holder::this_process()));
