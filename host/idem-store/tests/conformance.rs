@@ -176,6 +176,28 @@ fn open(path: &Path) -> Result<SqliteStore, StoreError> {
     SqliteStore::open(path, SqliteOptions::default(), StoreOptions::default())
 }
 
+/// The store at `path` on a manual clock, writing the attempt log or not.
+fn open_at(path: &Path, clock: &ManualClock, attempt_log: bool) -> SqliteStore {
+    SqliteStore::open(
+        path,
+        SqliteOptions::default(),
+        StoreOptions {
+            clock: clock.store_clock(),
+            attempt_log,
+            ..StoreOptions::default()
+        },
+    )
+    .expect("open")
+}
+
+/// The fence of a claim that must be fresh.
+async fn claimed_fence(store: &SqliteStore, request: idem_store::ClaimRequest) -> u64 {
+    match store.claim(request).await.expect("claim") {
+        ClaimOutcome::Claimed(claim) => claim.fence,
+        other => panic!("expected a claim, got {other:?}"),
+    }
+}
+
 fn open_kind(path: &Path) -> OpenErrorKind {
     match open(path) {
         Err(StoreError::Open { kind, .. }) => kind,
@@ -719,27 +741,10 @@ async fn a_version_4_log_keeps_its_timelines_when_upgraded() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("idem.db");
     let clock = ManualClock::new(conformance::START_MS);
-    let open_at_clock = |path: &Path| {
-        SqliteStore::open(
-            path,
-            SqliteOptions::default(),
-            StoreOptions {
-                clock: clock.store_clock(),
-                ..StoreOptions::default()
-            },
-        )
-    };
-    let store = open_at_clock(&path).expect("create");
+    let store = open_at(&path, &clock, true);
     for (n, retention_ms) in [(1, 60_000), (2, 1)] {
         let k = conformance::key(n);
-        let fence = match store
-            .claim(request(&k, 1, 60_000, retention_ms, 1))
-            .await
-            .expect("claim")
-        {
-            ClaimOutcome::Claimed(claim) => claim.fence,
-            other => panic!("expected a claim, got {other:?}"),
-        };
+        let fence = claimed_fence(&store, request(&k, 1, 60_000, retention_ms, 1)).await;
         store
             .complete(&k, fence, Outcome::new(0, "done"))
             .await
@@ -768,7 +773,7 @@ async fn a_version_4_log_keeps_its_timelines_when_upgraded() {
         )
         .expect("downgrade");
     }
-    let store = open_at_clock(&path).expect("reopen");
+    let store = open_at(&path, &clock, true);
     assert_eq!(
         store.schema_version().await.expect("version"),
         idem_store::SCHEMA_VERSION
@@ -790,44 +795,22 @@ async fn entries_follow_their_key_after_the_log_is_switched_off() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("idem.db");
     let clock = ManualClock::new(conformance::START_MS);
-    let open_logging = |attempt_log: bool| {
-        SqliteStore::open(
-            &path,
-            SqliteOptions::default(),
-            StoreOptions {
-                clock: clock.store_clock(),
-                attempt_log,
-                ..StoreOptions::default()
-            },
-        )
-        .expect("open")
-    };
     let k = conformance::key(1);
-    async fn claim(store: &SqliteStore, k: &idem_store::RecordKey, who: u32) -> u64 {
-        match store
-            .claim(request(k, 1, 100, 1_000, who))
-            .await
-            .expect("claim")
-        {
-            ClaimOutcome::Claimed(claim) => claim.fence,
-            other => panic!("expected a claim, got {other:?}"),
-        }
-    }
     let timeline = AttemptFilter {
         key: Some(k.clone()),
         ..AttemptFilter::default()
     };
-    let logging = open_logging(true);
-    let fence = claim(&logging, &k, 1).await;
+    let logging = open_at(&path, &clock, true);
+    let fence = claimed_fence(&logging, request(&k, 1, 100, 1_000, 1)).await;
     logging
         .complete(&k, fence, Outcome::new(0, "done"))
         .await
         .expect("complete");
     drop(logging);
 
-    let quiet = open_logging(false);
+    let quiet = open_at(&path, &clock, false);
     clock.advance(Duration::from_secs(2));
-    let fence = claim(&quiet, &k, 2).await;
+    let fence = claimed_fence(&quiet, request(&k, 1, 100, 1_000, 2)).await;
     let entries = quiet.attempts(timeline).await.expect("timeline");
     assert_eq!(entries.len(), 2, "the first record's entries");
     quiet
