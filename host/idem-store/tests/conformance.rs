@@ -826,6 +826,44 @@ async fn entries_follow_their_key_after_the_log_is_switched_off() {
     assert_eq!(everything, Vec::new(), "collected with the record");
 }
 
+/// gc copies the log it grew back into the database file before it
+/// returns (its own checkpoint, not the next claim's): a copy of the file
+/// alone, without its write-ahead log, already shows the records kept and
+/// none of the collected.
+#[tokio::test]
+async fn gc_leaves_its_deletions_in_the_database_file() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("idem.db");
+    let clock = ManualClock::new(conformance::START_MS);
+    let store = open_at(&path, &clock, true);
+    // 40 records retained for a second, 3 for a day: well under the
+    // automatic checkpoint's thousand pages.
+    for n in 0..43 {
+        let k = conformance::key(n);
+        let retention = if n < 40 { 1_000 } else { 86_400_000 };
+        let fence = claimed_fence(&store, request(&k, 1, 100, retention, 1)).await;
+        store
+            .complete(&k, fence, Outcome::new(0, "done"))
+            .await
+            .expect("complete");
+    }
+    clock.advance(Duration::from_secs(2));
+    assert_eq!(store.gc().await.expect("gc"), 40);
+
+    let copy = dir.path().join("copy.db");
+    std::fs::copy(&path, &copy).expect("copy the database file alone");
+    let conn = rusqlite::Connection::open(&copy).expect("open the copy");
+    let (records, entries): (i64, i64) = conn
+        .query_row(
+            "SELECT (SELECT count(*) FROM records), (SELECT count(*) FROM attempts)",
+            [],
+            |row| Ok((row.get(0)?, row.get(1)?)),
+        )
+        .expect("the file alone has the store's tables");
+    assert_eq!((records, entries), (3, 6), "kept records and their entries");
+    drop(store);
+}
+
 /// The schema of a store file, in a form that compares across builds:
 /// every object's SQL with its whitespace collapsed, and the version and
 /// application id.

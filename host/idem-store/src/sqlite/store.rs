@@ -243,6 +243,16 @@ impl Inner {
         Ok(out)
     }
 
+    /// Copies the write-ahead log back into the database file as far as
+    /// readers allow (`wal_checkpoint(PASSIVE)`), between transactions.
+    pub(super) fn checkpoint(&self) -> Result<(), StoreError> {
+        let conn = self.conn();
+        conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()))
+            .map_err(|e| self.err("checkpointing the log", e))?;
+        MutexGuard::unlock_fair(conn);
+        Ok(())
+    }
+
     /// A read outside a write transaction (one statement is its own
     /// snapshot): the connection and the store clock.
     pub(super) fn read<T>(
