@@ -13,7 +13,9 @@
 //! `cargo bench -p idem-tests --bench store [-- SECTION...]`: every section,
 //! or only those named: `floor`, `group`, `log` (SQLite), `pg-log`,
 //! `pg-group`, `pg-floor` (PostgreSQL); `grouped` (named only: 32 grouped
-//! SQLite callers alone, for a profiler).
+//! SQLite callers alone, for a profiler); `ceiling` (named only: the same
+//! callers on the in-memory store); `pg-grouped` (named only: 32 grouped
+//! PostgreSQL callers alone).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -21,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use idem::core::{Operation, OperationLimits};
 use idem::engine::{Begin, Engine, EngineOptions};
-use idem::store::{Outcome, SqliteOptions, SqliteStore, StoreOptions};
+use idem::store::{MemoryStore, Outcome, SqliteOptions, SqliteStore, StoreOptions};
 use idem_tests::load;
 
 /// Fresh operations: every begin claims a new key.
@@ -494,6 +496,20 @@ fn main() {
         let rate = engine_rate_with(32, ops / 32, true, true, &rt);
         println!("\n32 grouped callers alone, {ops} ops: {rate:.0} ops/s");
     }
+    // Not in the default set: the same 32 callers on the in-memory store,
+    // which writes nothing durable: what the engine itself costs (policy
+    // evaluation, operation parsing, scheduling) on this machine, the
+    // ceiling any durable store's grouped rate stays under.
+    if chosen.iter().any(|c| c == "ceiling") {
+        let ops = if quick { 64 } else { 32 * 1_000 };
+        let engine = Arc::new(Engine::new(
+            load("billing-charge"),
+            Arc::new(MemoryStore::new(StoreOptions::default())),
+            grouping(true),
+        ));
+        let rate = rt.block_on(drive(engine, 32, ops / 32));
+        println!("\n32 callers on the in-memory store, {ops} ops: {rate:.0} ops/s");
+    }
     if wants("log") {
         println!(
             "\nthe attempt log's cost on SQLite: begin+complete with the log / without, medians of {rounds} rounds"
@@ -514,7 +530,10 @@ fn main() {
             println!("{callers:>8} {on:>14.0} {off:>14.0} {:>7.2}x", on / off);
         }
     }
-    if !["pg-log", "pg-group", "pg-floor"].iter().any(|s| wants(s)) {
+    if !["pg-log", "pg-group", "pg-grouped", "pg-floor"]
+        .iter()
+        .any(|s| wants(s))
+    {
         return;
     }
     let Ok(url) = std::env::var("IDEM_TEST_POSTGRES_URL") else {
@@ -593,6 +612,16 @@ fn main() {
                 r[3] / off
             );
         }
+    }
+    // Not in the default set: 32 grouped PostgreSQL callers alone, long
+    // enough to profile (`perf record -a`: the server's processes too).
+    if chosen.iter().any(|c| c == "pg-grouped") {
+        let ops = if quick { 64 } else { 32 * 500 };
+        let schema = format!("idem_bench_grouped_{}", std::process::id());
+        let options = grouping_in_flight(true, None);
+        let rate = engine_rate_pg_options(&url, &schema, 32, ops / 32, true, options, &rt);
+        drop_schema(&url, &schema, &rt);
+        println!("\n32 grouped PostgreSQL callers alone, {ops} ops: {rate:.0} ops/s");
     }
     if wants("pg-floor") {
         println!(
