@@ -861,6 +861,7 @@ async fn gc_leaves_its_deletions_in_the_database_file() {
         )
         .expect("the file alone has the store's tables");
     assert_eq!((records, entries), (3, 6), "kept records and their entries");
+    // Open until here: closing the connection would checkpoint anyway.
     drop(store);
 }
 
