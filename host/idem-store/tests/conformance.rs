@@ -198,6 +198,16 @@ async fn claimed_fence(store: &SqliteStore, request: idem_store::ClaimRequest) -
     }
 }
 
+/// A fresh claim of `request`, completed with the body "done".
+async fn completed(store: &SqliteStore, request: idem_store::ClaimRequest) {
+    let key = request.key.clone();
+    let fence = claimed_fence(store, request).await;
+    store
+        .complete(&key, fence, Outcome::new(0, "done"))
+        .await
+        .expect("complete");
+}
+
 fn open_kind(path: &Path) -> OpenErrorKind {
     match open(path) {
         Err(StoreError::Open { kind, .. }) => kind,
@@ -744,11 +754,7 @@ async fn a_version_4_log_keeps_its_timelines_when_upgraded() {
     let store = open_at(&path, &clock, true);
     for (n, retention_ms) in [(1, 60_000), (2, 1)] {
         let k = conformance::key(n);
-        let fence = claimed_fence(&store, request(&k, 1, 60_000, retention_ms, 1)).await;
-        store
-            .complete(&k, fence, Outcome::new(0, "done"))
-            .await
-            .expect("complete");
+        completed(&store, request(&k, 1, 60_000, retention_ms, 1)).await;
     }
     let timelines = |store: SqliteStore| async move {
         let mut out = Vec::new();
@@ -801,11 +807,7 @@ async fn entries_follow_their_key_after_the_log_is_switched_off() {
         ..AttemptFilter::default()
     };
     let logging = open_at(&path, &clock, true);
-    let fence = claimed_fence(&logging, request(&k, 1, 100, 1_000, 1)).await;
-    logging
-        .complete(&k, fence, Outcome::new(0, "done"))
-        .await
-        .expect("complete");
+    completed(&logging, request(&k, 1, 100, 1_000, 1)).await;
     drop(logging);
 
     let quiet = open_at(&path, &clock, false);
@@ -841,11 +843,7 @@ async fn gc_leaves_its_deletions_in_the_database_file() {
     for n in 0..43 {
         let k = conformance::key(n);
         let retention = if n < 40 { 1_000 } else { 86_400_000 };
-        let fence = claimed_fence(&store, request(&k, 1, 100, retention, 1)).await;
-        store
-            .complete(&k, fence, Outcome::new(0, "done"))
-            .await
-            .expect("complete");
+        completed(&store, request(&k, 1, 100, retention, 1)).await;
     }
     clock.advance(Duration::from_secs(2));
     assert_eq!(store.gc().await.expect("gc"), 40);
