@@ -81,7 +81,8 @@ fn median_per_call(batches: usize, per_batch: u32, mut f: impl FnMut()) -> Durat
     times[times.len() / 2]
 }
 
-/// The ratios the README reports, measured side by side in one run.
+/// The ratios `docs/benchmarks.md` reports, measured side by side in one
+/// run.
 fn ratios(_c: &mut Criterion) {
     let op = seed_op();
     let bytes = policy_bytes("billing-charge");

@@ -1,5 +1,8 @@
 //! Shared helpers for idem's integration, conformance and chaos suites.
 
+pub mod pg_cluster;
+pub mod tmpfs;
+
 use std::path::PathBuf;
 use std::sync::OnceLock;
 

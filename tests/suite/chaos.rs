@@ -436,8 +436,8 @@ async fn a_crash_between_charge_and_completion_is_never_charged_blindly(db: Db) 
     r.check_idem(Guarantee::LedgerHonoursKeys, true).unwrap();
 
     // The same with a ledger that enforces nothing: charged twice. This is
-    // the limit the README states: after a take-over, exactly-once of the
-    // effect needs the downstream to deduplicate by key.
+    // the limit `docs/guarantees.md` states: after a take-over,
+    // exactly-once of the effect needs the downstream to deduplicate by key.
     let r = idem(&db, &crashed(fixture_job(3), LedgerMode::NAIVE), &fixture).await;
     assert_eq!(charges(&r), vec![1, 2, 1], "{}", show(&r));
 }

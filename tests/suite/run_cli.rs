@@ -263,8 +263,9 @@ fn a_worker_answering_outside_the_protocol_leaves_that_operation_unknown() {
         .output()
         .unwrap();
     let s = summary(&out);
-    // Each answer is out of protocol: each worker is replaced, each outcome
-    // unknown (three deaths in a row, so nothing more would be sent).
+    // Each answer is out of protocol: each worker is replaced and each
+    // outcome is unknown (a protocol break is not a death, so the pool
+    // never gives up here).
     assert_eq!(s["unknown"], 3, "{s}");
     assert!(
         text(&out.stderr).contains("answered `charging...`"),

@@ -3,7 +3,7 @@
 //! re-executed under a higher fence, a lapsed claim resolved, the report)
 //! on SQLite and PostgreSQL; the bearer token; refusing to listen beyond
 //! loopback without one; a graceful shutdown that finishes a call in
-//! flight; and the Python client of docs/serve.md, run as written. The
+//! flight; and the Python client of docs/guide/serve.md, run as written. The
 //! OpenAPI document and the fuzz of bad input are in `serve_contract.rs`.
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -585,12 +585,12 @@ fn sigterm_lets_the_call_in_flight_finish() {
     );
 }
 
-/// The ```python block of docs/serve.md, as written.
+/// The ```python block of docs/guide/serve.md, as written.
 fn python_snippet() -> String {
-    let doc = std::fs::read_to_string(workspace_root().join("docs/serve.md")).unwrap();
+    let doc = std::fs::read_to_string(workspace_root().join("docs/guide/serve.md")).unwrap();
     let start = doc
         .find("```python\n")
-        .expect("docs/serve.md has a python block")
+        .expect("docs/guide/serve.md has a python block")
         + 10;
     let len = doc[start..].find("```").expect("the block ends");
     doc[start..start + len].to_string()

@@ -1,5 +1,5 @@
 //! `idem serve` against its contract: the OpenAPI document
-//! (docs/serve-openapi.json) checked against the running server, and a
+//! (docs/reference/serve-openapi.json) checked against the running server, and a
 //! generated fuzz of bad input over real HTTP — every bad request a 4xx
 //! problem naming what was wrong, and nothing stored.
 
@@ -15,7 +15,7 @@ use serde_json::{Map, Value, json};
 use crate::serve::{Reply, Server, TestStore, op, request, send_raw};
 
 fn document() -> Value {
-    let path = workspace_root().join("docs/serve-openapi.json");
+    let path = workspace_root().join("docs/reference/serve-openapi.json");
     serde_json::from_str(&std::fs::read_to_string(&path).unwrap())
         .unwrap_or_else(|e| panic!("{} is not JSON: {e}", path.display()))
 }

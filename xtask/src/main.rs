@@ -3,27 +3,35 @@
 //! - `cargo xtask build`: the CLI (release) and the example policies as
 //!   components in `target/policies/`.
 //! - `cargo xtask build-policy PATH [--out DIR]`: one policy crate (any crate
-//!   using the idem-policy SDK) to `DIR/<name>.wasm`.
-//! - `cargo xtask nightly`: builds everything, then runs the nightly-billing
-//!   example job twice on the embedded store: the second run replays every
-//!   charge instead of making it again.
+//!   using the idem-policy SDK) to `DIR/<name>.wasm`, with `idem build`.
+//! - `cargo xtask nightly`: builds the CLI and the billing policy, then runs
+//!   the nightly-billing example job twice on the embedded store: the second
+//!   run replays every charge instead of making it again.
+//!
+//! xtask depends on nothing but `anyhow`, so `cargo xtask` starts the real
+//! build at once: the policies are built by the release CLI's own
+//! `idem build`, not by linking the guest build library into xtask (which
+//! compiled the component tool chain a second time, unoptimised, before
+//! anything else could start).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
-use idem_guest_build::{GuestBuild, cargo_binary};
 
 const EXAMPLE_POLICIES: &[&str] = &["billing-charge", "http-idempotency-key", "provider-charge"];
+/// The one policy the nightly job runs.
+const NIGHTLY_POLICY: &str = "billing-charge";
 
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let root = workspace_root();
     match args.first().map(String::as_str) {
-        Some("build") => build_all(&root),
+        Some("build") => build(&root, EXAMPLE_POLICIES, 2).map(drop),
         Some("nightly") => {
-            build_all(&root)?;
-            nightly(&root)
+            let idem = build(&root, &[NIGHTLY_POLICY], 3)?;
+            nightly(&root, &idem)
         }
         Some("build-policy") => {
             let Some(path) = args.get(1) else {
@@ -34,7 +42,11 @@ fn main() -> Result<()> {
                 (None, _) => target_dir(&root).join("policies"),
                 _ => bail!("usage: cargo xtask build-policy PATH [--out DIR]"),
             };
-            build_policy(Path::new(path), &out)
+            let idem = build_cli(&root, 1, 2)?;
+            step(2, 2, &format!("the policy at {path}"));
+            let built = idem_build(&idem, Path::new(path), &out)?;
+            println!("{}", built.display());
+            Ok(())
         }
         _ => {
             eprintln!("usage: cargo xtask build | nightly | build-policy PATH [--out DIR]");
@@ -56,8 +68,33 @@ fn target_dir(root: &Path) -> PathBuf {
         .unwrap_or_else(|| root.join("target"))
 }
 
-fn build_all(root: &Path) -> Result<()> {
-    let status = Command::new(cargo_binary())
+fn cargo() -> PathBuf {
+    std::env::var_os("CARGO")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| "cargo".into())
+}
+
+/// Announces step `n` of `of`, so a long first build never looks hung.
+fn step(n: usize, of: usize, what: &str) {
+    println!("\n== [{n}/{of}] {what}");
+}
+
+fn done(started: Instant) {
+    let s = started.elapsed().as_secs();
+    println!("   done in {}m{:02}s", s / 60, s % 60);
+}
+
+/// The release CLI, step `n` of `of`; returns its path.
+fn build_cli(root: &Path, n: usize, of: usize) -> Result<PathBuf> {
+    let idem = target_dir(root).join("release").join("idem");
+    step(
+        n,
+        of,
+        "the idem CLI (release), with cargo's progress below; the first build compiles wasmtime: \
+         about 12 minutes on 2 cores, seconds after that",
+    );
+    let started = Instant::now();
+    let status = Command::new(cargo())
         .args([
             "build",
             "--release",
@@ -72,30 +109,63 @@ fn build_all(root: &Path) -> Result<()> {
     if !status.success() {
         bail!("building the idem CLI failed ({status})");
     }
-    let target = target_dir(root);
-    let build = GuestBuild {
-        manifest: root.join("Cargo.toml"),
-        target_dir: target.join("idem-guests"),
-        out_dir: target.join("policies"),
-        cargo: cargo_binary(),
-        keep_core_module: false,
-    };
-    for built in build.build(EXAMPLE_POLICIES)? {
-        println!("policy  {}", built.component.display());
-    }
-    println!("cli     {}", target.join("release").join("idem").display());
-    Ok(())
+    done(started);
+    Ok(idem)
 }
 
-/// One policy crate, by the same code as `idem build`.
-fn build_policy(crate_dir: &Path, out: &Path) -> Result<()> {
-    let built = idem_guest_build::build_crate(crate_dir, Some(out))?;
-    println!("{}", built.component.display());
-    Ok(())
+/// `idem build CRATE --out OUT`, printing cargo's progress; returns the
+/// component's path.
+fn idem_build(idem: &Path, crate_dir: &Path, out: &Path) -> Result<PathBuf> {
+    let output = Command::new(idem)
+        .arg("build")
+        .arg(crate_dir)
+        .arg("--out")
+        .arg(out)
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .with_context(|| format!("cannot run {}", idem.display()))?;
+    if !output.status.success() {
+        bail!(
+            "building {} failed ({})",
+            crate_dir.display(),
+            output.status
+        );
+    }
+    let path = String::from_utf8_lossy(&output.stdout).trim().to_string();
+    Ok(PathBuf::from(path))
+}
+
+/// The CLI, then each policy with it; returns the CLI's path.
+fn build(root: &Path, policies: &[&str], of: usize) -> Result<PathBuf> {
+    let idem = build_cli(root, 1, of)?;
+    step(
+        2,
+        of,
+        &format!("{} policy component(s) with `idem build`", policies.len()),
+    );
+    let started = Instant::now();
+    let out = target_dir(root).join("policies");
+    for (i, policy) in policies.iter().enumerate() {
+        println!("   ({}/{}) {policy}", i + 1, policies.len());
+        let built = idem_build(
+            &idem,
+            &root.join("guest").join("policies").join(policy),
+            &out,
+        )?;
+        println!("   policy  {}", built.display());
+    }
+    done(started);
+    println!("   cli     {}", idem.display());
+    Ok(idem)
 }
 
 /// The nightly-billing job, run twice on a fresh SQLite store.
-fn nightly(root: &Path) -> Result<()> {
+fn nightly(root: &Path, idem: &Path) -> Result<()> {
+    step(
+        3,
+        3,
+        "the nightly billing job, twice, on a fresh SQLite store",
+    );
     let target = target_dir(root);
     let dir = target.join("nightly-demo");
     if dir.exists() {
@@ -106,15 +176,16 @@ fn nightly(root: &Path) -> Result<()> {
     let ops = example.join("ops.jsonl");
     let ledger = dir.join("ledger.txt");
     let store = format!("sqlite:{}", dir.join("idem.db").display());
-    let idem = target.join("release").join("idem");
-    let policy = target.join("policies").join("billing-charge.wasm");
+    let policy = target
+        .join("policies")
+        .join(format!("{NIGHTLY_POLICY}.wasm"));
     let runs = [
         ("nightly-2026-11-30", "scheduled"),
         ("nightly-2026-11-30-rerun", "manual"),
     ];
     for (i, (run_id, trigger)) in runs.iter().enumerate() {
-        println!("\n== run {} ({trigger}, run id {run_id})", i + 1);
-        let status = Command::new(&idem)
+        println!("\n   run {} ({trigger}, run id {run_id})", i + 1);
+        let status = Command::new(idem)
             .arg("run")
             .arg("--policy")
             .arg(&policy)

@@ -2,7 +2,7 @@
 //!
 //! A policy is a Rust library crate using the `idem-policy` SDK. This crate
 //! compiles it for `wasm32-unknown-unknown` (which, unlike `wasm32-wasip2`,
-//! pulls in no WASI imports from std: see `docs/policy-guide.md`) as a `cdylib`,
+//! pulls in no WASI imports from std: see `docs/guide/writing-a-policy.md`) as a `cdylib`,
 //! then wraps the core module into a component with `wit-component`, using
 //! the component-type section that `wit-bindgen` embedded. The wasm target is
 //! added with `rustup target add` when it is missing: no hand step.
@@ -213,9 +213,11 @@ impl GuestBuild {
     ) -> Result<BuiltGuest> {
         let sources = sources.get(package).cloned().unwrap_or_default();
         let mut cmd = Command::new(&self.cargo);
+        // Not `--quiet`: cargo's own progress (its bar on a terminal, a line
+        // per crate elsewhere) is what tells a first build, which compiles
+        // the SDK's dependencies for wasm, from a hung one.
         cmd.args([
             "rustc",
-            "--quiet",
             "--lib",
             "--crate-type",
             "cdylib",

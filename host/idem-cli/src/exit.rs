@@ -39,6 +39,12 @@ pub const POLICY_FAILED: u8 = 4;
 /// conflict). sysexits' EX_DATAERR.
 pub const CONFLICT: u8 = 65;
 
+/// `idem run`: the store was unavailable for longer than `--store-outage`,
+/// so the run stopped taking operations (those it never started are
+/// counted `not run`: none of their effects happened; a re-run does them).
+/// sysexits' EX_UNAVAILABLE.
+pub const STORE_UNAVAILABLE: u8 = 69;
+
 /// `idem exec`: the command was killed by a signal, so whether its effect
 /// happened is unknown; the claim stays until its lease expires, then the
 /// policy decides. sysexits' EX_SOFTWARE.

@@ -107,7 +107,7 @@ pub struct OwnershipFlags {
     #[arg(long, value_name = "NAME")]
     pub group: Option<String>,
     /// Take the job-level lease NAME first; if another live run holds it,
-    /// exit at once with status 75 (efficiency only: see the README).
+    /// exit at once with status 75 (efficiency only: docs/guide/fleet.md).
     #[arg(long, value_name = "NAME")]
     pub job_lease: Option<String>,
     /// How long the job lease lasts without a heartbeat (renewed every

@@ -1,7 +1,7 @@
 //! `idem run --worker -- CMD`: long-lived workers instead of a process per
 //! operation. The [`Effect`] here hands each operation to an idle worker
 //! over its stdin and reads the result from its stdout, one line each way
-//! (the protocol: [`protocol`], and the README).
+//! (the protocol: [`protocol`], and `docs/reference/worker-protocol.md`).
 //!
 //! A pool of `--concurrency` slots, each holding at most one worker,
 //! started when first needed (a re-run that only replays starts none).

@@ -1,16 +1,17 @@
-//! A request's work runs in the request's own task, and still ends when
-//! the request is dropped.
+//! A request's work is polled in place, in the request's own future, and
+//! still runs to its end when the request is dropped unfinished.
 //!
 //! The layer must record a handler's end even when the client hangs up
 //! (the server then drops the request's future): otherwise the claim would
-//! sit until its lease ends. Spawning the work in a task of its own does
-//! that, but costs every request a second task: on SQLite, whose calls
-//! block in place (`block_in_place`) on the worker running them, the
-//! spawned task and the request's task waiting for it woke and handed the
-//! worker between threads on every call (measured: the layer at 1.7x the
-//! CPU of begin+complete alone, 1.1x without the extra task). So the work
-//! is polled in place, and only if it is dropped unfinished is what is
-//! left of it handed to a task, to run to its end.
+//! sit until its lease ends. Spawning the work in a task of its own would
+//! do that, but would cost every request a second task: on SQLite, whose
+//! calls block in place (`block_in_place`) on the worker running them, the
+//! spawned task and the request's task waiting for it would wake each
+//! other and hand the worker between threads on every store call, which
+//! was most of the CPU the layer added to a request (see
+//! `docs/benchmarks.md`). So [`FinishOnDrop`] polls the work where it is
+//! awaited, and only if it is dropped before it is ready does it hand
+//! what is left to a task on the current runtime, to run to its end.
 
 use std::future::Future;
 use std::pin::Pin;

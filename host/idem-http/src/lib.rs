@@ -21,9 +21,12 @@
 //! how the handler ended ([`IdempotencyLayer::ending`]: by default 2xx/3xx
 //! completed, 4xx failed for good, 5xx failed and retryable), and the policy's
 //! `on-duplicate` decides whether that is replayed or re-executed. The
-//! handler runs in a task of its own, heartbeating the claim, so a client
-//! that hangs up does not cancel an effect half way: its end is still
-//! recorded, and the retry gets it.
+//! handler is polled in the request's own task, its claim heartbeated
+//! beside it. A client that hangs up does not cancel an effect half way:
+//! when the server drops a request whose handler has not finished, what is
+//! left of the handler and of recording its end is handed to a task of its
+//! own and runs to its end, so the end is still recorded and the retry
+//! gets it.
 //!
 //! ```no_run
 //! # async fn example(engine: idem::engine::Engine) {

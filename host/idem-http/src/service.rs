@@ -202,13 +202,15 @@ where
 type HandlerEnd<E> =
     Result<Result<(http::response::Parts, Result<Bytes, BoxError>), E>, Box<dyn Any + Send>>;
 
-/// Runs the handler under the held claim and records how it ended, in one
-/// task of its own: a client that hangs up drops this future, but not the
-/// effect half way, nor the record of its end. The handler and the claim's
-/// heartbeat are polled together inside that task (a panic in the handler
-/// is caught there), so a request costs one task, not three: each task
-/// hand-off is a wake-up of another thread, which on a busy machine was
-/// most of the layer's overhead (docs/benchmarks.md).
+/// Runs the handler under the held claim and records how it ended, polled
+/// in the request's own task: the handler and the claim's heartbeat are
+/// polled together (a panic in the handler is caught), so a request spawns
+/// no task of its own. A client that hangs up drops this future; the work
+/// is wrapped in [`FinishOnDrop`], which then hands what is left of it to
+/// a task, so neither the effect nor the record of its end is cut half
+/// way. Each hand-off between tasks is a wake-up of another thread, which
+/// was most of the layer's overhead when every request paid for them (see
+/// `docs/benchmarks.md`).
 async fn execute<S, B, ResB>(
     config: Arc<Config>,
     mut inner: S,

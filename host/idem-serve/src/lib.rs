@@ -25,7 +25,7 @@
 //! unknown or missing member, a body past the limit — is refused before
 //! anything reaches the store.
 //!
-//! The OpenAPI document is `docs/serve-openapi.json` in the repository.
+//! The OpenAPI document is `docs/reference/serve-openapi.json` in the repository.
 
 #![warn(missing_docs)]
 

@@ -423,6 +423,27 @@ impl StoreError {
             )
     }
 
+    /// Whether the store itself could not serve the call just now: it is
+    /// unreachable, a connection dropped, the disk is full or failed, the
+    /// database is locked past the busy timeout. Such a call may or may
+    /// not have been applied (a commit whose answer was lost), and the same
+    /// call may succeed once the store is back: a caller that can wait
+    /// (a job) retries it, every write still conditional on its fence. A
+    /// refusal, a corrupt record or a schema this idem does not know is
+    /// never "unavailable": waiting would not change the answer.
+    pub fn is_unavailable(&self) -> bool {
+        match self {
+            StoreError::Backend { .. } | StoreError::Busy { .. } | StoreError::Task(_) => true,
+            StoreError::Connect { kind, .. } => {
+                matches!(
+                    kind,
+                    ConnectErrorKind::Unreachable | ConnectErrorKind::Other
+                )
+            }
+            _ => false,
+        }
+    }
+
     /// Whether the call was refused because of the record's state or fence
     /// (nothing changed), as opposed to a failure of the store itself.
     pub fn is_conflict(&self) -> bool {

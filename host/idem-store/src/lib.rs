@@ -13,7 +13,8 @@
 //!   gets [`StoreError::Fenced`] and changes nothing.
 //!
 //! Rules every store follows (the `conformance` module, behind the feature
-//! of that name, checks them; a PostgreSQL store must pass it too):
+//! of that name, checks them; the memory, SQLite and PostgreSQL stores all
+//! pass it):
 //!
 //! - **One transaction per call.** Every method reads the store clock, reads
 //!   the record and writes it inside one transaction; no caller ever passes a
@@ -55,8 +56,9 @@
 //! Stores are async ([`Store`] is an `async_trait`, usable as
 //! `Arc<dyn Store>` since the store is chosen by URL at run time) and must
 //! be called inside a tokio runtime: the SQLite store runs its blocking
-//! calls on tokio's blocking pool, the PostgreSQL store (module `postgres`)
-//! is async throughout.
+//! calls in place on a multi-threaded runtime's worker (`block_in_place`)
+//! and on tokio's blocking pool otherwise; the PostgreSQL store (module
+//! `postgres`) is async throughout.
 //!
 //! How it is built: every [`Store`] operation is written once
 //! (`operations.rs`) over a small backend port (`backend.rs`): a backend

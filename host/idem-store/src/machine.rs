@@ -3,8 +3,11 @@
 //! Every store runs a call the same way: inside one transaction it reads the
 //! store clock and the current record, asks a function here what to do, and
 //! writes the record it returns. Keeping the transitions here, free of I/O,
-//! means the memory and SQLite stores (and PostgreSQL later) cannot drift
-//! apart; the conformance suite checks them against an independent model.
+//! means the memory, SQLite and PostgreSQL stores cannot drift apart: each
+//! runs these functions in its record transaction, and PostgreSQL's
+//! one-statement fast paths, which mirror them in SQL, are checked against
+//! them in debug builds. The conformance suite checks every store against
+//! an independent model.
 
 use std::time::Duration;
 

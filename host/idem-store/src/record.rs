@@ -543,9 +543,10 @@ pub struct StoreOptions {
     /// Whether this process writes the attempt log (default: yes). Off, its
     /// claims, ends and answers leave no entries: `idem report` cannot say
     /// why they ran twice, and `idem review` shows their records without a
-    /// timeline. For a caller that cannot spare the log's cost (see
-    /// `docs/benchmarks.md`: within a few percent of a begin+complete on
-    /// both stores); the records and their guarantees are the same.
+    /// timeline. For a caller that cannot spare the log's cost (two
+    /// entries per begin+complete, written in the same transactions; see
+    /// `docs/benchmarks.md`); the records and their guarantees are the
+    /// same.
     pub attempt_log: bool,
     /// Whether opening may create the store or bring an older schema up to
     /// date (default: yes). Off — for commands that only read — a store

@@ -44,9 +44,10 @@ pub trait Store: Send + Sync + 'static {
     /// How many commits of one kind the store serves at once to good
     /// effect, for [`crate::GroupCommit`]: a SQLite file has one writer
     /// (1); a PostgreSQL server flushes concurrent commits together, so a
-    /// few calls in flight keep it busy (4: as fast as 32 callers on 32
-    /// connections in `docs/benchmarks.md`, on an eighth of the
-    /// connections). Default: 1.
+    /// few calls in flight keep it busy (4: about what 32 callers get on
+    /// 32 connections of their own, on an eighth of the connections, which
+    /// matters to a fleet sharing one server's connection limit; see
+    /// `docs/benchmarks.md`). Default: 1.
     fn concurrent_commits(&self) -> usize {
         1
     }

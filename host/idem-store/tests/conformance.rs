@@ -1,6 +1,7 @@
-//! Runs the conformance suite against the memory and SQLite stores, plus
-//! SQLite-specific tests: opening bad files, schema versions, and real
-//! concurrent connections racing on one file.
+//! Runs the conformance suite against the memory, SQLite and (with
+//! `IDEM_TEST_POSTGRES_URL`) PostgreSQL stores, the SQL stores also behind
+//! `GroupCommit`, plus SQLite-specific tests: opening bad files, schema
+//! versions, and real concurrent connections racing on one file.
 
 use std::path::Path;
 use std::sync::{Arc, Barrier};

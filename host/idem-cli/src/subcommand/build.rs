@@ -23,10 +23,10 @@ pub struct BuildArgs {
 
 /// Runs `idem build`: prints the component's path on stdout.
 pub fn run(args: BuildArgs) -> Result<u8, Failure> {
-    // The first build of a crate compiles its dependencies for wasm and
-    // takes a minute; say what is happening meanwhile.
+    // The first build of a crate compiles its dependencies for wasm, a
+    // minute or two: say so, and let cargo's progress show beneath.
     eprintln!(
-        "idem: building {} for {} (release, size-optimised)",
+        "idem: building {} for {} (release, size-optimised; a first build compiles the SDK's dependencies, cargo's progress follows)",
         args.path.display(),
         idem_guest_build::GUEST_TARGET
     );

@@ -48,11 +48,12 @@
 //!   connection (the server rolls back) instead of returning it to the pool
 //!   with a transaction open.
 //!
-//! Files: this one opens the store; `sql.rs` holds every statement;
-//! `schema.rs` migrates; `conn.rs` the pool, errors and the retry rule;
-//! `row.rs` the record rows; `transact.rs` the backend port;
-//! `batch_claim.rs` and `batch_finish.rs` the batch statements; `tls.rs`
-//! and `url.rs` how to connect.
+//! Files: `store.rs` opens the store (the pool, the schema's statements);
+//! `sql.rs` holds every statement; `schema.rs` migrates; `conn.rs` the
+//! pool's connections, errors and the retry rule; `row.rs` the record rows;
+//! `transact.rs` the backend port; `batch_claim.rs` and `batch_finish.rs`
+//! the batch statements; `registry.rs` namespace registrations, kept
+//! components and settings; `tls.rs` and `url.rs` how to connect.
 
 #[cfg(feature = "postgres")]
 mod batch_claim;

@@ -156,8 +156,8 @@ impl Sql {
             // membership row FOR SHARE until commit so that a membership
             // change waits for it; when it inserts nothing, the transaction
             // path says why. A statement of its own: naming the membership
-            // table costs every claim that has no token (its lock and
-            // executor set-up, some 15 µs) for a check it does not make.
+            // table would cost every claim that has no token its lock and
+            // executor set-up, for a check it does not make.
             fast_claim_owned: format!(
                 "WITH m AS (SELECT epoch FROM {s}.memberships WHERE grp = $15::text FOR SHARE), \
                  n AS (SELECT {} AS ms, nextval({fence_seq}) AS fence \

@@ -12,20 +12,26 @@
 //! - **Several processes** may open the same file: all coordination goes
 //!   through SQLite's file locks and the transactions above, and fences come
 //!   from a sequence row updated in the claim's own transaction.
-//! - **Threads**: SQLite calls block, so each runs on tokio's blocking pool
-//!   (`spawn_blocking`). A store owns one connection behind a mutex: SQLite
-//!   admits one writer at a time anyway and nearly every call writes, so a
-//!   pool would only add connections waiting on the same lock. Open several
-//!   stores (as several processes do) for independent connections.
+//! - **Threads**: SQLite calls block. On a multi-threaded tokio runtime
+//!   each runs in place on the worker that makes it, marked as blocking
+//!   (`block_in_place`), so that no thread switch is paid per call; on a
+//!   current-thread runtime it goes to the blocking pool (`spawn_blocking`).
+//!   A store owns one connection behind a mutex, handed to a waiting caller
+//!   first when a transaction ends: SQLite admits one writer at a time
+//!   anyway and nearly every call writes, so a pool would only add
+//!   connections waiting on the same lock. Open several stores (as several
+//!   processes do) for independent connections.
 //! - **Schema** (`schema.rs`): versioned by `PRAGMA user_version`,
 //!   migrated on open inside one `BEGIN IMMEDIATE` transaction (so racing
 //!   openers migrate once) from `migrations/sqlite/*.sql`; `PRAGMA
 //!   application_id` marks the file as an idem store so that another
 //!   application's database is refused rather than modified.
 //!
-//! Files: this one opens the store and runs calls on the blocking pool;
-//! `schema.rs` identifies and migrates a file; `row.rs` reads and writes
-//! rows; `transact.rs` is the backend port (`crate::backend`).
+//! Files: this one holds the SQLite options (`synchronous`, busy timeout,
+//! checkpoint interval); `store.rs` opens the store, holds its connection
+//! and runs its calls; `schema.rs` identifies and migrates a file; `row.rs`
+//! reads and writes rows; `transact.rs` is the backend port
+//! (`crate::backend`).
 
 #[cfg(feature = "sqlite")]
 mod row;

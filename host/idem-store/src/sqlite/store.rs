@@ -1,4 +1,6 @@
-//! Opening a SQLite store, and running its calls on the blocking pool.
+//! Opening a SQLite store, its one connection, and where its calls run: in
+//! place on a multi-threaded runtime's worker (`block_in_place`), on the
+//! blocking pool otherwise.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -120,9 +122,9 @@ impl SqliteStore {
             .map_err(|e| schema::open_error(path, "setting synchronous", e))?;
         // SQLite's default page cache is 2 MiB: past a few hundred thousand
         // records the key index no longer fits, and every claim reads its
-        // random leaf pages back through the kernel (measured: median claim
-        // latency 6x at 1 M records). 64 MiB holds the inner pages of
-        // tens of millions.
+        // random leaf pages back through the kernel, which multiplies a
+        // claim's latency (see `docs/benchmarks.md`). 64 MiB holds the
+        // inner pages of tens of millions.
         conn.pragma_update(None, "cache_size", -64 * 1024)
             .map_err(|e| schema::open_error(path, "setting cache_size", e))?;
         conn.pragma_update(None, "wal_autocheckpoint", sqlite.wal_autocheckpoint)
@@ -168,16 +170,18 @@ impl SqliteStore {
         .await
     }
 
-    /// Runs `f` on the blocking pool.
+    /// Runs `f` where a blocking call may run: in place on a multi-threaded
+    /// runtime (`block_in_place`), on the blocking pool on a
+    /// current-thread one.
     pub(super) async fn blocking<T: Send + 'static>(
         &self,
         f: impl FnOnce(&Inner) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
         let inner = self.inner.clone();
         // On a multi-threaded runtime the call runs right here, with the
-        // worker marked as blocking: a SQLite call takes tens of µs, and
-        // handing it to the blocking pool and back (two thread switches)
-        // cost several times that. A current-thread runtime cannot block in
+        // worker marked as blocking: a SQLite call is short, and handing it
+        // to the blocking pool and back (two thread switches) would cost
+        // more than the call itself. A current-thread runtime cannot block in
         // place, so there it goes to the blocking pool. Either way, if the
         // caller drops the future the call still runs to its end: like any
         // database call, a cancelled write may or may not have happened, and
@@ -238,7 +242,7 @@ impl Inner {
         // Handed straight to a thread already waiting, if any: a caller
         // writing in a loop (gc's batches, a busy group-commit lane) would
         // otherwise take the connection back before a waiting claim wakes,
-        // and starve it (measured: claim p99 62x idle during a gc).
+        // and starve it for whole runs of batches.
         MutexGuard::unlock_fair(conn);
         Ok(out)
     }

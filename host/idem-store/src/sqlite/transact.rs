@@ -152,7 +152,9 @@ impl RecordBackend for SqliteStore {
     /// One writer: every claim waits for the gc batch in progress, so a
     /// batch is kept to about as long as one commit, and each is followed
     /// by a checkpoint of its own (`collect_garbage`). gc pays two fsyncs
-    /// per 16 records to keep claims' p99 near idle.
+    /// per 16 records so that a claim during a gc waits for one short batch
+    /// (or one checkpoint) at most, and no claim's commit copies gc's
+    /// deletions back.
     fn gc_batch(&self) -> u32 {
         SQLITE_GC_BATCH
     }
@@ -278,8 +280,8 @@ impl RecordBackend for SqliteStore {
             // waiting meanwhile goes first): left to the automatic
             // checkpoint, a thousand pages of deletions would be copied
             // inside whichever commit crossed the threshold, often a
-            // claim's (measured: claims' p99 during a gc 14-16 ms, against
-            // ~3 ms with this).
+            // claim's, and that claim would wait for the copy (see
+            // `docs/benchmarks.md`, growth and gc).
             inner.checkpoint()?;
             Ok(removed)
         })

@@ -4,7 +4,7 @@
 //! A record change logs itself in its own transaction (the store does
 //! that). An answer to a duplicate (a replay, in progress, a conflict, a
 //! rejection) changes no record, so writing it synchronously would turn
-//! every replay, until now a read, into a write and a commit of its own —
+//! every replay, otherwise a read, into a write and a commit of its own —
 //! on a re-run of a nightly job, one fsync per operation. Instead each
 //! answer is queued and written by a single flusher: whatever queued up
 //! while one store call was in flight goes in the next call (group

@@ -189,11 +189,22 @@ pub(crate) async fn end_fenced(
         result = tracing::field::Empty,
     );
     async {
+        // Kept to recognise this holder's own earlier write of the same end
+        // when a retry is refused (see `in_doubt`); a body is small.
+        let sent = outcome.clone();
         let result = match ending {
             Ending::Completed => store.complete(key, fence, outcome).await,
             Ending::Failed { retryable } => store.fail(key, fence, retryable, outcome).await,
-        }
-        .map_err(EngineError::from);
+        };
+        let result = match result {
+            Err(e)
+                if super::in_doubt::already_recorded(store, key, fence, ending, &sent, &e)
+                    .await =>
+            {
+                Ok(())
+            }
+            other => other.map_err(EngineError::from),
+        };
         super::telemetry::finished(ending, &result);
         result
     }

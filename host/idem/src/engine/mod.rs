@@ -40,9 +40,11 @@
 
 pub mod admission;
 mod answer_log;
+mod batch;
 pub mod dual_read;
 mod execution;
 mod fenced;
+mod in_doubt;
 mod run_once;
 pub(crate) mod telemetry;
 
@@ -51,15 +53,15 @@ use std::time::Duration;
 
 use idem_core::{Decision, KeyedDerivation, OpError, Operation, PolicyError, RecordState};
 use idem_store::{
-    AttemptEntry, AttemptEvent, ClaimOutcome, ClaimRequest, Ending, GroupCommit,
-    GroupCommitOptions, Holder, KeptOperation, NotKept, Outcome, OwnershipToken, RecordKey, Store,
-    StoreError,
+    AttemptEntry, AttemptEvent, ClaimOutcome, ClaimRequest, GroupCommit, GroupCommitOptions,
+    Holder, KeptOperation, NotKept, Outcome, OwnershipToken, RecordKey, Store, StoreError,
 };
 use thiserror::Error;
 
 use crate::policy::{EvalError, LoadedPolicy};
 use answer_log::AnswerLog;
 
+pub use batch::Claimed;
 pub use execution::Execution;
 pub use run_once::{ExecContext, Failed, RunResult, heartbeat_loop, spawn_heartbeat};
 
@@ -138,29 +140,6 @@ impl From<StoreError> for EngineError {
             | StoreError::Gone { .. } => EngineError::Fenced(e),
             other => EngineError::Store(other),
         }
-    }
-}
-
-/// One operation's first claim, made in a batch by [`Engine::claim_batch`];
-/// [`Engine::begin_claimed`] finishes it.
-#[derive(Debug)]
-pub struct Claimed {
-    op: Operation,
-    keyed: KeyedDerivation,
-    request: ClaimRequest,
-    first: Result<ClaimOutcome, StoreError>,
-}
-
-impl Claimed {
-    /// The operation.
-    pub fn operation(&self) -> &Operation {
-        &self.op
-    }
-
-    /// Whether the batch claimed the key for this operation (else it found
-    /// a record, or the store refused).
-    pub fn is_fresh(&self) -> bool {
-        matches!(self.first, Ok(ClaimOutcome::Claimed(_)))
     }
 }
 
@@ -365,80 +344,6 @@ impl Engine {
         self.settle_traced(op, keyed, request, None).await
     }
 
-    /// The first round of [`Engine::begin_derived`] for many operations in
-    /// one store call ([`Store::claim_many`]: one round trip on PostgreSQL,
-    /// one transaction on SQLite). Each [`Claimed`] is then finished with
-    /// [`Engine::begin_claimed`], which settles a duplicate as `begin` would
-    /// (asking the policy, waiting, taking over). A claim made here is live
-    /// from now: start its effect soon (its lease runs) or let it expire.
-    /// The error is a failure of the whole store call.
-    pub async fn claim_batch(
-        &self,
-        items: Vec<(Operation, KeyedDerivation)>,
-    ) -> Result<Vec<Claimed>, EngineError> {
-        self.admission
-            .check(self.store.as_ref(), &self.policy)
-            .await?;
-        // During a dual-read window, an operation whose replaced version's
-        // record is live settles on it; the rest are claimed together.
-        let mut found = Vec::with_capacity(items.len());
-        for (op, keyed) in &items {
-            found.push(self.dual_read_hit(op, keyed).await?);
-        }
-        let requests: Vec<ClaimRequest> = items
-            .iter()
-            .zip(&found)
-            .filter(|(_, f)| f.is_none())
-            .map(|((op, keyed), _)| self.claim_request(op, keyed))
-            .collect();
-        let count = requests.len();
-        let outcomes = if count == 0 {
-            Vec::new()
-        } else {
-            self.store.claim_many(requests.clone()).await?
-        };
-        let mut fresh = requests
-            .into_iter()
-            .zip(one_answer_each(outcomes, count, "claims")?);
-        let mut claimed = Vec::with_capacity(items.len());
-        for ((op, keyed), found) in items.into_iter().zip(found) {
-            claimed.push(match found {
-                Some(f) => Claimed {
-                    op,
-                    keyed: f.keyed,
-                    request: f.request,
-                    first: Ok(f.first),
-                },
-                None => {
-                    let (request, first) = fresh.next().ok_or_else(|| {
-                        EngineError::Store(StoreError::Task(
-                            "a batch of claims answered fewer than it was asked".into(),
-                        ))
-                    })?;
-                    Claimed {
-                        op,
-                        keyed,
-                        request,
-                        first,
-                    }
-                }
-            });
-        }
-        Ok(claimed)
-    }
-
-    /// Finishes what [`Engine::claim_batch`] started for one operation: the
-    /// same answer [`Engine::begin_derived`] gives.
-    pub async fn begin_claimed(&self, claimed: Claimed) -> Result<Begin, EngineError> {
-        let Claimed {
-            op,
-            keyed,
-            request,
-            first,
-        } = claimed;
-        self.settle_traced(&op, keyed, request, Some(first)).await
-    }
-
     /// [`Engine::settle`] in a span, counted and timed.
     async fn settle_traced(
         &self,
@@ -462,35 +367,6 @@ impl Engine {
         }
         .instrument(span)
         .await
-    }
-
-    /// Records how many executions ended, in one store call
-    /// ([`Store::finish_many`]: one statement on PostgreSQL, one commit on
-    /// SQLite): each result is what [`Execution::finish`] would have
-    /// answered (a deposed holder gets [`EngineError::Fenced`]). The
-    /// executions must be this engine's (begun on its store). The outer
-    /// error is a failure of the whole store call.
-    pub async fn finish_batch(
-        &self,
-        ended: Vec<(Execution, Ending, Outcome)>,
-    ) -> Result<Vec<Result<(), EngineError>>, EngineError> {
-        let count = ended.len();
-        let endings: Vec<Ending> = ended.iter().map(|(_, ending, _)| *ending).collect();
-        let finishes = ended
-            .into_iter()
-            .map(|(execution, ending, outcome)| execution.into_finish(ending, outcome))
-            .collect();
-        let results = self.store.finish_many(finishes).await?;
-        let results = one_answer_each(results, count, "finishes")?;
-        Ok(results
-            .into_iter()
-            .zip(endings)
-            .map(|(r, ending)| {
-                let r = r.map_err(EngineError::from);
-                telemetry::finished(ending, &r);
-                r
-            })
-            .collect())
     }
 
     /// The claim `begin` makes for `op`.
@@ -701,18 +577,6 @@ impl Engine {
             tokio::time::sleep(self.options.wait_poll.min(deadline - now)).await;
         }
     }
-}
-
-/// A batch call's answers, checked to be one per question asked: a store
-/// answering fewer or more would pair answers with the wrong operations.
-fn one_answer_each<T>(answers: Vec<T>, asked: usize, what: &str) -> Result<Vec<T>, EngineError> {
-    if answers.len() == asked {
-        return Ok(answers);
-    }
-    Err(EngineError::Store(StoreError::Task(format!(
-        "the store answered {} of {asked} {what}",
-        answers.len()
-    ))))
 }
 
 /// Provenance of a claim: the run from the operation, this host and pid.

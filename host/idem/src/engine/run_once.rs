@@ -104,20 +104,34 @@ pub fn spawn_heartbeat(execution: &super::Execution) -> tokio::task::JoinHandle<
 
 /// The heartbeat of [`spawn_heartbeat`] as a future, to poll beside the
 /// effect in the caller's own task (no task spawned, no wake-up of another
-/// thread per request): every third of the lease it extends the claim;
-/// it ends only when a heartbeat fails (the holder was deposed, or the
-/// store failed; logged). Drop it when the effect is done.
+/// thread per request): every third of the lease it extends the claim; a
+/// store that is unavailable is tried again every second at most, and the
+/// loop ends only when a heartbeat is refused (the holder was deposed;
+/// logged). Drop it when the effect is done.
 pub fn heartbeat_loop(
     execution: &super::Execution,
 ) -> impl std::future::Future<Output = ()> + Send + 'static {
     let (store, key, fence, lease) = execution.heartbeat_handle();
     async move {
         let every = (lease / 3).max(std::time::Duration::from_millis(10));
+        // While the store is unavailable, try again sooner: the lease keeps
+        // running, and a store back within it should see the claim renewed.
+        let again = every.min(std::time::Duration::from_secs(1));
+        let (mut wait, mut failing) = (every, false);
         loop {
-            tokio::time::sleep(every).await;
-            if let Err(e) = store.heartbeat(&key, fence, lease).await {
-                tracing::warn!(key = %key, fence, error = %e, "heartbeat failed; stopping");
-                return;
+            tokio::time::sleep(wait).await;
+            match store.heartbeat(&key, fence, lease).await {
+                Ok(_) => (wait, failing) = (every, false),
+                Err(e) if e.is_unavailable() => {
+                    if !failing {
+                        tracing::warn!(key = %key, fence, error = %e, "heartbeat failed; trying again");
+                    }
+                    (wait, failing) = (again, true);
+                }
+                Err(e) => {
+                    tracing::warn!(key = %key, fence, error = %e, "heartbeat refused; stopping");
+                    return;
+                }
             }
         }
     }

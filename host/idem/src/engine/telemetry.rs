@@ -7,11 +7,15 @@
 //! - `idem_begin_total{answer}`: begins by answer (`execute`,
 //!   `take-over`, `replay`, `in-progress`, `conflict`, `rejected`,
 //!   `sent-to-review`, `error`);
-//! - `idem_begin_seconds`: how long a begin took (policy, claim, a
-//!   duplicate's settling) — the claim latency a caller sees;
+//! - `idem_begin_seconds`: how long a begin took once its key was derived
+//!   and its namespace admitted: the claim and a duplicate's settling (for
+//!   `begin_claimed`, the settling alone: its batch claim belongs to no one
+//!   caller);
 //! - `idem_finish_total{ending, result}`: completions and failures, `ok`
 //!   or `fenced` (a deposed holder) or `error`;
-//! - `idem_resolution_total{resolution}`: settlements by a person;
+//! - `idem_resolution_total{resolution, result}`: settlements by a person
+//!   through [`forensics::review::resolve`](crate::forensics::review::resolve),
+//!   `ok` or `refused`;
 //! - `idem_duplicates{cause}`: a gauge, set by
 //!   [`Analysis::publish_metrics`](crate::forensics::Analysis::publish_metrics)
 //!   from the last analysis of the attempt log.

@@ -106,8 +106,10 @@ pub async fn timeline(store: &dyn Store, key: &RecordKey) -> Result<Vec<AttemptE
 }
 
 /// Settles a record waiting for review ([`Store::resolve`]) in a span,
-/// counted (`idem_resolution_total{resolution}`): what `idem resolve` and a
-/// service's admin screen call.
+/// counted (`idem_resolution_total{resolution, result}`): what `idem serve`'s
+/// `resolve` and a service's admin screen call (the `idem resolve` command
+/// calls [`Store::resolve`] itself: one process, one settlement, nothing to
+/// scrape).
 pub async fn resolve(store: &dyn Store, request: ResolveRequest) -> Result<RecordView, StoreError> {
     use tracing::Instrument;
     let resolution = request.resolution.event().as_str();

@@ -13,9 +13,10 @@ use super::effect::{Effect, Performed, run_effect_recording};
 use super::event::{JobEvent, Observer};
 use super::feed::Fed;
 use super::finisher::Finisher;
+use super::outage;
 use super::peers;
-use super::summary::{End, Summary};
-use crate::engine::{Begin, Engine, EngineError};
+use super::summary::{End, Outage, Summary};
+use crate::engine::{Begin, Claimed, Engine, EngineError};
 
 /// How many operations run at once, how many store calls batch, and how
 /// long an operation a peer holds is waited for.
@@ -25,6 +26,7 @@ pub(crate) struct Limits {
     pub(crate) claim_batch: usize,
     pub(crate) finish_batch: usize,
     pub(crate) wait_for_peers: Option<Duration>,
+    pub(crate) store_outage: Duration,
 }
 
 /// What one operation's task shares with the others.
@@ -50,7 +52,7 @@ pub(crate) async fn run_all<E: Effect>(
     let permits = Arc::new(Semaphore::new(limits.concurrency));
     let mut tasks = JoinSet::new();
     let shared = Arc::new(Shared {
-        finisher: Finisher::start(engine.clone(), limits.finish_batch),
+        finisher: Finisher::start(engine.clone(), limits.finish_batch, limits.store_outage),
         engine: engine.clone(),
         effect,
         permits: permits.clone(),
@@ -93,28 +95,18 @@ pub(crate) async fn run_all<E: Effect>(
         }
         held.truncate(batch.len());
         taken += batch.len() as u64;
-        let size = batch.len();
-        // Each operation's key, for the notes that name it.
-        let keys: Vec<Digest> = batch.iter().map(|(_, keyed)| keyed.key).collect();
-        let claimed = match engine.claim_batch(batch).await {
-            Ok(claimed) => claimed,
-            Err(e) => {
-                // None of these started; a re-run finds whatever the store
-                // may have claimed before failing (and the policy decides).
-                observer(JobEvent::Warning(&format!(
-                    "claiming a batch of {size} failed: {e}"
-                )));
-                for _ in 0..size {
-                    ended(&mut summary, End::Unknown, None, observer);
-                }
-                continue;
-            }
-        };
-        for ((claimed, permit), key) in claimed.into_iter().zip(held).zip(keys) {
+        let (claimed, gave_up) =
+            claim_riding_out(&engine, batch, limits.store_outage, observer).await;
+        // What the store did claim (or answered with a record) goes on, even
+        // when the rest could not be claimed: those claims are live.
+        let mut held = held.into_iter();
+        for claimed in claimed {
+            let permit = held.next().expect("a permit per operation of the batch");
             let shared = shared.clone();
             let observer = observer.clone();
             tasks.spawn(async move {
                 let op = claimed.operation().clone();
+                let key = claimed.key();
                 let begun = shared.engine.begin_claimed(claimed).await;
                 let (end, note) = settle(&shared, op, key, begun, permit).await;
                 // Said as it happens, counted when the main loop collects it.
@@ -125,11 +117,97 @@ pub(crate) async fn run_all<E: Effect>(
                 end
             });
         }
+        let Some((gave_up, unclaimed)) = gave_up else {
+            continue;
+        };
+        // None of these started, so none of their effects happened; a claim
+        // the store may have made before failing is found by the next run
+        // (and the policy decides).
+        for _ in 0..unclaimed {
+            ended(&mut summary, End::NotRun, None, observer);
+        }
+        if !outage::is_unavailable(&gave_up.error) {
+            observer(JobEvent::Warning(&format!(
+                "claiming a batch of {unclaimed} failed: {}; not run",
+                gave_up.error
+            )));
+            continue;
+        }
+        // Past the outage budget: take no more operations. The effects
+        // already running go on, their ends recorded if the store comes back
+        // in time.
+        observer(JobEvent::Warning(&format!(
+            "{}; stopped taking operations",
+            outage::describe(&gave_up)
+        )));
+        summary.outage = Some(Outage {
+            lasted_ms: gave_up.lasted.as_millis() as u64,
+            error: gave_up.error.to_string(),
+        });
+        break;
     }
     while let Some(joined) = tasks.join_next().await {
         count(&mut summary, joined, observer);
     }
     (summary, taken)
+}
+
+/// Claims `batch` in one store call, trying again while the store is
+/// unavailable, up to `budget` (see [`outage`]): the whole call, or the
+/// operations whose own claim the store could not make. Returns the claims
+/// made (or the records found), and when it gave up, why and how many
+/// operations were left unclaimed.
+async fn claim_riding_out(
+    engine: &Engine,
+    mut batch: Vec<Fed>,
+    budget: Duration,
+    observer: &Observer,
+) -> (Vec<Claimed>, Option<(outage::GaveUp, usize)>) {
+    let mut backoff = outage::Backoff::new(budget);
+    let mut done = Vec::with_capacity(batch.len());
+    loop {
+        let error = match engine.claim_batch_keeping(batch).await {
+            Ok(claimed) => {
+                let mut retry = Vec::new();
+                let mut error = None;
+                for claimed in claimed {
+                    match claimed.store_unavailable() {
+                        Some(e) => {
+                            error.get_or_insert_with(|| EngineError::Store(e.clone()));
+                            retry.push(claimed.into_derived());
+                        }
+                        None => done.push(claimed),
+                    }
+                }
+                let Some(error) = error else {
+                    return (done, None);
+                };
+                batch = retry;
+                error
+            }
+            Err((e, back)) if outage::is_unavailable(&e) => {
+                batch = back;
+                e
+            }
+            Err((error, back)) => {
+                let gave_up = outage::GaveUp {
+                    error,
+                    lasted: Duration::ZERO,
+                };
+                return (done, Some((gave_up, back.len())));
+            }
+        };
+        match backoff.after_failure().await {
+            outage::Next::Again { first: true } => observer(JobEvent::Warning(&format!(
+                "the store is unavailable ({error}); trying again for up to {budget:?} while the effects already running go on"
+            ))),
+            outage::Next::Again { first: false } => {}
+            outage::Next::GiveUp(lasted) => {
+                let left = batch.len();
+                return (done, Some((outage::GaveUp { error, lasted }, left)));
+            }
+        }
+    }
 }
 
 /// Counts a finished task's operation (already reported by the task); a
@@ -191,7 +269,12 @@ async fn wait_for_peer<E: Effect>(shared: &Shared<E>, op: Operation, key: Record
             );
             return (End::InProgress, Some(note));
         }
-        Err(e) => return (End::Unknown, Some(format!("key {}: {e}", key.digest))),
+        Err(e) => {
+            return (
+                End::NotRun,
+                Some(format!("key {}: not run: {e}", key.digest)),
+            );
+        }
     }
     let permit = shared
         .permits
@@ -229,7 +312,8 @@ fn not_executed(begun: Result<Begin, EngineError>, key: Digest) -> Ended {
             End::PolicyFailed,
             Some(format!("key {key}: on a duplicate, {e}")),
         ),
-        Err(e) => (End::Unknown, Some(e.to_string())),
+        // No execution, so the effect never started: not run.
+        Err(e) => (End::NotRun, Some(format!("key {key}: not run: {e}"))),
     }
 }
 

@@ -37,9 +37,11 @@ pub enum JobEvent<'a> {
         /// Why it is invalid.
         error: &'a str,
     },
-    /// Something an operator should know that does not stop the job: a
-    /// batch claim failed (its operations then end [`End::Unknown`]), the
-    /// job lease was lost or could not be released.
+    /// Something an operator should know: the store became unavailable
+    /// and the job waits for it, or gave up on it past its outage budget
+    /// (the run then stops taking operations); a batch claim failed (its
+    /// operations end [`End::NotRun`]); the job lease was lost or could
+    /// not be released.
     Warning(&'a str),
 }
 

@@ -5,35 +5,50 @@
 //! SQLite). It never waits for more to arrive: under load ends pile up
 //! while a call is in flight and the batches grow; alone, an end is
 //! recorded at once.
+//!
+//! Either way a store call that fails because the store is unavailable is
+//! sent again until the job's outage budget is spent (see [`super::outage`]):
+//! each end is conditional on its fence, and one whose first write
+//! committed unseen is recognised, so sending it again is safe. An end
+//! still unrecorded after that is the one case where an effect's outcome
+//! becomes unknown.
 
 use std::sync::Arc;
+use std::time::Duration;
 
-use idem_store::{Ending, Outcome, StoreError};
+use idem_store::{Ending, Finish, Outcome, StoreError};
 use tokio::sync::{mpsc, oneshot};
 
+use super::outage;
 use crate::engine::{Engine, EngineError, Execution};
 
 type Reply = oneshot::Sender<Result<(), EngineError>>;
-type Pending = (Execution, Ending, Outcome, Reply);
+type Pending = (Finish, Reply);
 
 /// Records how executions ended.
-pub(crate) enum Finisher {
-    /// Each end in its own store call.
-    OneAtATime,
-    /// Ends batched by a task of their own.
-    Batched(mpsc::UnboundedSender<Pending>),
+pub(crate) struct Finisher {
+    engine: Arc<Engine>,
+    budget: Duration,
+    /// The batching task's queue; `None` records each end in its caller's
+    /// task.
+    batched: Option<mpsc::UnboundedSender<Pending>>,
 }
 
 impl Finisher {
     /// A finisher recording up to `batch` ends per store call (1: one at a
-    /// time, in the caller's task). A batching one runs until dropped.
-    pub(crate) fn start(engine: Arc<Engine>, batch: usize) -> Finisher {
-        if batch <= 1 {
-            return Finisher::OneAtATime;
+    /// time, in the caller's task), riding out an outage of up to
+    /// `budget`. A batching one runs until dropped.
+    pub(crate) fn start(engine: Arc<Engine>, batch: usize, budget: Duration) -> Finisher {
+        let batched = (batch > 1).then(|| {
+            let (tx, rx) = mpsc::unbounded_channel();
+            tokio::spawn(serve(engine.clone(), rx, batch, budget));
+            tx
+        });
+        Finisher {
+            engine,
+            budget,
+            batched,
         }
-        let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(serve(engine, rx, batch));
-        Finisher::Batched(tx)
     }
 
     /// Records `execution`'s end; the answer is [`Execution::finish`]'s.
@@ -43,19 +58,98 @@ impl Finisher {
         ending: Ending,
         outcome: Outcome,
     ) -> Result<(), EngineError> {
-        let tx = match self {
-            Finisher::OneAtATime => return execution.finish(ending, outcome).await,
-            Finisher::Batched(tx) => tx,
+        let finish = execution.into_finish(ending, outcome);
+        let Some(tx) = &self.batched else {
+            let mut answers = record(&self.engine, vec![finish], self.budget).await;
+            return answers
+                .pop()
+                .unwrap_or_else(|| Err(task_error("the finisher stopped")));
         };
-        let stopped = || EngineError::Store(StoreError::Task("the finisher stopped".into()));
         let (reply, answer) = oneshot::channel();
-        tx.send((execution, ending, outcome, reply))
-            .map_err(|_| stopped())?;
-        answer.await.unwrap_or_else(|_| Err(stopped()))
+        tx.send((finish, reply))
+            .map_err(|_| task_error("the finisher stopped"))?;
+        answer
+            .await
+            .unwrap_or_else(|_| Err(task_error("the finisher stopped")))
     }
 }
 
-async fn serve(engine: Arc<Engine>, mut pending: mpsc::UnboundedReceiver<Pending>, batch: usize) {
+fn task_error(why: &str) -> EngineError {
+    EngineError::Store(StoreError::Task(why.to_string()))
+}
+
+/// Records `finishes` in one store call and answers each. While the store
+/// is unavailable (the whole call failed so, or some ends did), what is
+/// left is sent again, up to `budget`; past it those ends fail, their
+/// outcome unknown to the run.
+async fn record(
+    engine: &Engine,
+    finishes: Vec<Finish>,
+    budget: Duration,
+) -> Vec<Result<(), EngineError>> {
+    let mut answers: Vec<Option<Result<(), EngineError>>> = finishes.iter().map(|_| None).collect();
+    let mut left: Vec<usize> = (0..finishes.len()).collect();
+    let mut backoff = outage::Backoff::new(budget);
+    loop {
+        let batch: Vec<Finish> = left.iter().map(|&i| finishes[i].clone()).collect();
+        let error = match engine.record_finishes(&batch).await {
+            Ok(results) => {
+                let mut again = Vec::new();
+                let mut error = None;
+                for (&i, result) in left.iter().zip(results) {
+                    match result {
+                        Err(e) if outage::is_unavailable(&e) => {
+                            again.push(i);
+                            error.get_or_insert(e);
+                        }
+                        result => answers[i] = Some(result),
+                    }
+                }
+                let Some(error) = error else { break };
+                left = again;
+                error
+            }
+            Err(e) if outage::is_unavailable(&e) => e,
+            // Some of these may have been recorded; each is reported as a
+            // failure to record (its outcome unknown to this run).
+            Err(e) => {
+                let why = format!("recording a batch of {} ends failed: {e}", left.len());
+                for &i in &left {
+                    answers[i] = Some(Err(task_error(&why)));
+                }
+                break;
+            }
+        };
+        match backoff.after_failure().await {
+            outage::Next::Again { first: true } => tracing::warn!(
+                "recording {} ends: the store is unavailable ({error}); trying again",
+                left.len()
+            ),
+            outage::Next::Again { first: false } => {}
+            outage::Next::GiveUp(lasted) => {
+                let why = format!(
+                    "the store was unavailable for {:.1} s, past the job's outage budget: {error}",
+                    lasted.as_secs_f64()
+                );
+                for &i in &left {
+                    answers[i] = Some(Err(task_error(&why)));
+                }
+                break;
+            }
+        }
+    }
+    answers
+        .into_iter()
+        .map(|a| a.unwrap_or_else(|| Err(task_error("an end went unanswered"))))
+        .collect()
+}
+
+async fn serve(
+    engine: Arc<Engine>,
+    mut pending: mpsc::UnboundedReceiver<Pending>,
+    batch: usize,
+    budget: Duration,
+) {
     while let Some(first) = pending.recv().await {
         let mut taken = vec![first];
         while taken.len() < batch {
@@ -64,25 +158,10 @@ async fn serve(engine: Arc<Engine>, mut pending: mpsc::UnboundedReceiver<Pending
                 Err(_) => break,
             }
         }
-        let size = taken.len();
-        let (ended, replies): (Vec<_>, Vec<_>) = taken
-            .into_iter()
-            .map(|(execution, ending, outcome, reply)| ((execution, ending, outcome), reply))
-            .unzip();
-        match engine.finish_batch(ended).await {
-            Ok(results) => {
-                for (result, reply) in results.into_iter().zip(replies) {
-                    let _ = reply.send(result);
-                }
-            }
-            // Some of these may have been recorded; each is reported as a
-            // failure to record (its outcome unknown to this run).
-            Err(e) => {
-                let message = format!("recording a batch of {size} failed: {e}");
-                for reply in replies {
-                    let _ = reply.send(Err(EngineError::Store(StoreError::Task(message.clone()))));
-                }
-            }
+        let (finishes, replies): (Vec<_>, Vec<_>) = taken.into_iter().unzip();
+        let results = record(&engine, finishes, budget).await;
+        for (result, reply) in results.into_iter().zip(replies) {
+            let _ = reply.send(result);
         }
     }
 }

@@ -15,10 +15,14 @@
 //!    this worker owns, and makes every claim carry the ownership epoch;
 //! 4. reads the operations again (each derived again and checked against
 //!    the first read), claims those that can start now (free concurrency
-//!    slots, up to the claim batch) in one store call, runs each one's [`Effect`] in
-//!    a task of its own while heartbeating its claim, and records the ends
+//!    slots, up to the claim batch) in one store call, runs each one's
+//!    [`Effect`] in a task of its own while heartbeating its claim, and records the ends
 //!    in batches (every end that arrived while the previous store call was
 //!    in flight, none held back to wait for more);
+//!    A store call that fails because the store is unavailable (a
+//!    restart, a fail-over, killed connections, a full disk) is tried
+//!    again with backoff for up to [`JobOptions::store_outage`]; past it
+//!    the run stops taking operations ([`Summary::outage`]);
 //! 5. with [`JobOptions::wait_for_peers`], waits for the operations another
 //!    live run holds and reports how they ended;
 //! 6. releases the job lease and returns the [`Summary`].
@@ -72,6 +76,7 @@ mod event;
 mod feed;
 mod finisher;
 mod lease;
+mod outage;
 mod ownership;
 mod peers;
 mod plan;
@@ -92,7 +97,7 @@ pub use event::JobEvent;
 pub use lease::JobLeaseOptions;
 pub use ownership::Ownership;
 pub use source::{ListSource, OperationSource, SourceItem, SourceRead, Unreadable};
-pub use summary::{End, Summary};
+pub use summary::{End, Outage, Summary};
 
 /// How a [`JobRunner`] runs its operations.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -122,7 +127,18 @@ pub struct JobOptions {
     /// failure, or what the policy decides for a claim that lapsed). By
     /// default (`None`) they end [`End::InProgress`] at once.
     pub wait_for_peers: Option<Duration>,
+    /// How long the store may be unavailable (unreachable, restarting,
+    /// its disk full) before the run gives up on it (default 60 s: a
+    /// managed PostgreSQL fails over within that). Meanwhile every failed
+    /// store call is tried again with backoff and the effects already
+    /// running go on; past it the run stops taking operations, counts the
+    /// rest [`End::NotRun`] and says so in [`Summary::outage`]. Zero gives
+    /// up at the first failure.
+    pub store_outage: Duration,
 }
+
+/// [`JobOptions::store_outage`]'s default.
+pub const DEFAULT_STORE_OUTAGE: Duration = Duration::from_secs(60);
 
 impl Default for JobOptions {
     fn default() -> Self {
@@ -135,6 +151,7 @@ impl Default for JobOptions {
             job_lease: None,
             skip_invalid: false,
             wait_for_peers: None,
+            store_outage: DEFAULT_STORE_OUTAGE,
         }
     }
 }
@@ -239,6 +256,7 @@ impl JobRunner {
             claim_batch: self.options.claim_batch.get(),
             finish_batch: self.options.finish_batch.get(),
             wait_for_peers: self.options.wait_for_peers,
+            store_outage: self.options.store_outage,
         };
         let (not_owned, skipped, planned) = (plan.not_owned(), plan.skipped(), plan.to_run());
         // Enough queued for two full claim batches: the next batch is
@@ -256,17 +274,17 @@ impl JobRunner {
         .await;
         // Every answer the run got into the attempt log before it reports.
         engine.flush_log().await;
-        // Whatever stopped the second read, what was planned and never
-        // taken was not run.
-        ran.not_run = (planned as u64).saturating_sub(taken);
+        // Whatever stopped the second read or the run (a store outage past
+        // its budget), what was planned and never taken was not run.
+        let never_taken = (planned as u64).saturating_sub(taken);
+        ran.not_run += never_taken;
         let why = match feeder.await {
             Ok(feed::FeedEnd { stopped }) => stopped.map(|(_, why)| why),
             Err(e) => Some(format!("reading the operations failed: {e}")),
         };
         if let Some(why) = why {
             (self.observer)(JobEvent::Warning(&format!(
-                "{why}; {} operations not run",
-                ran.not_run
+                "{why}; {never_taken} operations not run"
             )));
         }
         if let Some(heartbeat) = heartbeat {

@@ -22,9 +22,14 @@ pub enum End {
     Failed,
     /// This run was deposed while the effect ran; its result not recorded.
     Fenced,
-    /// Whether the effect happened is unknown (the effect said so, or the
-    /// store could not be reached to claim or record it).
+    /// Whether the effect happened is unknown: the effect said so, or it
+    /// ran and the store could not record how it ended. These, and only
+    /// these, are for a person to settle (`idem review`).
     Unknown,
+    /// Never started, so no effect happened: its claim failed (the store
+    /// refused it, or was unavailable past the job's outage budget) or the
+    /// run stopped before reaching it. A re-run does it.
+    NotRun,
     /// The store refused the claim: the membership moved on since this run
     /// registered it, so this run may no longer own the partition. Not run.
     StaleEpoch,
@@ -51,7 +56,9 @@ pub struct Summary {
     pub failed: u64,
     /// This run was deposed while the effect ran; its result not recorded.
     pub fenced: u64,
-    /// Outcome unknown (e.g. the command was killed).
+    /// Outcome unknown: the effect may have happened and its end was not
+    /// recorded (e.g. the command was killed, or the store went away
+    /// before its completion was written). What `idem review` lists.
     pub unknown: u64,
     /// The store refused the claim: the membership changed since this run
     /// registered it, so this run may no longer own the partition. Not run.
@@ -64,9 +71,23 @@ pub struct Summary {
     /// Entries skipped as invalid (not an operation, or the policy refused
     /// or failed to derive it), with [`super::JobOptions::skip_invalid`].
     pub skipped: u64,
-    /// Operations this run should have run but never reached: the source
-    /// changed after it was checked (a warning says where).
+    /// Operations this run never started, so no effect of theirs happened:
+    /// their claim failed, the store was unavailable past the outage budget,
+    /// or the source changed after it was checked (a warning says which).
     pub not_run: u64,
+    /// Set when the run stopped taking operations because the store was
+    /// unavailable for longer than [`super::JobOptions::store_outage`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub outage: Option<Outage>,
+}
+
+/// Why a run stopped early: its store was gone past the outage budget.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct Outage {
+    /// How long the store had been unavailable when the run gave up, ms.
+    pub lasted_ms: u64,
+    /// What the store last said.
+    pub error: String,
 }
 
 impl Summary {
@@ -83,6 +104,7 @@ impl Summary {
             End::Unknown => &mut self.unknown,
             End::StaleEpoch => &mut self.stale_epoch,
             End::PolicyFailed => &mut self.policy_failed,
+            End::NotRun => &mut self.not_run,
         };
         *counter += 1;
     }

@@ -1,11 +1,12 @@
 //! The on-disk cache of compiled policies.
 //!
-//! Compiling a policy takes ~20 ms; loading its compiled artifact takes
-//! ~0.05 ms. Artifacts are keyed by (policy digest, engine compatibility
-//! hash), so a different wasmtime build or engine setting never loads a
-//! stale artifact. Only artifacts this cache wrote are ever deserialised:
-//! the directory is created private (0700) and idem never accepts
-//! precompiled bytes from a caller.
+//! Compiling a policy is the slow part of loading it; loading its compiled
+//! artifact instead is far cheaper (see `docs/benchmarks.md`). Artifacts
+//! are keyed by (policy digest, engine compatibility hash), so a different
+//! wasmtime build or engine setting never loads a stale artifact. Only
+//! artifacts this cache wrote are ever deserialised: the directory is
+//! created private (0700) and idem never accepts precompiled bytes from a
+//! caller.
 //!
 //! An artifact is native code, run as is. So, as ssh does for its keys, the
 //! cache is used only when this user owns the directory and the artifact
@@ -73,7 +74,7 @@ impl ArtifactCache {
         }
         // Read into memory rather than `deserialize_file`: a mapped file that
         // something else truncates later would crash the host (SIGBUS); the
-        // copy costs ~50 µs once per load.
+        // copy is paid once per load, not per evaluation.
         let mut bytes = Vec::new();
         if std::io::Read::read_to_end(&mut &file, &mut bytes).is_err() {
             return Lookup::Miss;
@@ -154,8 +155,8 @@ fn untrusted(path: &Path, meta: &std::fs::Metadata, what: &str) -> Option<String
     None
 }
 
-/// Elsewhere there is no owner and mode to check; the directory is trusted
-/// as the README says.
+/// Elsewhere there is no owner and mode to check: the cache directory is
+/// trusted as it is.
 #[cfg(not(unix))]
 fn untrusted(_path: &Path, _meta: &std::fs::Metadata, _what: &str) -> Option<String> {
     None

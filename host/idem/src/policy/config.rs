@@ -10,8 +10,9 @@ use idem_core::OperationLimits;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Limits {
     /// Fuel per evaluation: deterministic, so the same policy and input
-    /// always stop at the same point. A SHA-256-heavy derive uses ~30,000;
-    /// the default allows thousands of times that (~2 ms of compute).
+    /// always stop at the same point. The default leaves a wide margin over
+    /// what a derive uses, even one heavy in SHA-256; `idem key` and `idem
+    /// test` print what a policy actually uses.
     pub fuel: u64,
     /// Linear memory per evaluation, in bytes.
     pub memory_bytes: usize,

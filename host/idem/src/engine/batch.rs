@@ -1,0 +1,209 @@
+//! Many operations in one store call: claims ([`Engine::claim_batch`],
+//! then [`Engine::begin_claimed`] for each) and ends
+//! ([`Engine::finish_batch`]).
+
+use idem_core::{KeyedDerivation, Operation};
+use idem_store::{ClaimOutcome, ClaimRequest, Ending, Finish, Outcome, StoreError};
+
+use super::{Begin, Engine, EngineError, Execution, in_doubt, telemetry};
+
+/// One operation and its derivation, as a batch claim takes them.
+pub(crate) type Derived = (Operation, KeyedDerivation);
+
+/// One operation's first claim, made in a batch by [`Engine::claim_batch`];
+/// [`Engine::begin_claimed`] finishes it.
+#[derive(Debug)]
+pub struct Claimed {
+    pub(super) op: Operation,
+    pub(super) keyed: KeyedDerivation,
+    pub(super) request: ClaimRequest,
+    pub(super) first: Result<ClaimOutcome, StoreError>,
+}
+
+impl Claimed {
+    /// The operation.
+    pub fn operation(&self) -> &Operation {
+        &self.op
+    }
+
+    /// Whether the batch claimed the key for this operation (else it found
+    /// a record, or the store refused).
+    pub fn is_fresh(&self) -> bool {
+        matches!(self.first, Ok(ClaimOutcome::Claimed(_)))
+    }
+
+    /// The operation's key.
+    pub(crate) fn key(&self) -> idem_core::Digest {
+        self.keyed.key
+    }
+
+    /// The store's error for this operation's claim, when the store was
+    /// unavailable to make it (the claim may be sent again).
+    pub(crate) fn store_unavailable(&self) -> Option<&StoreError> {
+        self.first.as_ref().err().filter(|e| e.is_unavailable())
+    }
+
+    /// The operation and its derivation, to claim again.
+    pub(crate) fn into_derived(self) -> Derived {
+        (self.op, self.keyed)
+    }
+}
+
+impl Engine {
+    /// The first round of [`Engine::begin_derived`] for many operations in
+    /// one store call ([`Store::claim_many`](idem_store::Store::claim_many):
+    /// one round trip on PostgreSQL, one transaction on SQLite). Each
+    /// [`Claimed`] is then finished with [`Engine::begin_claimed`], which
+    /// settles a duplicate as `begin` would (asking the policy, waiting,
+    /// taking over). A claim made here is live from now: start its effect
+    /// soon (its lease runs) or let it expire. The error is a failure of the
+    /// whole store call.
+    pub async fn claim_batch(&self, items: Vec<Derived>) -> Result<Vec<Claimed>, EngineError> {
+        self.claim_batch_keeping(items).await.map_err(|(e, _)| e)
+    }
+
+    /// [`Engine::claim_batch`], handing the operations back when the store
+    /// call fails, so that a caller waiting out an outage can send them
+    /// again without copying every batch beforehand.
+    pub(crate) async fn claim_batch_keeping(
+        &self,
+        items: Vec<Derived>,
+    ) -> Result<Vec<Claimed>, (EngineError, Vec<Derived>)> {
+        let (found, fresh) = match self.claim_fresh(&items).await {
+            Ok(answers) => answers,
+            Err(e) => return Err((e, items)),
+        };
+        let mut fresh = fresh.into_iter();
+        let mut claimed = Vec::with_capacity(items.len());
+        for ((op, keyed), found) in items.into_iter().zip(found) {
+            claimed.push(match found {
+                Some(f) => Claimed {
+                    op,
+                    keyed: f.keyed,
+                    request: f.request,
+                    first: Ok(f.first),
+                },
+                None => {
+                    let Some((request, first)) = fresh.next() else {
+                        let e = StoreError::Task(
+                            "a batch of claims answered fewer than it was asked".into(),
+                        );
+                        return Err((EngineError::Store(e), Vec::new()));
+                    };
+                    Claimed {
+                        op,
+                        keyed,
+                        request,
+                        first,
+                    }
+                }
+            });
+        }
+        Ok(claimed)
+    }
+
+    /// The store's answers for `items`: what a dual-read found for each,
+    /// and the claims (with their answers) of those it did not.
+    #[allow(clippy::type_complexity)]
+    async fn claim_fresh(
+        &self,
+        items: &[Derived],
+    ) -> Result<
+        (
+            Vec<Option<super::dual_read::Found>>,
+            Vec<(ClaimRequest, Result<ClaimOutcome, StoreError>)>,
+        ),
+        EngineError,
+    > {
+        self.admission
+            .check(self.store.as_ref(), &self.policy)
+            .await?;
+        // During a dual-read window, an operation whose replaced version's
+        // record is live settles on it; the rest are claimed together.
+        let mut found = Vec::with_capacity(items.len());
+        for (op, keyed) in items {
+            found.push(self.dual_read_hit(op, keyed).await?);
+        }
+        let requests: Vec<ClaimRequest> = items
+            .iter()
+            .zip(&found)
+            .filter(|(_, f)| f.is_none())
+            .map(|((op, keyed), _)| self.claim_request(op, keyed))
+            .collect();
+        let count = requests.len();
+        let outcomes = if count == 0 {
+            Vec::new()
+        } else {
+            self.store.claim_many(requests.clone()).await?
+        };
+        let outcomes = one_answer_each(outcomes, count, "claims")?;
+        Ok((found, requests.into_iter().zip(outcomes).collect()))
+    }
+
+    /// Finishes what [`Engine::claim_batch`] started for one operation: the
+    /// same answer [`Engine::begin_derived`] gives.
+    pub async fn begin_claimed(&self, claimed: Claimed) -> Result<Begin, EngineError> {
+        let Claimed {
+            op,
+            keyed,
+            request,
+            first,
+        } = claimed;
+        self.settle_traced(&op, keyed, request, Some(first)).await
+    }
+
+    /// Records how many executions ended, in one store call
+    /// ([`Store::finish_many`](idem_store::Store::finish_many): one statement
+    /// on PostgreSQL, one commit on SQLite): each result is what
+    /// [`Execution::finish`] would have answered (a deposed holder gets
+    /// [`EngineError::Fenced`]). The error is a failure of the whole store
+    /// call.
+    pub async fn finish_batch(
+        &self,
+        ended: Vec<(Execution, Ending, Outcome)>,
+    ) -> Result<Vec<Result<(), EngineError>>, EngineError> {
+        let finishes: Vec<Finish> = ended
+            .into_iter()
+            .map(|(execution, ending, outcome)| execution.into_finish(ending, outcome))
+            .collect();
+        self.record_finishes(&finishes).await
+    }
+
+    /// [`Engine::finish_batch`] for ends already taken out of their
+    /// executions, which the caller keeps: it may send the same ends again
+    /// (a job riding out a store outage). An end refused only because the
+    /// same end was already recorded under its fence (a retry of a commit
+    /// whose answer was lost) is answered `Ok`.
+    pub(crate) async fn record_finishes(
+        &self,
+        finishes: &[Finish],
+    ) -> Result<Vec<Result<(), EngineError>>, EngineError> {
+        let count = finishes.len();
+        let results = self.store.finish_many(finishes.to_vec()).await?;
+        let results = one_answer_each(results, count, "finishes")?;
+        let mut answers = Vec::with_capacity(count);
+        for (result, finish) in results.into_iter().zip(finishes) {
+            let result = match result {
+                Err(e) if in_doubt::finish_already_recorded(&*self.store, finish, &e).await => {
+                    Ok(())
+                }
+                other => other.map_err(EngineError::from),
+            };
+            telemetry::finished(finish.ending, &result);
+            answers.push(result);
+        }
+        Ok(answers)
+    }
+}
+
+/// A batch call's answers, checked to be one per question asked: a store
+/// answering fewer or more would pair answers with the wrong operations.
+fn one_answer_each<T>(answers: Vec<T>, asked: usize, what: &str) -> Result<Vec<T>, EngineError> {
+    if answers.len() == asked {
+        return Ok(answers);
+    }
+    Err(EngineError::Store(StoreError::Task(format!(
+        "the store answered {} of {asked} {what}",
+        answers.len()
+    ))))
+}

@@ -1,0 +1,174 @@
+//! Riding out a store that went away.
+//!
+//! A nightly job meets a store outage sooner or later: a PostgreSQL
+//! restart or fail-over (seconds to a minute), connections killed by an
+//! operator, a SQLite disk that filled. Each store call of the job that
+//! fails because the store could not serve it ([`StoreError::is_unavailable`])
+//! is tried again, with capped exponential backoff and jitter, until the
+//! store answers or the job's outage budget is spent. Trying again is safe:
+//! a claim that committed unseen is found by the next claim, and every
+//! later write is conditional on its fence (an end already recorded under
+//! the fence is recognised: see `engine::in_doubt`).
+
+use std::hash::{BuildHasher, Hasher};
+use std::time::{Duration, Instant};
+
+use idem_store::StoreError;
+
+use crate::engine::EngineError;
+
+/// The first wait after a failure; doubled after each, up to [`MAX_WAIT`].
+const FIRST_WAIT: Duration = Duration::from_millis(50);
+/// The longest wait between two tries: a store that comes back is used
+/// within this long.
+const MAX_WAIT: Duration = Duration::from_secs(2);
+
+/// Whether an engine error is the store being unavailable.
+pub(crate) fn is_unavailable(e: &EngineError) -> bool {
+    matches!(e, EngineError::Store(s) if s.is_unavailable())
+}
+
+/// How long the store was gone when a job gave up on it, and what it last
+/// said.
+#[derive(Debug)]
+pub(crate) struct GaveUp {
+    /// The last error.
+    pub(crate) error: EngineError,
+    /// From the first failure to giving up.
+    pub(crate) lasted: Duration,
+}
+
+/// The waits of one caller through one outage: capped exponential backoff
+/// with jitter, up to a budget counted from the first failure.
+pub(crate) struct Backoff {
+    budget: Duration,
+    since: Option<Instant>,
+    wait: Duration,
+}
+
+/// What to do after a call failed because the store was unavailable.
+pub(crate) enum Next {
+    /// Waited; call again. `first` on the first failure of the outage.
+    Again {
+        /// Whether this was the outage's first failure (say so, once).
+        first: bool,
+    },
+    /// The budget is spent: give up, after this long.
+    GiveUp(Duration),
+}
+
+impl Backoff {
+    /// Backoff within `budget`.
+    pub(crate) fn new(budget: Duration) -> Backoff {
+        Backoff {
+            budget,
+            since: None,
+            wait: FIRST_WAIT,
+        }
+    }
+
+    /// Call after a failure that [`is_unavailable`]: waits before the next
+    /// try, or says to give up.
+    pub(crate) async fn after_failure(&mut self) -> Next {
+        let first = self.since.is_none();
+        let since = *self.since.get_or_insert_with(Instant::now);
+        let lasted = since.elapsed();
+        if lasted >= self.budget {
+            return Next::GiveUp(lasted);
+        }
+        // Never sleep past the budget: the last try comes at its end.
+        tokio::time::sleep(jittered(self.wait).min(self.budget - lasted)).await;
+        self.wait = (self.wait * 2).min(MAX_WAIT);
+        Next::Again { first }
+    }
+}
+
+/// `wait` with up to a quarter added or taken at random, so that many
+/// callers (a job's tasks, a fleet's workers) do not come back in step.
+fn jittered(wait: Duration) -> Duration {
+    let random = std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish();
+    let quarter = wait.as_micros() as u64 / 4;
+    let spread = if quarter == 0 {
+        0
+    } else {
+        random % (2 * quarter)
+    };
+    Duration::from_micros(wait.as_micros() as u64 - quarter + spread)
+}
+
+/// Says how long a store has been gone, for the job's one line about it.
+pub(crate) fn describe(gave_up: &GaveUp) -> String {
+    let store = match &gave_up.error {
+        EngineError::Store(StoreError::Backend { store, .. }) => store.clone(),
+        _ => "the store".to_string(),
+    };
+    format!(
+        "{store} was unavailable for {:.1} s, past the job's outage budget: {}",
+        gave_up.lasted.as_secs_f64(),
+        gave_up.error
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn within_the_budget_it_waits_and_says_so_once() {
+        let mut backoff = Backoff::new(Duration::from_secs(60));
+        assert!(matches!(
+            backoff.after_failure().await,
+            Next::Again { first: true }
+        ));
+        assert!(matches!(
+            backoff.after_failure().await,
+            Next::Again { first: false }
+        ));
+        assert_eq!(backoff.wait, FIRST_WAIT * 4, "doubled after each wait");
+    }
+
+    #[tokio::test]
+    async fn a_zero_budget_gives_up_at_the_first_failure() {
+        let mut backoff = Backoff::new(Duration::ZERO);
+        assert!(matches!(backoff.after_failure().await, Next::GiveUp(_)));
+    }
+
+    #[tokio::test]
+    async fn a_spent_budget_gives_up_with_how_long_the_store_was_gone() {
+        let mut backoff = Backoff::new(Duration::from_millis(30));
+        let mut tries = 0;
+        let lasted = loop {
+            tries += 1;
+            match backoff.after_failure().await {
+                Next::Again { .. } => {}
+                Next::GiveUp(lasted) => break lasted,
+            }
+        };
+        assert!(lasted >= Duration::from_millis(30), "{lasted:?}");
+        assert!(tries >= 2, "it waited before giving up");
+    }
+
+    #[test]
+    fn only_a_store_that_could_not_serve_is_waited_for() {
+        let busy = StoreError::Busy {
+            store: "sqlite:x.db".into(),
+            context: "claiming",
+        };
+        assert!(is_unavailable(&EngineError::Store(busy)));
+        let refused = StoreError::InvalidRequest("no".into());
+        assert!(!is_unavailable(&EngineError::Store(refused)));
+    }
+
+    #[test]
+    fn jitter_stays_within_a_quarter() {
+        for _ in 0..100 {
+            let w = jittered(Duration::from_millis(400));
+            assert!(
+                w >= Duration::from_millis(300) && w <= Duration::from_millis(500),
+                "{w:?}"
+            );
+        }
+    }
+}

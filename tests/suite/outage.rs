@@ -1,0 +1,297 @@
+//! A job rides out its store going away: a PostgreSQL server of the test's
+//! own (never the shared one) crashed and restarted, or its connections
+//! killed, in the middle of a run; one that stays down past the outage
+//! budget; a SQLite store whose disk fills. Real faults, never mocks. The
+//! effect itself pulls the trigger at its Nth call, so the fault lands at a
+//! known point of the run rather than at a guessed moment; with one
+//! operation at a time, no claim is in flight when it does (the end of the
+//! previous operation may be, and is settled by reading it back).
+
+use std::collections::HashMap;
+use std::num::NonZeroUsize;
+use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use idem::core::{Operation, OperationLimits};
+use idem::engine::{Engine, EngineOptions, ExecContext};
+use idem::job::{EffectOutcome, JobEvent, JobOptions, JobRunner, Summary};
+use idem::store::{Outcome, StoreOptions};
+use idem_tests::pg_cluster::PgCluster;
+use idem_tests::tmpfs::SmallDisk;
+use idem_tests::{idem_bin, load, policy_path};
+
+const OPERATIONS: usize = 40;
+/// The call of the effect that brings the store down.
+const FAULT_AT: usize = 15;
+
+fn charges(n: usize) -> Vec<Operation> {
+    (0..n)
+        .map(|i| {
+            let json = format!(
+                r#"{{"kind":"charge","tenant":"acme","fields":{{"customer":"c{i}","billing_period":"2026-11","invoice_id":"inv-{i}","amount":"100","currency":"EUR"}}}}"#
+            );
+            Operation::from_json(&json, &OperationLimits::default()).unwrap()
+        })
+        .collect()
+}
+
+/// How often the effect ran for each key, and a fault to set off at one
+/// call.
+#[derive(Clone)]
+struct Effect {
+    ran: Arc<Mutex<HashMap<String, usize>>>,
+    calls: Arc<AtomicUsize>,
+    fault: Arc<dyn Fn() + Send + Sync>,
+}
+
+impl Effect {
+    fn new(fault: impl Fn() + Send + Sync + 'static) -> Effect {
+        Effect {
+            ran: Arc::default(),
+            calls: Arc::default(),
+            fault: Arc::new(fault),
+        }
+    }
+
+    fn closure(
+        &self,
+    ) -> impl Fn(Operation, ExecContext) -> std::future::Ready<EffectOutcome> + Send + Sync + 'static
+    {
+        let me = self.clone();
+        move |_op, ctx| {
+            *me.ran.lock().unwrap().entry(ctx.key.clone()).or_default() += 1;
+            if me.calls.fetch_add(1, Ordering::SeqCst) + 1 == FAULT_AT {
+                (me.fault)();
+            }
+            std::future::ready(EffectOutcome::Completed(Outcome::new(0, "charged")))
+        }
+    }
+
+    fn most_runs_of_a_key(&self) -> usize {
+        self.ran
+            .lock()
+            .unwrap()
+            .values()
+            .copied()
+            .max()
+            .unwrap_or(0)
+    }
+}
+
+/// One operation at a time, ends recorded in batches (the finisher is a
+/// task of its own, so the previous end may be in flight at the fault).
+fn options(store_outage: Duration) -> JobOptions {
+    JobOptions {
+        concurrency: NonZeroUsize::MIN,
+        store_outage,
+        ..JobOptions::default()
+    }
+}
+
+async fn run_job(url: &str, effect: &Effect, options: JobOptions) -> (Summary, Vec<String>) {
+    let store = idem::store::open(url, StoreOptions::default())
+        .await
+        .unwrap();
+    let engine = Engine::new(load("billing-charge"), store, EngineOptions::default());
+    let warnings = Arc::new(Mutex::new(Vec::new()));
+    let heard = warnings.clone();
+    let summary = JobRunner::new(engine, options)
+        .on_event(move |event| {
+            if let JobEvent::Warning(w) = event {
+                heard.lock().unwrap().push(w.to_string());
+            }
+        })
+        .run(charges(OPERATIONS), effect.closure())
+        .await
+        .unwrap();
+    let warnings = warnings.lock().unwrap().clone();
+    (summary, warnings)
+}
+
+/// Runs the job on a cluster of the test's own, with `fault` set off at the
+/// effect's [`FAULT_AT`]th call, and checks that the run rode it out: every
+/// operation executed, each effect once; and, when `paused`, that the run
+/// said it was waiting (a killed connection may just be replaced by the
+/// pool, with nothing to wait for).
+async fn rides_out(
+    test: &str,
+    paused: bool,
+    fault: impl Fn(&Arc<PgCluster>) + Send + Sync + 'static,
+) {
+    let Some(cluster) = PgCluster::start(test) else {
+        return;
+    };
+    let cluster = Arc::new(cluster);
+    let server = cluster.clone();
+    let effect = Effect::new(move || fault(&server));
+    let (summary, warnings) =
+        run_job(&cluster.url(), &effect, options(Duration::from_secs(60))).await;
+    assert!(summary.all_completed(), "{summary:?}; {warnings:?}");
+    assert_eq!(summary.executed, OPERATIONS as u64, "{summary:?}");
+    assert_eq!(summary.outage, None);
+    assert_eq!(effect.most_runs_of_a_key(), 1, "an effect ran twice");
+    assert!(
+        !paused || warnings.iter().any(|w| w.contains("unavailable")),
+        "the pause is told: {warnings:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_job_rides_out_a_postgres_crash_and_restart() {
+    rides_out(
+        "a_job_rides_out_a_postgres_crash_and_restart",
+        true,
+        |server| {
+            // A crash (immediate shutdown: no checkpoint, connections cut),
+            // back a second later, as a restarted server or a fail-over is.
+            server.crash();
+            let server = server.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_secs(1));
+                server.start_again();
+            });
+        },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_job_rides_out_its_connections_being_killed() {
+    rides_out(
+        "a_job_rides_out_its_connections_being_killed",
+        false,
+        |server| {
+            server.terminate_backends();
+        },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_outage_past_the_budget_stops_the_run_and_counts_what_is_known() {
+    let Some(cluster) = PgCluster::start("an_outage_past_the_budget_stops_the_run") else {
+        return;
+    };
+    let cluster = Arc::new(cluster);
+    let server = cluster.clone();
+    let effect = Effect::new(move || server.crash());
+    let (summary, warnings) =
+        run_job(&cluster.url(), &effect, options(Duration::from_secs(2))).await;
+    let outage = summary.outage.clone().expect("the run says it gave up");
+    assert!(outage.lasted_ms >= 2_000, "{outage:?}");
+    // Up to the fault, each effect ran; those whose end was recorded before
+    // the crash are executed, the rest (the one that brought the store down,
+    // and any whose end was still queued) are unknown: they ran, and their
+    // end could not be written within the budget. After the fault nothing
+    // started: not run, none of it unknown.
+    assert_eq!(
+        summary.executed + summary.unknown,
+        FAULT_AT as u64,
+        "{summary:?}"
+    );
+    assert!(summary.unknown >= 1, "{summary:?}");
+    assert_eq!(
+        summary.not_run,
+        (OPERATIONS - FAULT_AT) as u64,
+        "{summary:?}"
+    );
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.contains("stopped taking operations")),
+        "{warnings:?}"
+    );
+
+    // The store back, a re-run does exactly the rest: what was not run
+    // runs, what completed replays, and the unknown one is still held (its
+    // lease runs) for the policy or a person to settle, never re-run.
+    cluster.start_again();
+    let rerun = Effect::new(|| {});
+    let (again, _) = run_job(&cluster.url(), &rerun, options(Duration::from_secs(60))).await;
+    assert_eq!(again.executed, summary.not_run, "{again:?}");
+    assert_eq!(again.replayed, summary.executed, "{again:?}");
+    assert_eq!(again.in_progress, summary.unknown, "{again:?}");
+    assert_eq!(rerun.most_runs_of_a_key(), 1);
+    let both = effect
+        .ran
+        .lock()
+        .unwrap()
+        .keys()
+        .filter(|k| rerun.ran.lock().unwrap().contains_key(*k))
+        .count();
+    assert_eq!(both, 0, "a key ran in both runs");
+}
+
+/// `idem run` over a SQLite store on a disk that fills at the fifth
+/// operation and is never freed: the run waits out its budget, stops with
+/// exit 69, and says what is known (one unknown, the rest not run); once
+/// space is freed, a re-run does exactly the rest.
+#[test]
+fn idem_run_on_a_full_disk_stops_past_its_budget_then_a_rerun_does_the_rest() {
+    let Some(disk) = SmallDisk::mount("idem_run_on_a_full_disk", 8 * 1024 * 1024) else {
+        return;
+    };
+    let work = tempfile::tempdir().unwrap();
+    let ops = work.path().join("ops.jsonl");
+    let lines: Vec<String> = charges(20).iter().map(|op| op.canonical_json()).collect();
+    std::fs::write(&ops, lines.join("\n") + "\n").unwrap();
+    let store = format!("sqlite:{}", disk.path().join("idem.db").display());
+    // The command counts its calls outside the small disk and, at the
+    // fifth, fills it; every call appends to a ledger there too.
+    let script = format!(
+        "cat >/dev/null; n=$(($(cat count 2>/dev/null || echo 0) + 1)); echo $n > count; \
+         echo \"$IDEM_KEY\" >> ledger; \
+         if [ $n -eq 5 ]; then dd if=/dev/zero of={}/ballast bs=64k 2>/dev/null || true; fi; echo ok",
+        disk.path().display()
+    );
+    let run = |outage: &str| {
+        Command::new(idem_bin())
+            .current_dir(work.path())
+            .env("IDEM_CACHE_DIR", work.path().join("cache"))
+            .args(["run", "--policy"])
+            .arg(policy_path("billing-charge"))
+            .args(["--store", &store, "--ops"])
+            .arg(&ops)
+            .args([
+                "--json",
+                "--store-outage",
+                outage,
+                "--",
+                "sh",
+                "-c",
+                &script,
+            ])
+            .output()
+            .unwrap()
+    };
+    let out = run("1s");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(69), "{stderr}");
+    let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(summary["executed"], 4, "{summary}");
+    assert_eq!(summary["unknown"], 1, "{summary}");
+    assert_eq!(summary["not_run"], 15, "{summary}");
+    assert!(
+        summary["outage"]["error"]
+            .as_str()
+            .unwrap()
+            .contains("full"),
+        "{summary}"
+    );
+    assert!(stderr.contains("stopped taking operations"), "{stderr}");
+
+    std::fs::remove_file(disk.path().join("ballast")).unwrap();
+    let out = run("60s");
+    let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(summary["executed"], 15, "{summary}");
+    assert_eq!(summary["replayed"], 4, "{summary}");
+    assert_eq!(summary["in_progress"], 1, "{summary}");
+    let ledger = std::fs::read_to_string(work.path().join("ledger")).unwrap();
+    let mut keys: Vec<&str> = ledger.lines().collect();
+    let all = keys.len();
+    keys.sort();
+    keys.dedup();
+    assert_eq!((all, keys.len()), (20, 20), "every charge once: {ledger}");
+}
