@@ -91,7 +91,7 @@ fn build_cli(root: &Path, n: usize, of: usize) -> Result<PathBuf> {
         n,
         of,
         "the idem CLI (release), with cargo's progress below; the first build compiles wasmtime: \
-         about 12 minutes on 2 cores, seconds after that",
+         about 10 minutes on 2 cores, seconds after that",
     );
     let started = Instant::now();
     let status = Command::new(cargo())
