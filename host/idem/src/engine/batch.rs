@@ -184,7 +184,17 @@ impl Engine {
         let mut answers = Vec::with_capacity(count);
         for (result, finish) in results.into_iter().zip(finishes) {
             let result = match result {
-                Err(e) if in_doubt::finish_already_recorded(&*self.store, finish, &e).await => {
+                Err(e)
+                    if in_doubt::already_recorded(
+                        &*self.store,
+                        &finish.key,
+                        finish.fence,
+                        finish.ending,
+                        &finish.outcome,
+                        &e,
+                    )
+                    .await =>
+                {
                     Ok(())
                 }
                 other => other.map_err(EngineError::from),

@@ -11,7 +11,7 @@
 //! each take a new one) — and then the retry has succeeded. Anything else
 //! stays the refusal it is.
 
-use idem_store::{Ending, Finish, Outcome, RecordKey, Store, StoreError};
+use idem_store::{Ending, Outcome, RecordKey, Store, StoreError};
 
 /// Whether `refused`, the store's answer to writing `ending` and `outcome`
 /// under `fence`, means the same end was already recorded under that fence
@@ -48,21 +48,4 @@ pub(crate) async fn already_recorded(
         // Unreadable or gone: the refusal stands.
         _ => false,
     }
-}
-
-/// [`already_recorded`] for one item of a batch.
-pub(crate) async fn finish_already_recorded(
-    store: &dyn Store,
-    finish: &Finish,
-    refused: &StoreError,
-) -> bool {
-    already_recorded(
-        store,
-        &finish.key,
-        finish.fence,
-        finish.ending,
-        &finish.outcome,
-        refused,
-    )
-    .await
 }

@@ -91,8 +91,16 @@ async fn record(
     let mut left: Vec<usize> = (0..finishes.len()).collect();
     let mut backoff = outage::Backoff::new(budget);
     loop {
-        let batch: Vec<Finish> = left.iter().map(|&i| finishes[i].clone()).collect();
-        let error = match engine.record_finishes(&batch).await {
+        // The first try sends the ends as they are; only a retry of some of
+        // them copies those.
+        let retried: Vec<Finish>;
+        let batch = if left.len() == finishes.len() {
+            &finishes[..]
+        } else {
+            retried = left.iter().map(|&i| finishes[i].clone()).collect();
+            &retried[..]
+        };
+        let error = match engine.record_finishes(batch).await {
             Ok(results) => {
                 let mut again = Vec::new();
                 let mut error = None;
