@@ -1,5 +1,6 @@
 //! Shared helpers for idem's integration, conformance and chaos suites.
 
+pub mod cut_proxy;
 pub mod pg_cluster;
 pub mod tmpfs;
 

@@ -5,7 +5,10 @@
 //! effect itself pulls the trigger at its Nth call, so the fault lands at a
 //! known point of the run rather than at a guessed moment; with one
 //! operation at a time, no claim is in flight when it does (the end of the
-//! previous operation may be, and is settled by reading it back).
+//! previous operation may be, and is settled by reading it back). And a
+//! store call whose commit happened while its answer was lost (a proxy cuts
+//! the connection between the two): a claim recognised as its own, an end
+//! read back.
 
 use std::collections::HashMap;
 use std::num::NonZeroUsize;
@@ -18,6 +21,7 @@ use idem::core::{Operation, OperationLimits};
 use idem::engine::{Engine, EngineOptions, ExecContext};
 use idem::job::{EffectOutcome, JobEvent, JobOptions, JobRunner, Summary};
 use idem::store::{Outcome, StoreOptions};
+use idem_tests::cut_proxy::CutProxy;
 use idem_tests::pg_cluster::PgCluster;
 use idem_tests::tmpfs::SmallDisk;
 use idem_tests::{idem_bin, load, policy_path};
@@ -224,6 +228,134 @@ async fn an_outage_past_the_budget_stops_the_run_and_counts_what_is_known() {
     assert_eq!(both, 0, "a key ran in both runs");
 }
 
+/// A cluster of the test's own behind a [`CutProxy`], and the URL through
+/// the proxy (no TLS: the proxy reads the server's messages).
+fn behind_a_proxy(test: &str) -> Option<(PgCluster, CutProxy, String)> {
+    let cluster = PgCluster::start(test)?;
+    let proxy = CutProxy::start(([127, 0, 0, 1], cluster.port()).into()).unwrap();
+    let url = format!(
+        "postgres://postgres@127.0.0.1:{}/postgres?sslmode=disable",
+        proxy.port()
+    );
+    Some((cluster, proxy, url))
+}
+
+/// The claim of one operation commits and its answer is lost. Sent again
+/// with the same holder token, the claim finds its own record and goes on
+/// as that claim: the operation executes in this run, once, under the
+/// claim's first fence (without the token it would find a record "in
+/// progress" and not run until its lease ran out). `concurrency` 1 claims
+/// one at a time (the one-statement claim); 8, in batches (the batch
+/// statement).
+async fn a_lost_claim_answer_is_recognised(test: &str, concurrency: usize) {
+    let Some((cluster, proxy, url)) = behind_a_proxy(test) else {
+        return;
+    };
+    // The kept operation travels only with its claim: the first message
+    // carrying the invoice is the claim of operation FAULT_AT.
+    proxy.cut_reply_to(format!("\"inv-{FAULT_AT}\"").as_bytes());
+    let effect = Effect::new(|| {});
+    let options = JobOptions {
+        concurrency: NonZeroUsize::new(concurrency).unwrap(),
+        ..options(Duration::from_secs(60))
+    };
+    let (summary, warnings) = run_job(&url, &effect, options).await;
+    assert_eq!(proxy.cuts(), 1, "the claim's answer was lost: {warnings:?}");
+    assert!(summary.all_completed(), "{summary:?}; {warnings:?}");
+    assert_eq!(summary.executed, OPERATIONS as u64, "{summary:?}");
+    assert_eq!(effect.most_runs_of_a_key(), 1, "an effect ran twice");
+    // Each record was claimed once: none was taken over, or claimed twice.
+    let store = idem::store::open(&cluster.url(), StoreOptions::default())
+        .await
+        .unwrap();
+    let records = store.list(Default::default()).await.unwrap();
+    assert_eq!(records.len(), OPERATIONS);
+    assert!(
+        records.iter().all(|v| v.record.attempts == 1),
+        "a record was claimed again"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_claim_whose_answer_was_lost_goes_on_as_that_claim() {
+    a_lost_claim_answer_is_recognised("a_claim_whose_answer_was_lost", 1).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_batch_of_claims_whose_answer_was_lost_goes_on_as_those_claims() {
+    a_lost_claim_answer_is_recognised("a_batch_of_claims_whose_answer_was_lost", 8).await;
+}
+
+/// An end commits and its answer is lost: sent again, it is refused (the
+/// record is no longer in progress) and read back: the same end under the
+/// same fence counts as recorded. Every operation ends executed, none
+/// unknown.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_end_whose_answer_was_lost_is_read_back() {
+    let Some((_cluster, proxy, url)) = behind_a_proxy("an_end_whose_answer_was_lost") else {
+        return;
+    };
+    let proxy = Arc::new(proxy);
+    let cue = proxy.clone();
+    // From the FAULT_AT-th effect on, the next message carrying an
+    // outcome's body (an end) loses its answer.
+    let effect = Effect::new(move || cue.cut_reply_to(b"charged"));
+    let (summary, warnings) = run_job(&url, &effect, options(Duration::from_secs(60))).await;
+    assert_eq!(proxy.cuts(), 1, "an end's answer was lost: {warnings:?}");
+    assert!(summary.all_completed(), "{summary:?}; {warnings:?}");
+    assert_eq!(summary.executed, OPERATIONS as u64, "{summary:?}");
+    assert_eq!(summary.unknown, 0, "{summary:?}");
+    assert_eq!(effect.most_runs_of_a_key(), 1, "an effect ran twice");
+}
+
+/// `idem exec` with its store down when it starts: it waits, within
+/// `--store-outage`, and runs the command once the server is back; with the
+/// server down past the budget, it exits 69 and the command never runs.
+#[test]
+fn idem_exec_waits_for_its_store_within_the_budget() {
+    let Some(cluster) = PgCluster::start("idem_exec_waits_for_its_store") else {
+        return;
+    };
+    let cluster = Arc::new(cluster);
+    let work = tempfile::tempdir().unwrap();
+    let op = work.path().join("op.json");
+    std::fs::write(&op, charges(1)[0].canonical_json()).unwrap();
+    let ledger = work.path().join("ledger");
+    let exec = |outage: &str| {
+        Command::new(idem_bin())
+            .env("IDEM_CACHE_DIR", work.path().join("cache"))
+            .env("LEDGER", &ledger)
+            .args(["exec", "--policy"])
+            .arg(policy_path("billing-charge"))
+            .args(["--store", &cluster.url(), "--op"])
+            .arg(&op)
+            .args(["--store-outage", outage, "--", "sh", "-c"])
+            .arg(r#"echo "$IDEM_KEY" >> "$LEDGER"; echo charged"#)
+            .output()
+            .unwrap()
+    };
+    cluster.crash();
+    let out = exec("1s");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(69), "{stderr}");
+    assert!(stderr.contains("the command did not run"), "{stderr}");
+    assert!(!ledger.exists(), "the command ran");
+
+    let server = cluster.clone();
+    let back = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(1_500));
+        server.start_again();
+    });
+    let out = exec("60s");
+    back.join().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("the store is unavailable"), "{stderr}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "charged\n");
+    let ran = std::fs::read_to_string(&ledger).unwrap();
+    assert_eq!(ran.lines().count(), 1, "{ran}");
+}
+
 /// `idem run` over a SQLite store on a disk that fills at the fifth
 /// operation and is never freed: the run waits out its budget, stops with
 /// exit 69, and says what is known (one unknown, the rest not run); once
@@ -286,6 +418,70 @@ fn idem_run_on_a_full_disk_stops_past_its_budget_then_a_rerun_does_the_rest() {
     let out = run("60s");
     let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(summary["executed"], 15, "{summary}");
+    assert_eq!(summary["replayed"], 4, "{summary}");
+    assert_eq!(summary["in_progress"], 1, "{summary}");
+    let ledger = std::fs::read_to_string(work.path().join("ledger")).unwrap();
+    let mut keys: Vec<&str> = ledger.lines().collect();
+    let all = keys.len();
+    keys.sort();
+    keys.dedup();
+    assert_eq!((all, keys.len()), (20, 20), "every charge once: {ledger}");
+}
+
+/// `idem run` whose SQLite file is moved away under it at the fifth
+/// operation: every later call is refused with an error naming the file
+/// (never written into the moved file), the run stops past its budget with
+/// exit 69; once the file is back, a re-run does exactly the rest.
+#[test]
+fn idem_run_whose_store_file_is_moved_away_stops_then_a_rerun_does_the_rest() {
+    let work = tempfile::tempdir().unwrap();
+    let ops = work.path().join("ops.jsonl");
+    let lines: Vec<String> = charges(20).iter().map(|op| op.canonical_json()).collect();
+    std::fs::write(&ops, lines.join("\n") + "\n").unwrap();
+    let db = work.path().join("idem.db");
+    let moved = work.path().join("moved.db");
+    let store = format!("sqlite:{}", db.display());
+    let script = format!(
+        "cat >/dev/null; n=$(($(cat count 2>/dev/null || echo 0) + 1)); echo $n > count; \
+         echo \"$IDEM_KEY\" >> ledger; \
+         if [ $n -eq 5 ]; then mv {} {}; fi; echo ok",
+        db.display(),
+        moved.display()
+    );
+    let run = |outage: &str| {
+        Command::new(idem_bin())
+            .current_dir(work.path())
+            .env("IDEM_CACHE_DIR", work.path().join("cache"))
+            .args(["run", "--policy"])
+            .arg(policy_path("billing-charge"))
+            .args(["--store", &store, "--ops"])
+            .arg(&ops)
+            .args(["--json", "--concurrency", "1", "--store-outage", outage])
+            .args(["--", "sh", "-c", &script])
+            .output()
+            .unwrap()
+    };
+    let out = run("1s");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(69), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "the store file {} was removed or replaced",
+            db.display()
+        )),
+        "{stderr}"
+    );
+    let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(summary["executed"], 4, "{summary}");
+    assert_eq!(summary["unknown"], 1, "{summary}");
+    assert_eq!(summary["not_run"], 15, "{summary}");
+    assert!(!db.exists(), "a new store was created in its place");
+
+    std::fs::rename(&moved, &db).unwrap();
+    let out = run("60s");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(summary["executed"], 15, "{summary}; {stderr}");
     assert_eq!(summary["replayed"], 4, "{summary}");
     assert_eq!(summary["in_progress"], 1, "{summary}");
     let ledger = std::fs::read_to_string(work.path().join("ledger")).unwrap();

@@ -39,15 +39,17 @@ pub const POLICY_FAILED: u8 = 4;
 /// conflict). sysexits' EX_DATAERR.
 pub const CONFLICT: u8 = 65;
 
-/// `idem run`: the store was unavailable for longer than `--store-outage`,
-/// so the run stopped taking operations (those it never started are
-/// counted `not run`: none of their effects happened; a re-run does them).
-/// sysexits' EX_UNAVAILABLE.
+/// `idem run` and `idem exec`: the store was unavailable for longer than
+/// `--store-outage`, so no more operations were started (`idem run` counts
+/// those `not run`; `idem exec` did not run its command): none of their
+/// effects happened, and a re-run does them. sysexits' EX_UNAVAILABLE.
 pub const STORE_UNAVAILABLE: u8 = 69;
 
-/// `idem exec`: the command was killed by a signal, so whether its effect
-/// happened is unknown; the claim stays until its lease expires, then the
-/// policy decides. sysexits' EX_SOFTWARE.
+/// `idem exec`: the command was killed by a signal, or it ran and its
+/// outcome could not be recorded (the store stayed unavailable past
+/// `--store-outage`), so whether its effect happened is unknown to the
+/// store; the claim stays until its lease expires, then the policy decides.
+/// sysexits' EX_SOFTWARE.
 pub const OUTCOME_UNKNOWN: u8 = 70;
 
 /// Try later: `idem exec` found the operation in progress elsewhere.

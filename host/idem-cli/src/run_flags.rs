@@ -27,6 +27,21 @@ pub struct RunFlags {
     /// any other non-zero status is retryable. Comma-separated.
     #[arg(long, value_name = "CODES", value_delimiter = ',')]
     pub permanent_exit_codes: Vec<i32>,
+    /// How long the store may be unavailable (unreachable, restarting, its
+    /// disk full) before idem gives up on it: meanwhile each failed store
+    /// call is tried again and the commands already running go on; past it
+    /// no more operations start (those not started are not run) and idem
+    /// exits 69. `0` gives up at the first failure.
+    #[arg(long, value_name = "DURATION", value_parser = parse_outage, default_value = "60s")]
+    pub store_outage: Duration,
+}
+
+/// `--store-outage`: a duration (`90s`, `5m`), or `0` for none.
+fn parse_outage(text: &str) -> Result<Duration, String> {
+    if text.trim() == "0" {
+        return Ok(Duration::ZERO);
+    }
+    humantime::parse_duration(text).map_err(|e| format!("{e} (e.g. `60s`, `5m`, or `0`)"))
 }
 
 impl RunFlags {
@@ -206,6 +221,7 @@ mod tests {
             attempt: None,
             lease: None,
             permanent_exit_codes: Vec::new(),
+            store_outage: Duration::from_secs(60),
         };
         let mut op = Operation::from_json(
             r#"{"kind":"k","tenant":"t","fields":{}}"#,

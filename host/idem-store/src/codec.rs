@@ -7,11 +7,13 @@ use std::borrow::Cow;
 
 use crate::attempt::{AttemptEntry, AttemptEvent};
 use crate::error::StoreError;
-use crate::record::{Digest, Holder, KeptOperation, Outcome, Record, RecordKey, RecordState};
+use crate::record::{
+    Digest, Holder, HolderToken, KeptOperation, Outcome, Record, RecordKey, RecordState,
+};
 
 /// The `records` columns, in the order every statement lists them. Both
 /// dialects' schemas use these names.
-pub const COLUMNS: [&str; 22] = [
+pub const COLUMNS: [&str; 23] = [
     "namespace",
     "key",
     "policy_digest",
@@ -34,6 +36,7 @@ pub const COLUMNS: [&str; 22] = [
     "holder_host",
     "holder_pid",
     "operation",
+    "holder_token",
 ];
 
 /// [`COLUMNS`] joined for SQL, each behind `prefix` (`"r."`, or `""`).
@@ -85,6 +88,7 @@ pub struct RecordRow {
     pub holder_host: String,
     pub holder_pid: i64,
     pub operation: Option<String>,
+    pub holder_token: Option<Vec<u8>>,
 }
 
 /// The row values in [`COLUMNS`] order, as trait objects of a client's
@@ -92,7 +96,7 @@ pub struct RecordRow {
 macro_rules! record_values {
     ($row:expr, $param:ty) => {{
         let r = $row;
-        let values: [&$param; 22] = [
+        let values: [&$param; 23] = [
             &r.namespace,
             &r.key,
             &r.policy_digest,
@@ -115,6 +119,7 @@ macro_rules! record_values {
             &r.holder_host,
             &r.holder_pid,
             &r.operation,
+            &r.holder_token,
         ];
         values
     }};
@@ -154,6 +159,7 @@ impl RecordRow {
             holder_host: r.holder.host.clone(),
             holder_pid: i64::from(r.holder.pid),
             operation: r.operation.as_ref().map(KeptOperation::to_column),
+            holder_token: r.holder.token.map(|t| t.0.to_vec()),
         })
     }
 }
@@ -238,6 +244,18 @@ pub fn decode(
     let attempt = row
         .opt_i64(&name("holder_attempt"))
         .map_err(|e| read_err("holder_attempt", e))?;
+    let token = row
+        .opt_bytes(&name("holder_token"))
+        .map_err(|e| read_err("holder_token", e))?
+        .map(|bytes| {
+            HolderToken::from_slice(&bytes).ok_or_else(|| {
+                corrupt(format!(
+                    "record {key}: holder_token is {} bytes, not 16",
+                    bytes.len()
+                ))
+            })
+        })
+        .transpose()?;
     let operation = row
         .opt_text(&name("operation"))
         .map_err(|e| read_err("operation", e))?
@@ -267,6 +285,7 @@ pub fn decode(
             attempt: attempt.map(|a| small(a, "holder_attempt")).transpose()?,
             host: text("holder_host")?,
             pid: small(int("holder_pid")?, "holder_pid")?,
+            token,
         },
         operation,
         key,
@@ -410,6 +429,7 @@ pub fn decode_attempt(row: &impl ColumnReader, store: &str) -> Result<AttemptEnt
                 .transpose()?,
             host,
             pid: small(opt_int("pid")?.unwrap_or(0), "pid")?,
+            token: None,
         }),
     };
     Ok(AttemptEntry {

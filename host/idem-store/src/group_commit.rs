@@ -536,8 +536,9 @@ impl Store for GroupCommit {
     /// statement).
     async fn claim_many(
         &self,
-        requests: Vec<ClaimRequest>,
+        mut requests: Vec<ClaimRequest>,
     ) -> Result<Vec<Result<ClaimOutcome, StoreError>>, StoreError> {
+        crate::machine::one_claim_per_attempt(&mut requests);
         if !self.mixed() || requests.len() >= self.claims.max_batch {
             return self.inner.claim_many(requests).await;
         }

@@ -83,12 +83,17 @@ pub(crate) enum ClaimStep {
     Insert,
     /// A live record exists.
     Existing(Box<Existing>),
+    /// The record is this very claim attempt's own (its token), still
+    /// held: an earlier try of the same request committed and its answer
+    /// was lost. The claim goes on as that one; nothing is written.
+    Held(Box<Record>),
 }
 
 /// Decides a claim.
 pub(crate) fn claim(current: Option<Record>, request: &ClaimRequest, now_ms: u64) -> ClaimStep {
     match live(current, now_ms) {
         None => ClaimStep::Insert,
+        Some(record) if is_own_claim(&record, request, now_ms) => ClaimStep::Held(Box::new(record)),
         Some(record) => {
             let fingerprint_matches = record.fingerprint == request.fingerprint;
             ClaimStep::Existing(Box::new(Existing {
@@ -97,6 +102,48 @@ pub(crate) fn claim(current: Option<Record>, request: &ClaimRequest, now_ms: u64
             }))
         }
     }
+}
+
+/// Whether `record` is the claim `request` made on an earlier try: the
+/// same attempt's token, the same operation, in progress and its lease
+/// live. A lapsed one is left to the policy as any other: its lease ran
+/// out while the answer was lost, and someone may be about to take it over.
+fn is_own_claim(record: &Record, request: &ClaimRequest, now_ms: u64) -> bool {
+    record.fingerprint == request.fingerprint && is_held_by(record, &request.holder, now_ms)
+}
+
+/// Whether `record` is in progress under a live lease held by the very
+/// attempt `holder` stands for (its token).
+fn is_held_by(record: &Record, holder: &Holder, now_ms: u64) -> bool {
+    record.state == RecordState::InProgress
+        && record.lease_until_ms > now_ms
+        && record.holder.is_same_attempt(holder)
+}
+
+/// The same attempt twice in one batch of claims: the first makes the
+/// claim, and a repeat (its token taken off) is a duplicate of it, never
+/// the same claim a second time.
+pub(crate) fn one_claim_per_attempt(requests: &mut [ClaimRequest]) {
+    let mut attempts = std::collections::HashSet::new();
+    for request in requests {
+        if let Some(token) = request.holder.token
+            && !attempts.insert((request.key.clone(), token))
+        {
+            request.holder.token = None;
+        }
+    }
+}
+
+/// The claim `holder`'s attempt already holds on `current`, when a
+/// take-over sent again after its answer was lost finds it made.
+pub(crate) fn held_by_attempt(
+    current: Option<&Record>,
+    holder: &Holder,
+    now_ms: u64,
+) -> Option<Claim> {
+    current
+        .filter(|r| !is_expired(r, now_ms) && is_held_by(r, holder, now_ms))
+        .map(claim_of)
 }
 
 /// The record a successful claim inserts (replacing any expired one).

@@ -12,7 +12,7 @@ use crate::backend::{Call, Decide, Fences, RecordBackend};
 use crate::error::StoreError;
 use crate::machine::{self, JobStep};
 use crate::record::{
-    JobLease, JobLeaseAcquire, ListFilter, Membership, OwnershipToken, Record, RecordKey,
+    Holder, JobLease, JobLeaseAcquire, ListFilter, Membership, OwnershipToken, Record, RecordKey,
     StoreOptions,
 };
 use crate::registry::{Change, Registration};
@@ -59,6 +59,8 @@ impl State {
         self.last_attempt += 1;
         entry.id = self.last_attempt;
         entry.at_ms = at_ms;
+        // As the SQL stores keep it: who, never which attempt.
+        entry.holder = entry.holder.as_ref().map(Holder::provenance);
         self.attempts.push(entry);
     }
 

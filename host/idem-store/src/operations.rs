@@ -90,6 +90,10 @@ impl<B: RecordBackend> Store for B {
         self.transact(
             call,
             Box::new(move |current, now, fences| {
+                // Sent again after its answer was lost: already taken over.
+                if let Some(claim) = machine::held_by_attempt(current.as_ref(), &holder, now) {
+                    return Ok(Step::done(claim));
+                }
                 let record = machine::take_over_check(current, &key, observed_fence, now)?;
                 let fence = fences.next_fence()?;
                 let record = machine::taken_over(record, fence, lease, holder.clone(), now);
@@ -354,6 +358,9 @@ fn claim_decision(request: ClaimRequest) -> Decide<ClaimOutcome> {
     Box::new(move |current, now, fences| {
         Ok(match machine::claim(current, &request, now) {
             ClaimStep::Existing(existing) => Step::done(ClaimOutcome::Existing(existing)),
+            ClaimStep::Held(record) => {
+                Step::done(ClaimOutcome::Claimed(machine::claim_of(&record)))
+            }
             ClaimStep::Insert => {
                 let record = machine::new_record(&request, fences.next_fence()?, now);
                 let claim = machine::claim_of(&record);
@@ -525,8 +532,9 @@ enum Slot<T> {
 /// at a time.
 async fn claim_many<B: RecordBackend>(
     backend: &B,
-    requests: Vec<ClaimRequest>,
+    mut requests: Vec<ClaimRequest>,
 ) -> Result<Vec<Result<ClaimOutcome, StoreError>>, StoreError> {
+    machine::one_claim_per_attempt(&mut requests);
     let token = requests.first().and_then(|r| r.ownership.clone());
     let one_token = requests.iter().all(|r| r.ownership == token);
     if requests.len() >= 2
@@ -706,6 +714,11 @@ async fn claim_batched<B: RecordBackend>(
                     seen.insert(i, (existing.view.record.clone(), now));
                     Slot::Done(Ok(ClaimOutcome::Existing(existing)))
                 }
+                ClaimStep::Held(record) => {
+                    let claim = machine::claim_of(&record);
+                    seen.insert(i, (*record, now));
+                    Slot::Done(Ok(ClaimOutcome::Claimed(claim)))
+                }
                 // Past its retention: replaced under a lock on the single
                 // path.
                 ClaimStep::Insert => Slot::Single,
@@ -722,7 +735,8 @@ async fn claim_batched<B: RecordBackend>(
                 // single path is the safe answer otherwise.
                 Some((record, now)) => match machine::claim(Some(record.clone()), request, *now) {
                     ClaimStep::Existing(existing) => Ok(ClaimOutcome::Existing(existing)),
-                    ClaimStep::Insert => backend.claim(request.clone()).await,
+                    // A repeat carries no token (`claim_many`): never held.
+                    ClaimStep::Insert | ClaimStep::Held(_) => backend.claim(request.clone()).await,
                 },
                 // The first occurrence was refused or took the single
                 // path: so does this one, after it.

@@ -74,12 +74,17 @@ pub trait Store: Send + Sync + 'static {
 
     /// Claims `request.key`: inserts an in-progress record under a new fence
     /// when no live record exists (a record past its retention counts as
-    /// absent and is replaced), else reports the existing record.
+    /// absent and is replaced), else reports the existing record. A record
+    /// this very attempt made (the same [`crate::HolderToken`] in
+    /// `request.holder`, still in progress under a live lease, the same
+    /// fingerprint) is answered as the claim it is, writing nothing: the
+    /// request was sent again after its answer was lost.
     async fn claim(&self, request: ClaimRequest) -> Result<ClaimOutcome, StoreError>;
 
     /// [`Store::claim`] for many requests in one call: what each would have
     /// got, in order, as if claimed one after the other (a key repeated in
-    /// the batch finds the record its first occurrence made). The fences of
+    /// the batch finds the record its first occurrence made, even when it is
+    /// the same attempt's: one claim per attempt). The fences of
     /// the claims a batch makes are new and higher than any before it, in
     /// an order of the store's choosing (PostgreSQL inserts in key order,
     /// so that racing batches never deadlock). Each claim is
@@ -94,6 +99,8 @@ pub trait Store: Send + Sync + 'static {
         &self,
         requests: Vec<ClaimRequest>,
     ) -> Result<Vec<Result<ClaimOutcome, StoreError>>, StoreError> {
+        let mut requests = requests;
+        crate::machine::one_claim_per_attempt(&mut requests);
         let mut outcomes = Vec::with_capacity(requests.len());
         for request in requests {
             outcomes.push(self.claim(request).await);

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use clap::Args;
 use idem::engine::{Begin, Engine, EngineError};
-use idem::job::{Performed, run_effect};
+use idem::job::{Performed, begin_riding_out, run_effect_riding_out};
 use idem::policy::LoadedPolicy;
 use idem_core::Operation;
 
@@ -49,7 +49,9 @@ pub fn run(args: ExecArgs) -> Result<u8, Failure> {
     args.run.apply(&mut op);
     derive_first(&policy, &op)?;
     runtime()?.block_on(async {
-        let store = args.store.open().await?;
+        // Opened on first use: a store still starting (or failing over) is
+        // waited for as any other outage, within --store-outage.
+        let store = args.store.deferred()?;
         let engine = Engine::new(policy, store, args.run.engine_options());
         let code = exec(&engine, &op, &args).await;
         // The answer this call got (a replay, a conflict…) into the
@@ -79,7 +81,24 @@ fn derive_first(policy: &LoadedPolicy, op: &Operation) -> Result<(), Failure> {
 }
 
 async fn exec(engine: &Engine, op: &Operation, args: &ExecArgs) -> Result<u8, Failure> {
-    let begun = engine.begin(op).await.map_err(engine_failure)?;
+    let budget = args.run.store_outage;
+    let waiting = |e: &EngineError| {
+        eprintln!(
+            "idem: the store is unavailable ({e}); trying again for up to {}",
+            humantime::format_duration(budget)
+        );
+    };
+    let begun = match begin_riding_out(engine, op, budget, waiting).await {
+        Ok(begun) => begun,
+        Err(e) if is_unavailable(&e) => {
+            eprintln!(
+                "idem: stopped: the store stayed unavailable past --store-outage {}; the command did not run: {e}",
+                humantime::format_duration(budget)
+            );
+            return Ok(exit::STORE_UNAVAILABLE);
+        }
+        Err(e) => return Err(engine_failure(e)),
+    };
     let execution = match begun {
         Begin::Execute(e) => e,
         Begin::Replay(r) => {
@@ -145,7 +164,7 @@ async fn exec(engine: &Engine, op: &Operation, args: &ExecArgs) -> Result<u8, Fa
         permanent_exit_codes: args.run.permanent_exit_codes.clone(),
     };
     let key = execution.key_hex();
-    let performed = run_effect(&command, op.clone(), execution).await;
+    let performed = run_effect_riding_out(&command, engine, op.clone(), execution, budget).await;
     // The outcome is recorded (or could not start, recording nothing it
     // printed): held output may go out now. Otherwise it is withheld.
     let recorded = matches!(
@@ -183,6 +202,17 @@ async fn exec(engine: &Engine, op: &Operation, args: &ExecArgs) -> Result<u8, Fa
             );
             Ok(exit::DEPOSED)
         }
+        // The command ran; its end could not be written in time.
+        Err(EngineError::Store(e)) => {
+            eprintln!(
+                "idem: the command ran but its outcome could not be recorded: {e}; key {key} stays claimed until its lease expires, then goes to the policy (its outcome is unknown)"
+            );
+            Ok(exit::OUTCOME_UNKNOWN)
+        }
         Err(e) => Err(engine_failure(e)),
     }
+}
+
+fn is_unavailable(e: &EngineError) -> bool {
+    matches!(e, EngineError::Store(s) if s.is_unavailable())
 }

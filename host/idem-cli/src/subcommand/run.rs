@@ -96,13 +96,6 @@ pub struct RunArgs {
     /// report how they ended, instead of counting them in progress.
     #[arg(long, value_name = "MAX", num_args = 0..=1, value_parser = humantime::parse_duration)]
     pub wait_for_peers: Option<Option<Duration>>,
-    /// How long the store may be unavailable (unreachable, restarting, its
-    /// disk full) before the run gives up on it: meanwhile each failed
-    /// store call is tried again and the effects already running go on;
-    /// past it the run takes no more operations, counts the rest as not
-    /// run and exits 69. `0` gives up at the first failure.
-    #[arg(long, value_name = "DURATION", value_parser = parse_outage, default_value = "60s")]
-    pub store_outage: Duration,
     /// The command run for each operation; it reads the operation on stdin
     /// (with --worker: the worker, fed every operation).
     #[arg(last = true, required = true, value_name = "CMD")]
@@ -153,7 +146,7 @@ pub fn run(args: RunArgs) -> Result<u8, Failure> {
         }),
         skip_invalid: skip_file.is_some(),
         wait_for_peers: args.wait_for_peers.map(|max| max.unwrap_or(Duration::MAX)),
-        store_outage: args.store_outage,
+        store_outage: args.run.store_outage,
     };
     runtime()?.block_on(async {
         // Opened once every line is read and derived (the runner's
@@ -373,14 +366,6 @@ fn job_failure(e: JobError, args: &RunArgs) -> Failure {
     }
 }
 
-/// `--store-outage`: a duration (`90s`, `5m`), or `0` for none.
-fn parse_outage(text: &str) -> Result<Duration, String> {
-    if text.trim() == "0" {
-        return Ok(Duration::ZERO);
-    }
-    humantime::parse_duration(text).map_err(|e| format!("{e} (e.g. `60s`, `5m`, or `0`)"))
-}
-
 /// How many keys asked for before a run's summary looks up, at most (one
 /// read of each key's timeline).
 const WHY_KEYS: usize = 1_000;
@@ -415,7 +400,7 @@ fn print_summary(summary: &Summary, args: &RunArgs, ownership_group: Option<&str
         println!(
             "stopped: the store was unavailable for {:.1} s (--store-outage {}): {}",
             outage.lasted_ms as f64 / 1000.0,
-            humantime::format_duration(args.store_outage),
+            humantime::format_duration(args.run.store_outage),
             outage.error
         );
     }

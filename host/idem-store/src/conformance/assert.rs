@@ -69,6 +69,7 @@ pub fn holder(who: u32) -> Holder {
         attempt: Some(1),
         host: "conformance-host".to_string(),
         pid: 1000 + who,
+        token: None,
     }
 }
 

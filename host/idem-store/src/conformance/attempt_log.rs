@@ -438,6 +438,7 @@ fn resolution(key: &RecordKey, fence: u64, resolution: Resolution) -> ResolveReq
             attempt: None,
             host: "ops-host".into(),
             pid: 7,
+            token: None,
         },
     }
 }

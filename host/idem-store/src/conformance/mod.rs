@@ -28,6 +28,7 @@
 mod assert;
 mod attempt_log;
 mod batches;
+mod claim_in_doubt;
 mod factories;
 mod job_lease;
 mod kept_operations;
@@ -47,6 +48,7 @@ pub use attempt_log::{
 pub use batches::{
     claim_many_is_claims_in_order, finish_many_is_finishes_in_order, write_many_is_writes_in_order,
 };
+pub use claim_in_doubt::claim_sent_again_is_the_same_claim;
 pub use factories::{
     BoxFuture, Fixture, POSTGRES_URL_ENV, Reopen, fresh_schema, grouped, memory_factory,
     postgres_test_url,
@@ -96,6 +98,7 @@ macro_rules! for_each_conformance_check {
             heartbeat_extends_and_is_fenced,
             fail_retryable_then_take_over,
             mark_unknown,
+            claim_sent_again_is_the_same_claim,
             retention_and_gc,
             claim_many_is_claims_in_order,
             finish_many_is_finishes_in_order,

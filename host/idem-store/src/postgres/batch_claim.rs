@@ -28,7 +28,7 @@ use crate::record::{ClaimRequest, KeptOperation};
 /// (one element per request), `$13`/`$14` the clock, `$15`/`$16` the
 /// ownership group and epoch (NULL: none), `$17` the operation digests
 /// (for the `executed` entries logged in the same statement), `$18` the
-/// kept operations' column text. Columns, one row per request in
+/// kept operations' column text, `$19` the holders' tokens. Columns, one row per request in
 /// order: `position` (1-based), `now_ms`, `current_epoch`,
 /// `inserted_fence` (when this statement inserted the row), the record the
 /// snapshot held, and in debug builds the inserted row (`ins_*`).
@@ -50,6 +50,7 @@ pub(super) fn claim_sql(s: &str, fence_seq: &str, log: bool) -> String {
         host: "u.host",
         pid: "u.pid",
         operation: "u.operation",
+        token: "u.token",
         fence: &format!("nextval({fence_seq})"),
         now: "ok.ms",
     });
@@ -69,9 +70,9 @@ pub(super) fn claim_sql(s: &str, fence_seq: &str, log: bool) -> String {
            WHERE $15::text IS NULL OR EXISTS (SELECT 1 FROM m WHERE m.epoch = $16::int8)), \
          u AS (SELECT * FROM unnest($1::text[], $2::bytea[], $3::text[], $4::bytea[], $5::text[], \
            $6::int8[], $7::int8[], $8::text[], $9::text[], $10::int8[], $11::text[], $12::int8[], \
-           $17::bytea[], $18::text[]) \
+           $17::bytea[], $18::text[], $19::bytea[]) \
            WITH ORDINALITY AS u(namespace, key, policy_digest, fingerprint, partition, lease, \
-           retention, run_id, trig, attempt, host, pid, op_digest, operation, i)), \
+           retention, run_id, trig, attempt, host, pid, op_digest, operation, token, i)), \
          ins AS (INSERT INTO {s}.records ({columns}) \
            SELECT {fresh} \
            FROM (SELECT * FROM u ORDER BY u.namespace COLLATE \"C\", u.key) u CROSS JOIN ok \
@@ -127,10 +128,13 @@ impl PostgresStore {
         let kept: Vec<Option<String>> = all()
             .map(|r| r.operation.as_ref().map(KeptOperation::to_column))
             .collect();
-        let token = requests[0].ownership.as_ref();
-        let group = token.map(|t| t.group.as_str());
-        let epoch = token.map(|t| i64::try_from(t.epoch).unwrap_or(i64::MAX));
-        let params: [&(dyn ToSql + Sync); 18] = [
+        let tokens: Vec<Option<&[u8]>> = all()
+            .map(|r| r.holder.token.as_ref().map(|t| t.0.as_slice()))
+            .collect();
+        let ownership = requests[0].ownership.as_ref();
+        let group = ownership.map(|t| t.group.as_str());
+        let epoch = ownership.map(|t| i64::try_from(t.epoch).unwrap_or(i64::MAX));
+        let params: [&(dyn ToSql + Sync); 19] = [
             &namespaces,
             &keys,
             &digests,
@@ -149,6 +153,7 @@ impl PostgresStore {
             &epoch,
             &operations,
             &kept,
+            &tokens,
         ];
         let rows = inner
             .query("claiming a batch", &inner.sql.batch_claim, &params)

@@ -41,6 +41,6 @@ impl Inner {
 }
 
 /// A record's values as parameters, in [`codec::COLUMNS`] order.
-pub(super) fn values(row: &RecordRow) -> [&(dyn ToSql + Sync); 22] {
+pub(super) fn values(row: &RecordRow) -> [&(dyn ToSql + Sync); codec::COLUMNS.len()] {
     record_values!(row, dyn ToSql + Sync)
 }

@@ -10,10 +10,15 @@ use crate::codec::{self, COLUMNS};
 /// a column is cast to it: left to the server, a parameter written to a
 /// domain column would be typed as the domain, which the client's types
 /// do not accept.
-const COLUMN_TYPES: [&str; 22] = [
+const COLUMN_TYPES: [&str; 23] = [
     "text", "bytea", "text", "bytea", "text", "text", "int8", "int8", "int8", "int8", "int8",
     "int8", "int8", "int4", "bytea", "text", "text", "text", "int8", "text", "int8", "text",
+    "bytea",
 ];
+
+/// The parameter after a record's columns: the expected fence of an
+/// update, or the first attempt-log value of an insert.
+const AFTER_COLUMNS: usize = COLUMN_TYPES.len() + 1;
 
 /// The store clock in ms, in SQL: `$1` pins it (a manual clock), else the
 /// server's clock plus `$2`. `clock_timestamp()`, not `now()`: `now()` is
@@ -105,6 +110,7 @@ impl Sql {
                 host: "$11::text",
                 pid: "$12::int8",
                 operation: "$OP::text",
+                token: "$TOKEN::bytea",
                 fence: "n.fence",
                 now: "n.ms",
             }),
@@ -142,7 +148,7 @@ impl Sql {
                 "INSERT INTO {s}.records ({columns}) VALUES ({placeholders}) ON CONFLICT (namespace, key) DO NOTHING"
             ),
             update: format!(
-                "UPDATE {s}.records SET {set} WHERE namespace = $1 AND key = $2 AND fence = $23"
+                "UPDATE {s}.records SET {set} WHERE namespace = $1 AND key = $2 AND fence = ${AFTER_COLUMNS}"
             ),
             fast_claim: format!(
                 "WITH n AS (SELECT {} AS ms, nextval({fence_seq}) AS fence), \
@@ -150,7 +156,8 @@ impl Sql {
                 NOW.replace("$1", "$13").replace("$2", "$14"),
                 log_fresh("$15::bytea"),
             )
-            .replace("$OP", "$16"),
+            .replace("$OP", "$16")
+            .replace("$TOKEN", "$17"),
             // The same under an ownership token ($15 group, $16 epoch): it
             // inserts only while the epoch is current, holding the
             // membership row FOR SHARE until commit so that a membership
@@ -166,7 +173,8 @@ impl Sql {
                 NOW.replace("$1", "$13").replace("$2", "$14"),
                 log_fresh("$17::bytea"),
             )
-            .replace("$OP", "$18"),
+            .replace("$OP", "$18")
+            .replace("$TOKEN", "$19"),
             batch_claim: batch_claim::claim_sql(&s, &fence_seq, log),
             get: format!(
                 "SELECT n.ms, {r_columns} FROM (SELECT {now34} AS ms) n \
@@ -254,13 +262,13 @@ impl Sql {
                 "WITH w AS (INSERT INTO {s}.records ({columns}) VALUES ({placeholders}) \
                    ON CONFLICT (namespace, key) DO NOTHING RETURNING 1) \
                  INSERT INTO {s}.attempts ({attempt_columns}) SELECT {} FROM w",
-                attempt_placeholders(23),
+                attempt_placeholders(AFTER_COLUMNS),
             ),
             update_logged: format!(
                 "WITH w AS (UPDATE {s}.records SET {set} WHERE namespace = $1 AND key = $2 \
-                   AND fence = $23 RETURNING 1) \
+                   AND fence = ${AFTER_COLUMNS} RETURNING 1) \
                  INSERT INTO {s}.attempts ({attempt_columns}) SELECT {} FROM w",
-                attempt_placeholders(24),
+                attempt_placeholders(AFTER_COLUMNS + 1),
             ),
             append_one: format!(
                 "INSERT INTO {s}.attempts ({attempt_columns}) VALUES ({})",
@@ -309,6 +317,8 @@ pub(super) struct Fresh<'a> {
     pub pid: &'a str,
     /// The kept operation's column text.
     pub operation: &'a str,
+    /// The claim attempt's token.
+    pub token: &'a str,
     /// The new fence.
     pub fence: &'a str,
     /// The store clock, ms.
@@ -328,7 +338,7 @@ pub(super) fn fresh_record(v: &Fresh<'_>) -> String {
     );
     format!(
         "{}, {}, {}, {}, {}, 'in-progress', {}, {lease_until}::int8, 1, {now}, {now}, {}, \
-         {retain_until}, NULL, NULL, NULL, {}, {}, {}, {}, {}, {}",
+         {retain_until}, NULL, NULL, NULL, {}, {}, {}, {}, {}, {}, {}",
         v.namespace,
         v.key,
         v.policy_digest,
@@ -342,6 +352,7 @@ pub(super) fn fresh_record(v: &Fresh<'_>) -> String {
         v.host,
         v.pid,
         v.operation,
+        v.token,
         now = v.now,
     )
 }
@@ -540,6 +551,6 @@ mod tests {
             assert!(text.contains("\"svc_a\".records"), "{text}");
         }
         assert!(a.now_and_fence.contains("nextval('\"svc_a\".fence_seq')"));
-        assert_eq!(a.update.matches('$').count(), 23);
+        assert_eq!(a.update.matches('$').count(), AFTER_COLUMNS);
     }
 }

@@ -289,7 +289,8 @@ impl RecordBackend for PostgresStore {
             .map(|t| i64::try_from(t.epoch).unwrap_or(i64::MAX));
         let operation = request.operation_digest.map(|d| d.0.to_vec());
         let kept = request.operation.as_ref().map(KeptOperation::to_column);
-        let all: [&(dyn ToSql + Sync); 18] = [
+        let token = h.token.map(|t| t.0.to_vec());
+        let all: [&(dyn ToSql + Sync); 19] = [
             &request.key.namespace,
             &key,
             &request.policy_digest,
@@ -308,12 +309,14 @@ impl RecordBackend for PostgresStore {
             &epoch,
             &operation,
             &kept,
+            &token,
         ];
-        // Without a token, the statement takes neither group nor epoch:
-        // its operation digest is `$15`, the kept operation `$16`.
-        let unowned: [&(dyn ToSql + Sync); 16] = [
+        // Without an ownership token, the statement takes neither group nor
+        // epoch: its operation digest is `$15`, the kept operation `$16`,
+        // the holder's token `$17`.
+        let unowned: [&(dyn ToSql + Sync); 17] = [
             all[0], all[1], all[2], all[3], all[4], all[5], all[6], all[7], all[8], all[9],
-            all[10], all[11], all[12], all[13], &operation, &kept,
+            all[10], all[11], all[12], all[13], &operation, &kept, &token,
         ];
         let (sql, params) = match &request.ownership {
             Some(_) => (&inner.sql.fast_claim_owned, &all[..]),

@@ -2,7 +2,8 @@
 //! place on a multi-threaded runtime's worker (`block_in_place`), on the
 //! blocking pool otherwise.
 
-use std::path::Path;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use parking_lot::{Mutex, MutexGuard};
@@ -25,6 +26,11 @@ pub(super) struct Inner {
     /// `sqlite:PATH`, for messages.
     pub(super) name: String,
     pub(super) options: StoreOptions,
+    /// The file the connection opened, and its device and inode then: a
+    /// file removed or replaced at that path while open would otherwise
+    /// take every later write into a file no one will read again.
+    path: PathBuf,
+    identity: Option<(u64, u64)>,
 }
 
 impl SqliteStore {
@@ -133,11 +139,14 @@ impl SqliteStore {
             schema::migrate(&conn, path)?;
         }
         let name = format!("sqlite:{}", path.display());
+        let identity = std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()));
         Ok(SqliteStore {
             inner: Arc::new(Inner {
                 conn: Mutex::new(conn),
                 name,
                 options,
+                path: path.to_path_buf(),
+                identity,
             }),
         })
     }
@@ -225,6 +234,36 @@ impl Inner {
         }
     }
 
+    /// Refuses to go on when the file at the store's path is no longer
+    /// the one the connection opened (removed, or replaced by a rename):
+    /// what it wrote would be lost with the old file, and what it read would
+    /// not be the store's. The error is a backend failure, which a job
+    /// waits out: put the file back and the run goes on, nothing written
+    /// meanwhile. (A file overwritten in place keeps its inode and cannot
+    /// be told apart here; SQLite's own checks see what it can.)
+    fn check_file(&self, context: &'static str) -> Result<(), StoreError> {
+        let Some(opened) = self.identity else {
+            return Ok(());
+        };
+        let now = match std::fs::metadata(&self.path) {
+            Ok(m) if (m.dev(), m.ino()) == opened => return Ok(()),
+            Ok(m) => format!("another file (inode {}) is there now", m.ino()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => "it is gone".to_string(),
+            Err(e) => format!("it cannot be read: {e}"),
+        };
+        let why = format!(
+            "the store file {} was removed or replaced while idem had it open (inode {}; {now}); \
+             nothing is read or written until that file is back at its path",
+            self.path.display(),
+            opened.1
+        );
+        Err(StoreError::Backend {
+            store: self.name.clone(),
+            context,
+            cause: why.into(),
+        })
+    }
+
     /// One write transaction: `BEGIN IMMEDIATE`, the store clock read under
     /// the lock, `f`, commit. An error from `f` rolls back: nothing changes.
     pub(super) fn write<T>(
@@ -232,6 +271,7 @@ impl Inner {
         context: &'static str,
         f: impl FnOnce(&Transaction<'_>, u64) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
+        self.check_file(context)?;
         let mut conn = self.conn();
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
@@ -263,6 +303,7 @@ impl Inner {
         &self,
         f: impl FnOnce(&Connection, u64) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
+        self.check_file("reading")?;
         let conn = self.conn();
         let now = self.options.clock.now_ms();
         f(&conn, now)

@@ -10,6 +10,16 @@ use super::{Begin, Engine, EngineError, Execution, in_doubt, telemetry};
 /// One operation and its derivation, as a batch claim takes them.
 pub(crate) type Derived = (Operation, KeyedDerivation);
 
+/// One operation about to be claimed, with the claim request it is sent
+/// with: the same request (its holder token) each time it is sent again,
+/// so that a claim whose answer was lost is recognised as this one.
+#[derive(Debug, Clone)]
+pub(crate) struct ToClaim {
+    op: Operation,
+    keyed: KeyedDerivation,
+    request: ClaimRequest,
+}
+
 /// One operation's first claim, made in a batch by [`Engine::claim_batch`];
 /// [`Engine::begin_claimed`] finishes it.
 #[derive(Debug)]
@@ -43,9 +53,13 @@ impl Claimed {
         self.first.as_ref().err().filter(|e| e.is_unavailable())
     }
 
-    /// The operation and its derivation, to claim again.
-    pub(crate) fn into_derived(self) -> Derived {
-        (self.op, self.keyed)
+    /// The operation with the request it was claimed with, to send again.
+    pub(crate) fn into_retry(self) -> ToClaim {
+        ToClaim {
+            op: self.op,
+            keyed: self.keyed,
+            request: self.request,
+        }
     }
 }
 
@@ -59,23 +73,31 @@ impl Engine {
     /// soon (its lease runs) or let it expire. The error is a failure of the
     /// whole store call.
     pub async fn claim_batch(&self, items: Vec<Derived>) -> Result<Vec<Claimed>, EngineError> {
+        let items = items.into_iter().map(|d| self.to_claim(d)).collect();
         self.claim_batch_keeping(items).await.map_err(|(e, _)| e)
     }
 
-    /// [`Engine::claim_batch`], handing the operations back when the store
-    /// call fails, so that a caller waiting out an outage can send them
-    /// again without copying every batch beforehand.
+    /// The claim request `derived` is sent with, every time it is sent.
+    pub(crate) fn to_claim(&self, (op, keyed): Derived) -> ToClaim {
+        let request = self.claim_request(&op, &keyed);
+        ToClaim { op, keyed, request }
+    }
+
+    /// [`Engine::claim_batch`] of operations whose requests are made,
+    /// handing them back when the store call fails, so that a caller
+    /// waiting out an outage sends the same requests again (a claim that
+    /// committed unseen is then recognised as its own).
     pub(crate) async fn claim_batch_keeping(
         &self,
-        items: Vec<Derived>,
-    ) -> Result<Vec<Claimed>, (EngineError, Vec<Derived>)> {
+        items: Vec<ToClaim>,
+    ) -> Result<Vec<Claimed>, (EngineError, Vec<ToClaim>)> {
         let (found, fresh) = match self.claim_fresh(&items).await {
             Ok(answers) => answers,
             Err(e) => return Err((e, items)),
         };
         let mut fresh = fresh.into_iter();
         let mut claimed = Vec::with_capacity(items.len());
-        for ((op, keyed), found) in items.into_iter().zip(found) {
+        for (ToClaim { op, keyed, request }, found) in items.into_iter().zip(found) {
             claimed.push(match found {
                 Some(f) => Claimed {
                     op,
@@ -84,7 +106,7 @@ impl Engine {
                     first: Ok(f.first),
                 },
                 None => {
-                    let Some((request, first)) = fresh.next() else {
+                    let Some(first) = fresh.next() else {
                         let e = StoreError::Task(
                             "a batch of claims answered fewer than it was asked".into(),
                         );
@@ -103,15 +125,15 @@ impl Engine {
     }
 
     /// The store's answers for `items`: what a dual-read found for each,
-    /// and the claims (with their answers) of those it did not.
+    /// and the answers to the claims of those it did not, in order.
     #[allow(clippy::type_complexity)]
     async fn claim_fresh(
         &self,
-        items: &[Derived],
+        items: &[ToClaim],
     ) -> Result<
         (
             Vec<Option<super::dual_read::Found>>,
-            Vec<(ClaimRequest, Result<ClaimOutcome, StoreError>)>,
+            Vec<Result<ClaimOutcome, StoreError>>,
         ),
         EngineError,
     > {
@@ -121,23 +143,22 @@ impl Engine {
         // During a dual-read window, an operation whose replaced version's
         // record is live settles on it; the rest are claimed together.
         let mut found = Vec::with_capacity(items.len());
-        for (op, keyed) in items {
-            found.push(self.dual_read_hit(op, keyed).await?);
+        for item in items {
+            found.push(self.dual_read_hit(&item.op, &item.keyed).await?);
         }
         let requests: Vec<ClaimRequest> = items
             .iter()
             .zip(&found)
             .filter(|(_, f)| f.is_none())
-            .map(|((op, keyed), _)| self.claim_request(op, keyed))
+            .map(|(item, _)| item.request.clone())
             .collect();
         let count = requests.len();
         let outcomes = if count == 0 {
             Vec::new()
         } else {
-            self.store.claim_many(requests.clone()).await?
+            self.store.claim_many(requests).await?
         };
-        let outcomes = one_answer_each(outcomes, count, "claims")?;
-        Ok((found, requests.into_iter().zip(outcomes).collect()))
+        Ok((found, one_answer_each(outcomes, count, "claims")?))
     }
 
     /// Finishes what [`Engine::claim_batch`] started for one operation: the

@@ -54,7 +54,8 @@ use std::time::Duration;
 use idem_core::{Decision, KeyedDerivation, OpError, Operation, PolicyError, RecordState};
 use idem_store::{
     AttemptEntry, AttemptEvent, ClaimOutcome, ClaimRequest, GroupCommit, GroupCommitOptions,
-    Holder, KeptOperation, NotKept, Outcome, OwnershipToken, RecordKey, Store, StoreError,
+    Holder, HolderToken, KeptOperation, NotKept, Outcome, OwnershipToken, RecordKey, Store,
+    StoreError,
 };
 use thiserror::Error;
 
@@ -62,6 +63,7 @@ use crate::policy::{EvalError, LoadedPolicy};
 use answer_log::AnswerLog;
 
 pub use batch::Claimed;
+pub(crate) use batch::ToClaim;
 pub use execution::Execution;
 pub use run_once::{ExecContext, Failed, RunResult, heartbeat_loop, spawn_heartbeat};
 
@@ -579,9 +581,11 @@ impl Engine {
     }
 }
 
-/// Provenance of a claim: the run from the operation, this host and pid.
+/// Who claims: the run from the operation, this host and pid, and a token
+/// of this claim attempt's own (see [`idem_store::HolderToken`]).
 fn holder_for(op: &Operation) -> Holder {
     let mut holder = Holder::this_process();
+    holder.token = Some(HolderToken::new());
     if let Some(run) = &op.run {
         holder.run_id = Some(run.run_id.clone());
         holder.trigger = Some(run.trigger.as_str().to_string());

@@ -519,6 +519,7 @@ mod tests {
                 attempt: Some(1),
                 host: "h".into(),
                 pid: 1,
+                token: None,
             }),
             at_ms: at,
             policy_digest: Some("sha256:p".into()),

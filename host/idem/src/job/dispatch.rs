@@ -16,7 +16,7 @@ use super::finisher::Finisher;
 use super::outage;
 use super::peers;
 use super::summary::{End, Outage, Summary};
-use crate::engine::{Begin, Claimed, Engine, EngineError};
+use crate::engine::{Begin, Claimed, Engine, EngineError, ToClaim};
 
 /// How many operations run at once, how many store calls batch, and how
 /// long an operation a peer holds is waited for.
@@ -159,10 +159,14 @@ pub(crate) async fn run_all<E: Effect>(
 /// operations were left unclaimed.
 async fn claim_riding_out(
     engine: &Engine,
-    mut batch: Vec<Fed>,
+    batch: Vec<Fed>,
     budget: Duration,
     observer: &Observer,
 ) -> (Vec<Claimed>, Option<(outage::GaveUp, usize)>) {
+    // Each request is made once: sent again, it carries the same holder
+    // token, so a claim that committed while its answer was lost is found
+    // to be this one (see `idem_store::HolderToken`).
+    let mut batch: Vec<ToClaim> = batch.into_iter().map(|f| engine.to_claim(f)).collect();
     let mut backoff = outage::Backoff::new(budget);
     let mut done = Vec::with_capacity(batch.len());
     loop {
@@ -174,7 +178,7 @@ async fn claim_riding_out(
                     match claimed.store_unavailable() {
                         Some(e) => {
                             error.get_or_insert_with(|| EngineError::Store(e.clone()));
-                            retry.push(claimed.into_derived());
+                            retry.push(claimed.into_retry());
                         }
                         None => done.push(claimed),
                     }

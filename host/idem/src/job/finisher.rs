@@ -82,7 +82,7 @@ fn task_error(why: &str) -> EngineError {
 /// is unavailable (the whole call failed so, or some ends did), what is
 /// left is sent again, up to `budget`; past it those ends fail, their
 /// outcome unknown to the run.
-async fn record(
+pub(super) async fn record(
     engine: &Engine,
     finishes: Vec<Finish>,
     budget: Duration,
