@@ -491,3 +491,54 @@ fn idem_run_whose_store_file_is_moved_away_stops_then_a_rerun_does_the_rest() {
     keys.dedup();
     assert_eq!((all, keys.len()), (20, 20), "every charge once: {ledger}");
 }
+
+/// `idem run` on a SQLite store another program locks (an exclusive
+/// transaction held well past the store's `busy_timeout_ms`) at the fifth
+/// operation: the calls refused as busy are waited out, and once the other
+/// program lets go the run completes every operation, each once.
+#[test]
+fn idem_run_waits_out_a_store_another_program_locks() {
+    let work = tempfile::tempdir().unwrap();
+    let ops = work.path().join("ops.jsonl");
+    let lines: Vec<String> = charges(20).iter().map(|op| op.canonical_json()).collect();
+    std::fs::write(&ops, lines.join("\n") + "\n").unwrap();
+    let db = work.path().join("idem.db");
+    let store = format!("sqlite:{}?busy_timeout_ms=100", db.display());
+    // The other program: takes the write lock, says so, holds it 1.5 s.
+    let locker = format!(
+        "import sqlite3, time, pathlib; c = sqlite3.connect('{}', isolation_level=None); \
+         c.execute('BEGIN EXCLUSIVE'); pathlib.Path('locked').touch(); time.sleep(1.5); \
+         c.execute('COMMIT')",
+        db.display()
+    );
+    let script = format!(
+        "cat >/dev/null; n=$(($(cat count 2>/dev/null || echo 0) + 1)); echo $n > count; \
+         echo \"$IDEM_KEY\" >> ledger; \
+         if [ $n -eq 5 ]; then python3 -c \"{locker}\" >/dev/null 2>&1 & \
+           while [ ! -e locked ]; do sleep 0.05; done; fi; echo ok"
+    );
+    let out = Command::new(idem_bin())
+        .current_dir(work.path())
+        .env("IDEM_CACHE_DIR", work.path().join("cache"))
+        .args(["run", "--policy"])
+        .arg(policy_path("billing-charge"))
+        .args(["--store", &store, "--ops"])
+        .arg(&ops)
+        .args(["--json", "--concurrency", "1", "--", "sh", "-c", &script])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains("is busy (locked by another connection past the busy timeout)"),
+        "the wait is told: {stderr}"
+    );
+    let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(summary["executed"], 20, "{summary}");
+    let ledger = std::fs::read_to_string(work.path().join("ledger")).unwrap();
+    let mut keys: Vec<&str> = ledger.lines().collect();
+    let all = keys.len();
+    keys.sort();
+    keys.dedup();
+    assert_eq!((all, keys.len()), (20, 20), "every charge once: {ledger}");
+}

@@ -53,6 +53,16 @@ impl Claimed {
         self.first.as_ref().err().filter(|e| e.is_unavailable())
     }
 
+    /// The operation with the request it was claimed with, to send again
+    /// while keeping this answer.
+    pub(crate) fn to_retry(&self) -> ToClaim {
+        ToClaim {
+            op: self.op.clone(),
+            keyed: self.keyed.clone(),
+            request: self.request.clone(),
+        }
+    }
+
     /// The operation with the request it was claimed with, to send again.
     pub(crate) fn into_retry(self) -> ToClaim {
         ToClaim {

@@ -13,9 +13,9 @@ use super::effect::{Effect, Performed, run_effect_recording};
 use super::event::{JobEvent, Observer};
 use super::feed::Fed;
 use super::finisher::Finisher;
-use super::outage;
 use super::peers;
 use super::summary::{End, Outage, Summary};
+use super::{one, outage};
 use crate::engine::{Begin, Claimed, Engine, EngineError, ToClaim};
 
 /// How many operations run at once, how many store calls batch, and how
@@ -36,6 +36,7 @@ struct Shared<E> {
     effect: Arc<E>,
     permits: Arc<Semaphore>,
     wait_for_peers: Option<Duration>,
+    store_outage: Duration,
 }
 
 /// Runs every operation `fed` through `effect`, at most `concurrency` at
@@ -57,6 +58,7 @@ pub(crate) async fn run_all<E: Effect>(
         effect,
         permits: permits.clone(),
         wait_for_peers: limits.wait_for_peers,
+        store_outage: limits.store_outage,
     });
     let mut summary = Summary::default();
     let mut taken: u64 = 0;
@@ -107,7 +109,7 @@ pub(crate) async fn run_all<E: Effect>(
             tasks.spawn(async move {
                 let op = claimed.operation().clone();
                 let key = claimed.key();
-                let begun = shared.engine.begin_claimed(claimed).await;
+                let begun = begin(&shared, claimed, &observer).await;
                 let (end, note) = settle(&shared, op, key, begun, permit).await;
                 // Said as it happens, counted when the main loop collects it.
                 observer(JobEvent::Ended {
@@ -212,6 +214,28 @@ async fn claim_riding_out(
             }
         }
     }
+}
+
+/// Settles what the batch claim answered for one operation. A fresh claim
+/// needs nothing more of the store; a duplicate may (a take-over, a wait),
+/// and while the store is unavailable for that, the claim is sent again as
+/// the same request, within the outage budget.
+async fn begin<E>(
+    shared: &Shared<E>,
+    claimed: Claimed,
+    observer: &Observer,
+) -> Result<Begin, EngineError> {
+    if claimed.is_fresh() {
+        return shared.engine.begin_claimed(claimed).await;
+    }
+    let item = claimed.to_retry();
+    let budget = shared.store_outage;
+    one::settle_riding_out(&shared.engine, item, Some(claimed), budget, |e| {
+        observer(JobEvent::Warning(&format!(
+            "the store is unavailable ({e}) while settling a duplicate; trying again for up to {budget:?}"
+        )))
+    })
+    .await
 }
 
 /// Counts a finished task's operation (already reported by the task); a

@@ -11,7 +11,7 @@ use idem_core::Operation;
 
 use super::effect::{Effect, Performed, run_effect_recording};
 use super::{finisher, outage};
-use crate::engine::{Begin, Engine, EngineError, Execution};
+use crate::engine::{Begin, Claimed, Engine, EngineError, Execution, ToClaim};
 
 /// [`Engine::begin`], trying again while the store is unavailable for up
 /// to `budget` (`Duration::ZERO`: give up at the first failure). `waiting`
@@ -25,28 +25,37 @@ pub async fn begin_riding_out(
 ) -> Result<Begin, EngineError> {
     let keyed = engine.derive(op)?;
     let item = engine.to_claim((op.clone(), keyed));
+    settle_riding_out(engine, item, None, budget, waiting).await
+}
+
+/// Settles `item` as [`Engine::begin_claimed`] does, from `first` (a claim
+/// already answered) or from a claim of its own; whenever the store is
+/// unavailable — for the claim, or for what settling a duplicate asks of
+/// it (a take-over, a wait) — the claim is sent again as the same request,
+/// so a claim or take-over made unseen is found to be this one.
+pub(crate) async fn settle_riding_out(
+    engine: &Engine,
+    item: ToClaim,
+    mut first: Option<Claimed>,
+    budget: Duration,
+    waiting: impl Fn(&EngineError),
+) -> Result<Begin, EngineError> {
     let mut backoff = outage::Backoff::new(budget);
     loop {
-        let error = match engine.claim_batch_keeping(vec![item.clone()]).await {
-            Ok(mut claimed) => {
-                let Some(claimed) = claimed.pop() else {
-                    return Err(EngineError::Store(idem_store::StoreError::Task(
-                        "a claim went unanswered".into(),
-                    )));
-                };
-                match claimed.store_unavailable() {
-                    Some(e) => EngineError::Store(e.clone()),
-                    // Settling a duplicate may call the store again (a
-                    // take-over, a wait): unavailable there, the claim is
-                    // sent again, and finds a take-over made unseen.
-                    None => match engine.begin_claimed(claimed).await {
-                        Err(e) if outage::is_unavailable(&e) => e,
-                        answer => return answer,
-                    },
-                }
-            }
-            Err((e, _)) if outage::is_unavailable(&e) => e,
-            Err((e, _)) => return Err(e),
+        let claimed = match first.take() {
+            Some(claimed) => Ok(claimed),
+            None => claim_one(engine, item.clone()).await,
+        };
+        let error = match claimed {
+            Ok(claimed) => match claimed.store_unavailable() {
+                Some(e) => EngineError::Store(e.clone()),
+                None => match engine.begin_claimed(claimed).await {
+                    Err(e) if outage::is_unavailable(&e) => e,
+                    answer => return answer,
+                },
+            },
+            Err(e) if outage::is_unavailable(&e) => e,
+            Err(e) => return Err(e),
         };
         match backoff.after_failure().await {
             outage::Next::Again { first } => {
@@ -56,6 +65,18 @@ pub async fn begin_riding_out(
             }
             outage::Next::GiveUp(_) => return Err(error),
         }
+    }
+}
+
+/// One claim, in a batch of one.
+async fn claim_one(engine: &Engine, item: ToClaim) -> Result<Claimed, EngineError> {
+    match engine.claim_batch_keeping(vec![item]).await {
+        Ok(mut claimed) => claimed.pop().ok_or_else(|| {
+            EngineError::Store(idem_store::StoreError::Task(
+                "a claim went unanswered".into(),
+            ))
+        }),
+        Err((e, _)) => Err(e),
     }
 }
 
