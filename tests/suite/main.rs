@@ -10,6 +10,7 @@ mod exec_cli;
 mod faults;
 mod fleet;
 mod forensics;
+mod guest_languages;
 mod hardening;
 mod job;
 mod lifecycle;

@@ -1,0 +1,26 @@
+#!/usr/bin/env node
+// The native cases runner: `node cases.js POLICY.js CASES.json` runs a cases
+// file against a JavaScript policy in Node.js, with the host's
+// canonicalisation, key encoding and safety gate, and prints what `idem
+// test` prints. Exit 0 when every case passes, 1 when one fails (or the file
+// has none: a file that checks nothing proves nothing), 2 on a usage error or
+// a file that is not a cases file.
+
+import { runCasesFile, formatReport } from './testing/index.js';
+
+const [policyPath, casesPath, ...rest] = process.argv.slice(2);
+if (!policyPath || !casesPath || rest.length > 0) {
+  console.error('usage: idem-js-cases POLICY.js CASES.json');
+  process.exit(2);
+}
+
+let report;
+try {
+  report = await runCasesFile(policyPath, casesPath);
+} catch (e) {
+  console.error(`${casesPath}: ${e.message}`);
+  process.exit(2);
+}
+console.log(formatReport(casesPath, report));
+const failed = report.results.some((r) => !r.passed) || report.results.length === 0;
+process.exit(failed ? 1 : 0);

@@ -1,0 +1,116 @@
+"""The glue between a :class:`~idem_policy.Policy` and componentize-py's
+generated bindings for the world ``idempotency-policy``.
+
+componentize-py looks in the app module for a class named after the exported
+interface, ``Policy``, implementing ``wit_world.exports.Policy``. A policy
+module therefore ends with::
+
+    Policy = idem_policy.export(MyPolicy)
+
+In the component (``sys.platform == "wasi"``) the bindings are imported
+unconditionally, so a broken build fails loudly instead of exporting nothing.
+Natively there are usually no bindings; ``export`` then returns a class that
+only names the policy (``__idem_policy__``) for the cases runner.
+"""
+
+import sys
+
+from . import contract
+from .decision import DuplicateContext, OutcomeSummary, RecordState
+from .errors import PolicyError
+from .operation import Boolean, Field, Number, Operation, RunContext, Text, Trigger
+
+
+def export(policy_class):
+    """The class to bind as the app module's ``Policy``."""
+    if sys.platform != "wasi":
+        try:
+            import wit_world.exports  # noqa: F401  (bindings on the path natively)
+        except ImportError:
+            return _native(policy_class)
+    return _bound(policy_class)
+
+
+def _native(policy_class):
+    class NativePolicy:
+        __idem_policy__ = policy_class
+
+        def __getattr__(self, name):
+            raise RuntimeError(
+                "no componentize-py bindings here: run the policy with "
+                "`python -m idem_policy.cases`, or build it with componentize-py"
+            )
+
+    NativePolicy.__name__ = NativePolicy.__qualname__ = "Policy"
+    return NativePolicy
+
+
+def _bound(policy_class):
+    from componentize_py_types import Err
+    from wit_world import exports
+    from wit_world.exports import policy as wit
+
+    value_types = {wit.Value_Text: Text, wit.Value_Number: Number, wit.Value_Boolean: Boolean}
+
+    def operation(op) -> Operation:
+        fields = tuple(Field(f.name, value_types[type(f.value)](f.value.value)) for f in op.fields)
+        run = None
+        if op.run is not None:
+            run = RunContext(op.run.run_id, Trigger[op.run.trigger.name], op.run.attempt)
+        return Operation(op.kind, op.tenant, fields, run, op.now_ms)
+
+    def context(ctx) -> DuplicateContext:
+        outcome = None
+        if ctx.outcome is not None:
+            o = ctx.outcome
+            outcome = OutcomeSummary(o.status, o.size, o.error)
+        return DuplicateContext(
+            operation(ctx.operation),
+            RecordState[ctx.state.name],
+            ctx.fingerprint_matches,
+            ctx.attempts,
+            ctx.age_ms,
+            ctx.lease_remaining_ms,
+            outcome,
+        )
+
+    def rejection(r):
+        return wit.Rejection(r.status, r.reason, r.retry_after_ms)
+
+    class BoundPolicy(exports.Policy):
+        __idem_policy__ = policy_class
+
+        def describe(self):
+            i = contract.check_info(policy_class().describe())
+            return wit.PolicyInfo(i.name, i.version, i.namespace, i.description)
+
+        def derive(self, op):
+            try:
+                d = policy_class().derive(operation(op))
+            except PolicyError as e:
+                contract.check_error(e)
+                raise Err(wit.PolicyError(wit.ErrorCode[e.code.name], e.field, e.message))
+            contract.check_derivation(d)
+            parts = lambda ps: [wit.Part(p.name, p.value) for p in ps]  # noqa: E731
+            return wit.Derivation(
+                parts(d.key_parts),
+                parts(d.fingerprint_parts),
+                d.partition,
+                d.retention_seconds,
+                d.lease_seconds,
+            )
+
+        def on_duplicate(self, ctx):
+            d = contract.check_decision(policy_class().on_duplicate(context(ctx)))
+            if d.name == "replay":
+                return wit.Decision_Replay()
+            if d.name == "reject":
+                return wit.Decision_Reject(rejection(d.rejection))
+            if d.name == "wait":
+                return wit.Decision_Wait(d.wait_ms)
+            if d.name == "re-execute":
+                return wit.Decision_ReExecute()
+            return wit.Decision_MarkUnknown(rejection(d.rejection))
+
+    BoundPolicy.__name__ = BoundPolicy.__qualname__ = "Policy"
+    return BoundPolicy
