@@ -356,6 +356,34 @@ fn idem_exec_waits_for_its_store_within_the_budget() {
     assert_eq!(ran.lines().count(), 1, "{ran}");
 }
 
+/// Twenty charges in an operations file in `dir`, for `idem run`.
+fn nightly_file(dir: &std::path::Path) -> std::path::PathBuf {
+    let ops = dir.join("ops.jsonl");
+    let lines: Vec<String> = charges(20).iter().map(|op| op.canonical_json()).collect();
+    std::fs::write(&ops, lines.join("\n") + "\n").unwrap();
+    ops
+}
+
+/// The command `idem run` runs for each charge: it counts its calls and
+/// appends each key to a ledger (both in its working directory), and at
+/// its fifth call runs `fault`.
+fn at_the_fifth(fault: &str) -> String {
+    format!(
+        "cat >/dev/null; n=$(($(cat count 2>/dev/null || echo 0) + 1)); echo $n > count; \
+         echo \"$IDEM_KEY\" >> ledger; if [ $n -eq 5 ]; then {fault}; fi; echo ok"
+    )
+}
+
+/// The ledger in `dir` holds each of the twenty charges once.
+fn every_charge_once(dir: &std::path::Path) {
+    let ledger = std::fs::read_to_string(dir.join("ledger")).unwrap();
+    let mut keys: Vec<&str> = ledger.lines().collect();
+    let all = keys.len();
+    keys.sort();
+    keys.dedup();
+    assert_eq!((all, keys.len()), (20, 20), "every charge once: {ledger}");
+}
+
 /// `idem run` over a SQLite store on a disk that fills at the fifth
 /// operation and is never freed: the run waits out its budget, stops with
 /// exit 69, and says what is known (one unknown, the rest not run); once
@@ -366,18 +394,14 @@ fn idem_run_on_a_full_disk_stops_past_its_budget_then_a_rerun_does_the_rest() {
         return;
     };
     let work = tempfile::tempdir().unwrap();
-    let ops = work.path().join("ops.jsonl");
-    let lines: Vec<String> = charges(20).iter().map(|op| op.canonical_json()).collect();
-    std::fs::write(&ops, lines.join("\n") + "\n").unwrap();
+    let ops = nightly_file(work.path());
     let store = format!("sqlite:{}", disk.path().join("idem.db").display());
     // The command counts its calls outside the small disk and, at the
     // fifth, fills it; every call appends to a ledger there too.
-    let script = format!(
-        "cat >/dev/null; n=$(($(cat count 2>/dev/null || echo 0) + 1)); echo $n > count; \
-         echo \"$IDEM_KEY\" >> ledger; \
-         if [ $n -eq 5 ]; then dd if=/dev/zero of={}/ballast bs=64k 2>/dev/null || true; fi; echo ok",
+    let script = at_the_fifth(&format!(
+        "dd if=/dev/zero of={}/ballast bs=64k 2>/dev/null || true",
         disk.path().display()
-    );
+    ));
     let run = |outage: &str| {
         Command::new(idem_bin())
             .current_dir(work.path())
@@ -420,12 +444,7 @@ fn idem_run_on_a_full_disk_stops_past_its_budget_then_a_rerun_does_the_rest() {
     assert_eq!(summary["executed"], 15, "{summary}");
     assert_eq!(summary["replayed"], 4, "{summary}");
     assert_eq!(summary["in_progress"], 1, "{summary}");
-    let ledger = std::fs::read_to_string(work.path().join("ledger")).unwrap();
-    let mut keys: Vec<&str> = ledger.lines().collect();
-    let all = keys.len();
-    keys.sort();
-    keys.dedup();
-    assert_eq!((all, keys.len()), (20, 20), "every charge once: {ledger}");
+    every_charge_once(work.path());
 }
 
 /// `idem run` whose SQLite file is moved away under it at the fifth
@@ -435,19 +454,11 @@ fn idem_run_on_a_full_disk_stops_past_its_budget_then_a_rerun_does_the_rest() {
 #[test]
 fn idem_run_whose_store_file_is_moved_away_stops_then_a_rerun_does_the_rest() {
     let work = tempfile::tempdir().unwrap();
-    let ops = work.path().join("ops.jsonl");
-    let lines: Vec<String> = charges(20).iter().map(|op| op.canonical_json()).collect();
-    std::fs::write(&ops, lines.join("\n") + "\n").unwrap();
+    let ops = nightly_file(work.path());
     let db = work.path().join("idem.db");
     let moved = work.path().join("moved.db");
     let store = format!("sqlite:{}", db.display());
-    let script = format!(
-        "cat >/dev/null; n=$(($(cat count 2>/dev/null || echo 0) + 1)); echo $n > count; \
-         echo \"$IDEM_KEY\" >> ledger; \
-         if [ $n -eq 5 ]; then mv {} {}; fi; echo ok",
-        db.display(),
-        moved.display()
-    );
+    let script = at_the_fifth(&format!("mv {} {}", db.display(), moved.display()));
     let run = |outage: &str| {
         Command::new(idem_bin())
             .current_dir(work.path())
@@ -484,12 +495,7 @@ fn idem_run_whose_store_file_is_moved_away_stops_then_a_rerun_does_the_rest() {
     assert_eq!(summary["executed"], 15, "{summary}; {stderr}");
     assert_eq!(summary["replayed"], 4, "{summary}");
     assert_eq!(summary["in_progress"], 1, "{summary}");
-    let ledger = std::fs::read_to_string(work.path().join("ledger")).unwrap();
-    let mut keys: Vec<&str> = ledger.lines().collect();
-    let all = keys.len();
-    keys.sort();
-    keys.dedup();
-    assert_eq!((all, keys.len()), (20, 20), "every charge once: {ledger}");
+    every_charge_once(work.path());
 }
 
 /// `idem run` on a SQLite store another program locks (an exclusive
@@ -499,9 +505,7 @@ fn idem_run_whose_store_file_is_moved_away_stops_then_a_rerun_does_the_rest() {
 #[test]
 fn idem_run_waits_out_a_store_another_program_locks() {
     let work = tempfile::tempdir().unwrap();
-    let ops = work.path().join("ops.jsonl");
-    let lines: Vec<String> = charges(20).iter().map(|op| op.canonical_json()).collect();
-    std::fs::write(&ops, lines.join("\n") + "\n").unwrap();
+    let ops = nightly_file(work.path());
     let db = work.path().join("idem.db");
     let store = format!("sqlite:{}?busy_timeout_ms=100", db.display());
     // The other program: takes the write lock, says so, holds it 1.5 s.
@@ -511,12 +515,9 @@ fn idem_run_waits_out_a_store_another_program_locks() {
          c.execute('COMMIT')",
         db.display()
     );
-    let script = format!(
-        "cat >/dev/null; n=$(($(cat count 2>/dev/null || echo 0) + 1)); echo $n > count; \
-         echo \"$IDEM_KEY\" >> ledger; \
-         if [ $n -eq 5 ]; then python3 -c \"{locker}\" >/dev/null 2>&1 & \
-           while [ ! -e locked ]; do sleep 0.05; done; fi; echo ok"
-    );
+    let script = at_the_fifth(&format!(
+        "python3 -c \"{locker}\" >/dev/null 2>&1 & while [ ! -e locked ]; do sleep 0.05; done"
+    ));
     let out = Command::new(idem_bin())
         .current_dir(work.path())
         .env("IDEM_CACHE_DIR", work.path().join("cache"))
@@ -535,10 +536,5 @@ fn idem_run_waits_out_a_store_another_program_locks() {
     );
     let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(summary["executed"], 20, "{summary}");
-    let ledger = std::fs::read_to_string(work.path().join("ledger")).unwrap();
-    let mut keys: Vec<&str> = ledger.lines().collect();
-    let all = keys.len();
-    keys.sort();
-    keys.dedup();
-    assert_eq!((all, keys.len()), (20, 20), "every charge once: {ledger}");
+    every_charge_once(work.path());
 }

@@ -7,9 +7,8 @@ use std::borrow::Cow;
 
 use crate::attempt::{AttemptEntry, AttemptEvent};
 use crate::error::StoreError;
-use crate::record::{
-    Digest, Holder, HolderToken, KeptOperation, Outcome, Record, RecordKey, RecordState,
-};
+use crate::holder::{Holder, HolderToken};
+use crate::record::{Digest, KeptOperation, Outcome, Record, RecordKey, RecordState};
 
 /// The `records` columns, in the order every statement lists them. Both
 /// dialects' schemas use these names.

@@ -17,9 +17,10 @@ use tokio::sync::OnceCell;
 use crate::attempt::{AttemptEntry, AttemptFilter, ResolveRequest};
 use crate::clock::StoreClock;
 use crate::error::StoreError;
+use crate::holder::Holder;
 use crate::record::{
-    Claim, ClaimOutcome, ClaimRequest, Finish, Holder, JobLeaseAcquire, ListFilter, Membership,
-    Outcome, OwnershipToken, RecordKey, RecordView, StoreOptions, Write, WriteOutcome,
+    Claim, ClaimOutcome, ClaimRequest, Finish, JobLeaseAcquire, ListFilter, Membership, Outcome,
+    OwnershipToken, RecordKey, RecordView, StoreOptions, Write, WriteOutcome,
 };
 use crate::registry::{Activation, Registration, Rollback};
 use crate::store::Store;

@@ -78,6 +78,7 @@ mod codec;
 mod deferred;
 mod error;
 mod group_commit;
+mod holder;
 mod machine;
 mod memory;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
@@ -101,6 +102,7 @@ pub use clock::{ManualClock, StoreClock};
 pub use deferred::Deferred;
 pub use error::{ConnectErrorKind, OpenErrorKind, StoreError};
 pub use group_commit::{GroupCommit, GroupCommitOptions, GroupCommitStats, LaneStats};
+pub use holder::{Holder, HolderToken};
 pub use memory::MemoryStore;
 pub use open::{migrate, open};
 pub use postgres::{DEFAULT_POOL_SIZE, DEFAULT_SCHEMA, PostgresUrl, TlsMode};
@@ -108,7 +110,7 @@ pub use postgres::{DEFAULT_POOL_SIZE, DEFAULT_SCHEMA, PostgresUrl, TlsMode};
 pub use postgres::{POSTGRES_SCHEMA_VERSION, PostgresStore};
 pub use record::{
     Claim, ClaimOutcome, ClaimRequest, DEFAULT_MAX_OUTCOME_BYTES, Digest, Ending, Existing, Finish,
-    Holder, HolderToken, JobLease, JobLeaseAcquire, KeptOperation, ListFilter, MAX_ERROR_BYTES,
+    JobLease, JobLeaseAcquire, KeptOperation, ListFilter, MAX_ERROR_BYTES,
     MAX_KEPT_OPERATION_BYTES, Membership, NotKept, Outcome, OwnershipToken, Record, RecordKey,
     RecordState, RecordView, StoreOptions, TRUNCATION_MARK, Write, WriteOutcome,
 };

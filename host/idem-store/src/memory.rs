@@ -10,9 +10,10 @@ use async_trait::async_trait;
 use crate::attempt::{AttemptEntry, AttemptFilter};
 use crate::backend::{Call, Decide, Fences, RecordBackend};
 use crate::error::StoreError;
+use crate::holder::Holder;
 use crate::machine::{self, JobStep};
 use crate::record::{
-    Holder, JobLease, JobLeaseAcquire, ListFilter, Membership, OwnershipToken, Record, RecordKey,
+    JobLease, JobLeaseAcquire, ListFilter, Membership, OwnershipToken, Record, RecordKey,
     StoreOptions,
 };
 use crate::registry::{Change, Registration};

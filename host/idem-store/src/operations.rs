@@ -15,10 +15,11 @@ use crate::attempt::{AttemptEntry, AttemptEvent, AttemptFilter, ResolveRequest};
 use crate::backend::{BatchClaim, Call, Decide, RecordBackend, Step, Written};
 use crate::clock::StoreClock;
 use crate::error::StoreError;
+use crate::holder::Holder;
 use crate::machine::{self, ClaimStep};
 use crate::record::{
-    Claim, ClaimOutcome, ClaimRequest, Finish, Holder, JobLeaseAcquire, ListFilter, Membership,
-    Outcome, OwnershipToken, Record, RecordKey, RecordState, RecordView, Write, WriteOutcome,
+    Claim, ClaimOutcome, ClaimRequest, Finish, JobLeaseAcquire, ListFilter, Membership, Outcome,
+    OwnershipToken, Record, RecordKey, RecordState, RecordView, Write, WriteOutcome,
 };
 use crate::registry::{self, Activation, Registration, Rollback};
 use crate::store::{self, Store};

@@ -8,6 +8,7 @@ pub use idem_core::{Digest, RecordState};
 use idem_core::{DuplicateContext, Operation, OutcomeSummary};
 
 use crate::clock::StoreClock;
+use crate::holder::Holder;
 use crate::machine;
 
 /// Default cap on an outcome's body: 64 KiB.
@@ -149,129 +150,6 @@ impl fmt::Display for RecordKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}/{}", self.namespace, self.digest)
     }
-}
-
-/// Who holds (or last held) a record: provenance for `idem inspect`.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Holder {
-    /// The run carrying the operation, when there is one.
-    pub run_id: Option<String>,
-    /// Why the run happened (`scheduled`, `retry`, `manual`, `client`).
-    pub trigger: Option<String>,
-    /// The run's own attempt number (not the record's attempts).
-    pub attempt: Option<u32>,
-    /// Host name of the holding process.
-    pub host: String,
-    /// Process id of the holding process.
-    pub pid: u32,
-    /// The claim attempt's own identity ([`HolderToken::new`]), stored with
-    /// the record: a claim sent again after its answer was lost (the
-    /// connection dropped after the commit) finds its own record and goes
-    /// on as that claim, where any other claimer finds a record in
-    /// progress. `None` claims nothing of the kind. Never part of the
-    /// attempt log, which says who, not which attempt.
-    pub token: Option<HolderToken>,
-}
-
-impl Holder {
-    /// This process: its host name and pid, no run context, no token.
-    pub fn this_process() -> Self {
-        Holder {
-            run_id: None,
-            trigger: None,
-            attempt: None,
-            host: host_name(),
-            pid: std::process::id(),
-            token: None,
-        }
-    }
-
-    /// The same holder without its token: what the attempt log keeps.
-    pub fn provenance(&self) -> Holder {
-        Holder {
-            token: None,
-            ..self.clone()
-        }
-    }
-
-    /// Whether `other` is this very claim attempt: both carry a token and
-    /// it is the same.
-    pub fn is_same_attempt(&self, other: &Holder) -> bool {
-        self.token.is_some() && self.token == other.token
-    }
-}
-
-/// One claim attempt's identity: 16 bytes, unique to the attempt (a random
-/// number drawn once per process, then a counter), kept in the record's
-/// `holder_token` column. Send the same request again (with the same token)
-/// when a claim's answer was lost; build a new one for a new attempt.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct HolderToken(pub [u8; 16]);
-
-impl HolderToken {
-    /// A token no other attempt has: this process's random half and the
-    /// next value of its counter.
-    pub fn new() -> Self {
-        use std::hash::BuildHasher;
-        use std::sync::atomic::{AtomicU64, Ordering};
-        static PROCESS: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
-        static NEXT: AtomicU64 = AtomicU64::new(0);
-        // std's RandomState is keyed from the operating system's random
-        // source: hashing the pid and the time with it gives a process half
-        // that no other process (here or on another host) draws, without a
-        // dependency for it.
-        let process = *PROCESS.get_or_init(|| {
-            let now = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_nanos())
-                .unwrap_or(0);
-            std::collections::hash_map::RandomState::new().hash_one((std::process::id(), now))
-        });
-        let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let mut bytes = [0u8; 16];
-        bytes[..8].copy_from_slice(&process.to_be_bytes());
-        bytes[8..].copy_from_slice(&n.to_be_bytes());
-        HolderToken(bytes)
-    }
-
-    /// The token read back from a column; `None` unless it is 16 bytes.
-    pub fn from_slice(bytes: &[u8]) -> Option<Self> {
-        bytes.try_into().ok().map(HolderToken)
-    }
-}
-
-impl Default for HolderToken {
-    fn default() -> Self {
-        HolderToken::new()
-    }
-}
-
-impl fmt::Display for HolderToken {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for b in self.0 {
-            write!(f, "{b:02x}")?;
-        }
-        Ok(())
-    }
-}
-
-/// Best-effort host name without a dependency: `HOSTNAME`, then the kernel's.
-/// Read once: every claim records it, and it does not change under us.
-fn host_name() -> String {
-    static NAME: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    NAME.get_or_init(|| {
-        if let Ok(name) = std::env::var("HOSTNAME")
-            && !name.is_empty()
-        {
-            return name;
-        }
-        std::fs::read_to_string("/proc/sys/kernel/hostname")
-            .map(|s| s.trim().to_string())
-            .ok()
-            .filter(|s| !s.is_empty())
-            .unwrap_or_else(|| "unknown".to_string())
-    })
-    .clone()
 }
 
 /// The stored result of an attempt.

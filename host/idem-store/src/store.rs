@@ -7,9 +7,10 @@ use async_trait::async_trait;
 use crate::attempt::{AttemptEntry, AttemptFilter, ResolveRequest};
 use crate::clock::StoreClock;
 use crate::error::StoreError;
+use crate::holder::Holder;
 use crate::record::{
-    Claim, ClaimOutcome, ClaimRequest, Ending, Finish, Holder, JobLeaseAcquire, ListFilter,
-    Membership, Outcome, OwnershipToken, RecordKey, RecordView, Write, WriteOutcome,
+    Claim, ClaimOutcome, ClaimRequest, Ending, Finish, JobLeaseAcquire, ListFilter, Membership,
+    Outcome, OwnershipToken, RecordKey, RecordView, Write, WriteOutcome,
 };
 use crate::registry::{Activation, Registration, Rollback};
 

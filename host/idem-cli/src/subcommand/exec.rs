@@ -90,7 +90,7 @@ async fn exec(engine: &Engine, op: &Operation, args: &ExecArgs) -> Result<u8, Fa
     };
     let begun = match begin_riding_out(engine, op, budget, waiting).await {
         Ok(begun) => begun,
-        Err(e) if is_unavailable(&e) => {
+        Err(e) if e.is_store_unavailable() => {
             eprintln!(
                 "idem: stopped: the store stayed unavailable past --store-outage {}; the command did not run: {e}",
                 humantime::format_duration(budget)
@@ -211,8 +211,4 @@ async fn exec(engine: &Engine, op: &Operation, args: &ExecArgs) -> Result<u8, Fa
         }
         Err(e) => Err(engine_failure(e)),
     }
-}
-
-fn is_unavailable(e: &EngineError) -> bool {
-    matches!(e, EngineError::Store(s) if s.is_unavailable())
 }

@@ -42,6 +42,20 @@ impl Claimed {
         matches!(self.first, Ok(ClaimOutcome::Claimed(_)))
     }
 
+    /// Whether settling it may call the store again: a record still open
+    /// (in progress, failed-retryable, outcome-unknown) may be waited for,
+    /// taken over or marked; a fresh claim or a final record needs nothing
+    /// more of the store (a replay's answer is queued for the log).
+    pub(crate) fn may_call_the_store(&self) -> bool {
+        matches!(
+            &self.first,
+            Ok(ClaimOutcome::Existing(e)) if !matches!(
+                e.view.record.state,
+                idem_store::RecordState::Completed | idem_store::RecordState::FailedPermanent
+            )
+        )
+    }
+
     /// The operation's key.
     pub(crate) fn key(&self) -> idem_core::Digest {
         self.keyed.key

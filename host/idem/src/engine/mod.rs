@@ -134,6 +134,15 @@ pub enum EngineError {
     Unregistered(Box<admission::Unregistered>),
 }
 
+impl EngineError {
+    /// Whether the store could not serve the call (unreachable, busy, its
+    /// disk full…: [`StoreError::is_unavailable`]): a caller riding out an
+    /// outage sends the call again.
+    pub fn is_store_unavailable(&self) -> bool {
+        matches!(self, EngineError::Store(s) if s.is_unavailable())
+    }
+}
+
 impl From<StoreError> for EngineError {
     fn from(e: StoreError) -> Self {
         match e {

@@ -128,7 +128,7 @@ pub(crate) async fn run_all<E: Effect>(
         for _ in 0..unclaimed {
             ended(&mut summary, End::NotRun, None, observer);
         }
-        if !outage::is_unavailable(&gave_up.error) {
+        if !gave_up.error.is_store_unavailable() {
             observer(JobEvent::Warning(&format!(
                 "claiming a batch of {unclaimed} failed: {}; not run",
                 gave_up.error
@@ -191,7 +191,7 @@ async fn claim_riding_out(
                 batch = retry;
                 error
             }
-            Err((e, back)) if outage::is_unavailable(&e) => {
+            Err((e, back)) if e.is_store_unavailable() => {
                 batch = back;
                 e
             }
@@ -217,15 +217,15 @@ async fn claim_riding_out(
 }
 
 /// Settles what the batch claim answered for one operation. A fresh claim
-/// needs nothing more of the store; a duplicate may (a take-over, a wait),
-/// and while the store is unavailable for that, the claim is sent again as
-/// the same request, within the outage budget.
+/// or a final record needs nothing more of the store; an open record may (a
+/// take-over, a wait), and while the store is unavailable for that, the
+/// claim is sent again as the same request, within the outage budget.
 async fn begin<E>(
     shared: &Shared<E>,
     claimed: Claimed,
     observer: &Observer,
 ) -> Result<Begin, EngineError> {
-    if claimed.is_fresh() {
+    if !claimed.may_call_the_store() {
         return shared.engine.begin_claimed(claimed).await;
     }
     let item = claimed.to_retry();

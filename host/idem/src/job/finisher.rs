@@ -106,7 +106,7 @@ pub(super) async fn record(
                 let mut error = None;
                 for (&i, result) in left.iter().zip(results) {
                     match result {
-                        Err(e) if outage::is_unavailable(&e) => {
+                        Err(e) if e.is_store_unavailable() => {
                             again.push(i);
                             error.get_or_insert(e);
                         }
@@ -117,7 +117,7 @@ pub(super) async fn record(
                 left = again;
                 error
             }
-            Err(e) if outage::is_unavailable(&e) => e,
+            Err(e) if e.is_store_unavailable() => e,
             // Some of these may have been recorded; each is reported as a
             // failure to record (its outcome unknown to this run).
             Err(e) => {

@@ -50,11 +50,11 @@ pub(crate) async fn settle_riding_out(
             Ok(claimed) => match claimed.store_unavailable() {
                 Some(e) => EngineError::Store(e.clone()),
                 None => match engine.begin_claimed(claimed).await {
-                    Err(e) if outage::is_unavailable(&e) => e,
+                    Err(e) if e.is_store_unavailable() => e,
                     answer => return answer,
                 },
             },
-            Err(e) if outage::is_unavailable(&e) => e,
+            Err(e) if e.is_store_unavailable() => e,
             Err(e) => return Err(e),
         };
         match backoff.after_failure().await {

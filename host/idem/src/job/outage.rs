@@ -3,7 +3,7 @@
 //! A nightly job meets a store outage sooner or later: a PostgreSQL
 //! restart or fail-over (seconds to a minute), connections killed by an
 //! operator, a SQLite disk that filled. Each store call of the job that
-//! fails because the store could not serve it ([`StoreError::is_unavailable`])
+//! fails because the store could not serve it ([`EngineError::is_store_unavailable`])
 //! is tried again, with capped exponential backoff and jitter, until the
 //! store answers or the job's outage budget is spent. Trying again is safe:
 //! a claim that committed unseen is found by the next claim, and every
@@ -22,11 +22,6 @@ const FIRST_WAIT: Duration = Duration::from_millis(50);
 /// The longest wait between two tries: a store that comes back is used
 /// within this long.
 const MAX_WAIT: Duration = Duration::from_secs(2);
-
-/// Whether an engine error is the store being unavailable.
-pub(crate) fn is_unavailable(e: &EngineError) -> bool {
-    matches!(e, EngineError::Store(s) if s.is_unavailable())
-}
 
 /// How long the store was gone when a job gave up on it, and what it last
 /// said.
@@ -67,7 +62,7 @@ impl Backoff {
         }
     }
 
-    /// Call after a failure that [`is_unavailable`]: waits before the next
+    /// Call after a failure that [`EngineError::is_store_unavailable`]: waits before the next
     /// try, or says to give up.
     pub(crate) async fn after_failure(&mut self) -> Next {
         let first = self.since.is_none();
@@ -156,9 +151,9 @@ mod tests {
             store: "sqlite:x.db".into(),
             context: "claiming",
         };
-        assert!(is_unavailable(&EngineError::Store(busy)));
+        assert!(EngineError::Store(busy).is_store_unavailable());
         let refused = StoreError::InvalidRequest("no".into());
-        assert!(!is_unavailable(&EngineError::Store(refused)));
+        assert!(!EngineError::Store(refused).is_store_unavailable());
     }
 
     #[test]
