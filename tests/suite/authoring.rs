@@ -116,7 +116,21 @@ fn new_and_build_refuse_what_they_cannot_use() {
             .output()
             .unwrap(),
         2,
-        "/nonexistent (from --sdk) is not the idem-policy SDK",
+        "/nonexistent (from --sdk) is not the Rust SDK",
+    );
+    fails_with(
+        idem(dir, &["new", "p", "--lang", "js", "--sdk", "/nonexistent"])
+            .output()
+            .unwrap(),
+        2,
+        "/nonexistent (from --sdk) is not the JavaScript SDK",
+    );
+    fails_with(
+        idem(dir, &["new", "p", "--lang", "cobol"])
+            .output()
+            .unwrap(),
+        2,
+        "invalid value 'cobol'",
     );
     fails_with(
         idem(dir, &["new", "p", "--kind", "lottery"])
@@ -152,5 +166,41 @@ fn new_and_build_refuse_what_they_cannot_use() {
         idem(dir, &["build", "plain"]).output().unwrap(),
         2,
         "package `plain`",
+    );
+    // Two languages' manifests in one directory: which one is meant?
+    std::fs::write(plain.join("package.json"), r#"{"name": "plain"}"#).unwrap();
+    fails_with(
+        idem(dir, &["build", "plain"]).output().unwrap(),
+        2,
+        "holds Cargo.toml and package.json: name the manifest of the one to build",
+    );
+    // A JavaScript package whose policy module (by default policy.js) is
+    // not there.
+    fails_with(
+        idem(dir, &["build", "plain/package.json"])
+            .output()
+            .unwrap(),
+        2,
+        "policy.js as the policy module",
+    );
+    let js = dir.join("js");
+    std::fs::create_dir(&js).unwrap();
+    std::fs::write(
+        js.join("package.json"),
+        r#"{"name": "js", "main": "gone.js"}"#,
+    )
+    .unwrap();
+    fails_with(
+        idem(dir, &["build", "js"]).output().unwrap(),
+        2,
+        "as the policy module (\"main\"), which does not exist",
+    );
+    let py = dir.join("py");
+    std::fs::create_dir(&py).unwrap();
+    std::fs::write(py.join("pyproject.toml"), "[project]\nname = \"py\"\n").unwrap();
+    fails_with(
+        idem(dir, &["build", "py"]).output().unwrap(),
+        2,
+        "has no app.py",
     );
 }

@@ -1,14 +1,15 @@
-//! Policies in JavaScript and Python, natively: each SDK's own tests, and
-//! each ported example policy run against the Rust policy's cases file by
-//! its language's cases runner (`guest/js/sdk/cases.js`,
-//! `idem_policy.cases`), so all three languages answer one file. Node.js
-//! and CPython are on every machine of this kind; elsewhere a missing one
-//! is said and skipped, and under CI it is a failure.
+//! Policies in JavaScript and Python: each SDK's own tests; each ported
+//! example policy run against the Rust policy's cases file by its
+//! language's cases runner (`guest/js/sdk/cases.js`, `idem_policy.cases`),
+//! so all three languages answer one file; and `idem new --lang`, `idem
+//! build` and `idem test` for each template, as a new user runs them.
+//! Node.js and CPython are on every machine of this kind; elsewhere a
+//! missing one is said and skipped, and under CI it is a failure.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use idem_tests::workspace_root;
+use idem_tests::{idem_bin, workspace_root};
 
 const POLICIES: [&str; 3] = ["billing-charge", "provider-charge", "http-idempotency-key"];
 
@@ -116,4 +117,109 @@ fn rust_cases(policy: &str) -> PathBuf {
         .join("cases.json");
     assert!(path.is_file(), "{}", path.display());
     path
+}
+
+/// Where `idem build` installs componentize-js and componentize-py for the
+/// tests: kept between runs of the suite (and CI runs on one machine), so
+/// only the first run downloads them.
+fn toolchain_dir() -> PathBuf {
+    std::env::var_os("IDEM_TOOLCHAIN_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_TARGET_TMPDIR")).join("toolchains"))
+}
+
+fn idem(dir: &Path, args: &[&str]) -> Command {
+    let mut cmd = Command::new(idem_bin());
+    cmd.args(args)
+        .current_dir(dir)
+        .env("IDEM_CACHE_DIR", dir.join("cache"))
+        .env("IDEM_TOOLCHAIN_DIR", toolchain_dir())
+        .env_remove("IDEM_SDK");
+    cmd
+}
+
+/// How many cases a cases file holds.
+fn cases_in_file(path: &Path) -> usize {
+    let file: serde_json::Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+    file["cases"].as_array().unwrap().len()
+}
+
+/// From nothing to a tested component, as a new user outside the
+/// workspace does it, in `lang`: `idem new` for each template, the cases
+/// natively (`native` runs them in the project's directory), `idem build`
+/// (which installs the language's toolchain on first use and loads the
+/// component in the host), then `idem test` against the component.
+fn new_build_test(lang: &str, native: impl Fn(&Path, &str) -> String) {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    for (name, kind) in [("refunds", "charge"), ("api-writes", "http")] {
+        let made = passes(&mut idem(
+            dir,
+            &["new", name, "--lang", lang, "--kind", kind],
+        ));
+        assert!(made.contains(&format!("idem build {name}")), "{made}");
+        let project = dir.join(name);
+        let cases = project.join("cases.json");
+        let all_pass = format!("{} passed, 0 failed", cases_in_file(&cases));
+
+        let natively = native(&project, name);
+        assert_eq!(
+            natively.lines().last(),
+            Some(all_pass.as_str()),
+            "{natively}"
+        );
+
+        let built = passes(&mut idem(dir, &["build", name]));
+        let component = PathBuf::from(built.trim());
+        assert_eq!(component, project.join("dist").join(format!("{name}.wasm")));
+
+        let tested = passes(&mut idem(
+            dir,
+            &[
+                "test",
+                "--policy",
+                component.to_str().unwrap(),
+                cases.to_str().unwrap(),
+            ],
+        ));
+        assert!(tested.contains(&all_pass), "{tested}");
+        assert!(!tested.contains("FAIL"), "{tested}");
+    }
+}
+
+#[test]
+fn a_javascript_policy_from_idem_new_to_idem_test() {
+    if !available("a_javascript_policy_from_idem_new_to_idem_test", "node") {
+        return;
+    }
+    new_build_test("js", |project, _| {
+        // `npm install` links the SDK (a file: dependency): no registry.
+        passes(
+            Command::new("npm")
+                .args(["install", "--no-audit", "--no-fund", "--offline"])
+                .current_dir(project),
+        );
+        passes(
+            Command::new("npm")
+                .args(["test", "--silent"])
+                .current_dir(project),
+        )
+    });
+}
+
+#[test]
+fn a_python_policy_from_idem_new_to_idem_test() {
+    if !available("a_python_policy_from_idem_new_to_idem_test", "python3") {
+        return;
+    }
+    let sdk = workspace_root().join("guest/python/sdk");
+    new_build_test("python", |project, _| {
+        passes(
+            Command::new("python3")
+                .args(["-m", "idem_policy.cases", ".", "cases.json"])
+                .env("PYTHONPATH", &sdk)
+                .env("PYTHONDONTWRITEBYTECODE", "1")
+                .current_dir(project),
+        )
+    });
 }

@@ -18,6 +18,7 @@ mod operators;
 mod outage;
 mod ownership;
 mod policy_runtime;
+mod ports;
 mod report_cli;
 mod report_page;
 mod run_cli;

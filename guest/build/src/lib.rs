@@ -1,165 +1,45 @@
-//! Builds idem policy crates into WebAssembly components.
+//! Builds idem policies into WebAssembly components, whatever language they
+//! are written in.
 //!
-//! A policy is a Rust library crate using the `idem-policy` SDK. This crate
-//! compiles it for `wasm32-unknown-unknown` (which, unlike `wasm32-wasip2`,
-//! pulls in no WASI imports from std: see `docs/guide/writing-a-policy.md`) as a `cdylib`,
-//! then wraps the core module into a component with `wit-component`, using
-//! the component-type section that `wit-bindgen` embedded. The wasm target is
-//! added with `rustup target add` when it is missing: no hand step.
+//! A policy project is found by its manifest: a Rust crate (`Cargo.toml`,
+//! using the `idem-policy` SDK: [`rust`]), a JavaScript package
+//! (`package.json`, using `@idem/policy`: [`javascript`]) or a Python
+//! project (`pyproject.toml`, using `idem_policy`: [`python`]). Each comes
+//! out as a component with no imports, its lifecycle manifest and golden
+//! vectors (`cases.json`) embedded as custom sections ([`sections`]). The
+//! JavaScript and Python toolchains are installed on first use
+//! ([`toolchain`]); the Rust one needs only rustup.
 //!
-//! [`build_crate`] builds one policy crate found by its directory (what
-//! `idem build` and `cargo xtask build-policy` do); [`GuestBuild`] builds
-//! several packages of one workspace (the example policies and test
-//! fixtures).
+//! [`build_project`] builds one project (what `idem build` does);
+//! [`GuestBuild`] builds several crates of one workspace (the example
+//! policies and test fixtures).
 
 #![warn(missing_docs)]
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use anyhow::{Context, Result, bail};
 
-/// The target every policy is built for.
-pub const GUEST_TARGET: &str = "wasm32-unknown-unknown";
-/// The cargo profile policies are built with. It is defined on the command
-/// line (see [`GUEST_PROFILE_CONFIG`]), so any policy crate builds without
-/// adding it to its own manifest.
-pub const GUEST_PROFILE: &str = "idem-guest";
+pub mod javascript;
+pub mod python;
+pub mod rust;
+pub mod sections;
+pub mod toolchain;
 
-/// Policies are small and loaded often: optimise for size, one codegen unit,
-/// LTO, no unwinding (a panic is a trap either way), no debug info.
-pub const GUEST_PROFILE_CONFIG: &[&str] = &[
-    "profile.idem-guest.inherits=\"release\"",
-    "profile.idem-guest.opt-level=\"s\"",
-    "profile.idem-guest.lto=true",
-    "profile.idem-guest.codegen-units=1",
-    "profile.idem-guest.strip=true",
-    "profile.idem-guest.panic=\"abort\"",
-    "profile.idem-guest.debug=false",
-    // A policy needs little stack; Rust's default 1 MiB shadow stack would be
-    // part of every fresh instance's memory. 64 KiB keeps instances small
-    // (and a runaway recursion still traps cleanly).
-    "target.wasm32-unknown-unknown.rustflags=[\"-C\", \"link-arg=-zstack-size=65536\"]",
-];
+pub use rust::{
+    GUEST_PROFILE, GUEST_PROFILE_CONFIG, GUEST_TARGET, GuestBuild, PolicyCrate, PolicySources,
+    build_crate, cargo_binary, componentize, ensure_target,
+};
+pub use sections::{CASES_SECTION, LIFECYCLE_SECTION, add_sections};
+pub use toolchain::Toolchains;
 
-/// The cargo to run: `$CARGO` when set (a build script, `cargo xtask`),
-/// else `cargo` from `PATH` (rustup's proxy).
-pub fn cargo_binary() -> PathBuf {
-    std::env::var_os("CARGO")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| "cargo".into())
-}
+/// The policy contract, `wit/policy.wit`, as this build knows it: what
+/// JavaScript and Python policies are built against (a Rust policy gets it
+/// through the SDK's bindings).
+pub const POLICY_WIT: &str = include_str!("../../../wit/policy.wit");
 
-/// A policy crate on disk, as cargo sees it.
-#[derive(Debug, Clone)]
-pub struct PolicyCrate {
-    /// Its `Cargo.toml`.
-    pub manifest: PathBuf,
-    /// Its package name (the component is `<package>.wasm`).
-    pub package: String,
-    /// The target directory cargo uses for it (its workspace's, or
-    /// `$CARGO_TARGET_DIR`).
-    pub target_dir: PathBuf,
-}
-
-impl PolicyCrate {
-    /// Finds the policy crate at `path` (its directory or its
-    /// `Cargo.toml`) by asking `cargo metadata`, so a crate inside any
-    /// workspace, with any target directory, is found as cargo would find
-    /// it. Refuses a directory without a manifest, a workspace manifest
-    /// without a package, and a package that does not depend on the
-    /// `idem-policy` SDK, each saying so.
-    pub fn locate(path: &Path, cargo: &Path) -> Result<Self> {
-        let manifest = if path.is_dir() {
-            path.join("Cargo.toml")
-        } else {
-            path.to_path_buf()
-        };
-        if !manifest.is_file() {
-            if path.exists() {
-                bail!(
-                    "{} has no Cargo.toml: a policy is a Rust crate (make one with `idem new NAME`)",
-                    path.display()
-                );
-            }
-            bail!("{} does not exist", path.display());
-        }
-        let manifest = manifest
-            .canonicalize()
-            .with_context(|| format!("cannot resolve {}", manifest.display()))?;
-        let out = Command::new(cargo)
-            .args(["metadata", "--no-deps", "--format-version", "1"])
-            .arg("--manifest-path")
-            .arg(&manifest)
-            .output()
-            .with_context(|| format!("cannot run {}", cargo.display()))?;
-        if !out.status.success() {
-            bail!(
-                "cargo cannot read {}: {}",
-                manifest.display(),
-                String::from_utf8_lossy(&out.stderr).trim()
-            );
-        }
-        let metadata: serde_json::Value = serde_json::from_slice(&out.stdout)
-            .context("cargo metadata printed something that is not JSON")?;
-        let package = metadata["packages"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .find(|p| p["manifest_path"].as_str().map(Path::new) == Some(manifest.as_path()))
-            .with_context(|| {
-                format!(
-                    "{} is a workspace, not a package: name the policy crate's own directory",
-                    manifest.display()
-                )
-            })?;
-        let name = package["name"]
-            .as_str()
-            .context("cargo metadata names no package")?
-            .to_string();
-        let uses_sdk = package["dependencies"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .any(|d| d["name"] == "idem-policy");
-        if !uses_sdk {
-            bail!(
-                "package `{name}` ({}) does not depend on idem-policy, the policy SDK: it cannot be a policy",
-                manifest.display()
-            );
-        }
-        let target_dir = metadata["target_directory"]
-            .as_str()
-            .map(PathBuf::from)
-            .context("cargo metadata names no target directory")?;
-        Ok(PolicyCrate {
-            manifest,
-            package: name,
-            target_dir,
-        })
-    }
-}
-
-/// Builds the policy crate at `path` (its directory or its `Cargo.toml`)
-/// into `<out_dir>/<package>.wasm`; without `out_dir`, into `policies/` of
-/// the crate's target directory. The wasm build itself goes to
-/// `idem-guests/` of that target directory, apart from native builds.
-pub fn build_crate(path: &Path, out_dir: Option<&Path>) -> Result<BuiltGuest> {
-    let cargo = cargo_binary();
-    let found = PolicyCrate::locate(path, &cargo)?;
-    let build = GuestBuild {
-        out_dir: out_dir
-            .map(Path::to_path_buf)
-            .unwrap_or_else(|| found.target_dir.join("policies")),
-        target_dir: found.target_dir.join("idem-guests"),
-        manifest: found.manifest,
-        cargo,
-        keep_core_module: false,
-    };
-    let mut built = build.build(&[&found.package])?;
-    Ok(built.remove(0))
-}
+/// The world a policy component implements.
+pub const WORLD: &str = "idempotency-policy";
 
 /// One built policy.
 #[derive(Debug, Clone)]
@@ -173,269 +53,121 @@ pub struct BuiltGuest {
     pub core_module: Option<PathBuf>,
 }
 
-/// How to build.
-#[derive(Debug, Clone)]
-pub struct GuestBuild {
-    /// The workspace (or package) manifest the packages belong to.
-    pub manifest: PathBuf,
-    /// Cargo's target directory for the wasm build (kept apart from the
-    /// native one, so a build script can run this without deadlocking on
-    /// cargo's lock).
-    pub target_dir: PathBuf,
-    /// Where the components are written.
-    pub out_dir: PathBuf,
-    /// The cargo binary (a build script passes `$CARGO`).
-    pub cargo: PathBuf,
-    /// Also write `<out_dir>/<package>.core.wasm`, the core module before
-    /// componentising (test fixtures want it; a policy author does not).
-    pub keep_core_module: bool,
+/// The language of a policy project.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Language {
+    /// A crate (`Cargo.toml`).
+    Rust,
+    /// A package (`package.json`).
+    JavaScript,
+    /// A project (`pyproject.toml`).
+    Python,
 }
 
-impl GuestBuild {
-    /// Builds each package and writes `<out_dir>/<package>.wasm` (the
-    /// component) and, if asked, `<out_dir>/<package>.core.wasm` (the core
-    /// module).
-    pub fn build(&self, packages: &[&str]) -> Result<Vec<BuiltGuest>> {
-        ensure_target(GUEST_TARGET)?;
-        std::fs::create_dir_all(&self.out_dir)
-            .with_context(|| format!("cannot create {}", self.out_dir.display()))?;
-        let sources = PolicySources::all(&self.manifest, &self.cargo)?;
-        packages
-            .iter()
-            .map(|p| self.build_one(p, &sources))
-            .collect()
+impl Language {
+    /// The manifest that makes a directory a project in this language.
+    pub fn manifest(self) -> &'static str {
+        match self {
+            Language::Rust => "Cargo.toml",
+            Language::JavaScript => "package.json",
+            Language::Python => "pyproject.toml",
+        }
     }
 
-    fn build_one(
-        &self,
-        package: &str,
-        sources: &HashMap<String, PolicySources>,
-    ) -> Result<BuiltGuest> {
-        let sources = sources.get(package).cloned().unwrap_or_default();
-        let mut cmd = Command::new(&self.cargo);
-        // Not `--quiet`: cargo's own progress (its bar on a terminal, a line
-        // per crate elsewhere) is what tells a first build, which compiles
-        // the SDK's dependencies for wasm, from a hung one.
-        cmd.args([
-            "rustc",
-            "--lib",
-            "--crate-type",
-            "cdylib",
-            "--target",
-            GUEST_TARGET,
-        ])
-        .args(["--profile", GUEST_PROFILE, "--package", package])
-        .arg("--manifest-path")
-        .arg(&self.manifest)
-        .arg("--target-dir")
-        .arg(&self.target_dir);
-        for setting in GUEST_PROFILE_CONFIG {
-            cmd.args(["--config", setting]);
+    /// Its name, as `idem new --lang` spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Language::Rust => "rust",
+            Language::JavaScript => "js",
+            Language::Python => "python",
         }
-        scrub_cargo_env(&mut cmd);
-        let status = cmd
-            .status()
-            .with_context(|| format!("cannot run {}", self.cargo.display()))?;
-        if !status.success() {
-            bail!("building policy `{package}` for {GUEST_TARGET} failed ({status})");
-        }
-        let artifact = package.replace('-', "_");
-        let core_path = self
-            .target_dir
-            .join(GUEST_TARGET)
-            .join(GUEST_PROFILE)
-            .join(format!("{artifact}.wasm"));
-        let core = std::fs::read(&core_path)
-            .with_context(|| format!("cannot read {}", core_path.display()))?;
-        let component = componentize(&core)
-            .with_context(|| format!("cannot make a component of `{package}`"))?;
-        let component = add_sections(
-            component,
-            sources.lifecycle.as_deref(),
-            sources.cases.as_deref(),
-        );
-        let component_path = self.out_dir.join(format!("{package}.wasm"));
-        write_if_changed(&component_path, &component)?;
-        let core_module = if self.keep_core_module {
-            let core_copy = self.out_dir.join(format!("{package}.core.wasm"));
-            write_if_changed(&core_copy, &core)?;
-            Some(core_copy)
-        } else {
-            None
+    }
+
+    const ALL: [Language; 3] = [Language::Rust, Language::JavaScript, Language::Python];
+}
+
+/// The project at `path` (its directory, or its manifest) and its manifest.
+/// A directory with the manifests of two languages is refused: name the
+/// one to build.
+pub fn find_project(path: &Path) -> Result<(Language, PathBuf)> {
+    if path.is_file() {
+        let file = path.file_name().and_then(|f| f.to_str()).unwrap_or("");
+        return match Language::ALL.into_iter().find(|l| l.manifest() == file) {
+            Some(language) => Ok((language, absolute(path)?)),
+            None => bail!(
+                "{} is not a policy manifest: name a Cargo.toml, package.json or pyproject.toml, or its directory",
+                path.display()
+            ),
         };
-        Ok(BuiltGuest {
-            package: package.to_string(),
-            component: component_path,
-            core_module,
-        })
+    }
+    if !path.exists() {
+        bail!("{} does not exist", path.display());
+    }
+    let found: Vec<Language> = Language::ALL
+        .into_iter()
+        .filter(|l| path.join(l.manifest()).is_file())
+        .collect();
+    match found.as_slice() {
+        [language] => Ok((*language, absolute(&path.join(language.manifest()))?)),
+        [] => bail!(
+            "{} has no Cargo.toml, package.json or pyproject.toml: a policy is a Rust crate, a JavaScript package or a Python project (make one with `idem new NAME --lang rust|js|python`)",
+            path.display()
+        ),
+        several => bail!(
+            "{} holds {}: name the manifest of the one to build",
+            path.display(),
+            several
+                .iter()
+                .map(|l| l.manifest())
+                .collect::<Vec<_>>()
+                .join(" and ")
+        ),
     }
 }
 
-/// The custom section of the policy's lifecycle manifest (see
-/// `idem_core::lifecycle`).
-pub const LIFECYCLE_SECTION: &str = "idem-lifecycle";
-
-/// The custom section of the policy's golden vectors.
-pub const CASES_SECTION: &str = "idem-cases";
-
-/// What a policy crate says about its own life beside its code.
-#[derive(Debug, Clone, Default)]
-pub struct PolicySources {
-    /// `[package.metadata.idem]` of its `Cargo.toml`, as JSON text (e.g.
-    /// `{"keep-operations":false,"replaces":"sha256:…"}`): the lifecycle
-    /// manifest. The host checks it when it loads the component.
-    pub lifecycle: Option<String>,
-    /// The `cases.json` beside its `Cargo.toml`: its golden vectors.
-    pub cases: Option<Vec<u8>>,
-}
-
-impl PolicySources {
-    /// Reads them for every package of the workspace at `manifest`, by
-    /// name (one `cargo metadata`).
-    pub fn all(manifest: &Path, cargo: &Path) -> Result<HashMap<String, Self>> {
-        let mut cmd = Command::new(cargo);
-        cmd.args(["metadata", "--no-deps", "--format-version", "1"])
-            .arg("--manifest-path")
-            .arg(manifest);
-        scrub_cargo_env(&mut cmd);
-        let out = cmd
-            .output()
-            .with_context(|| format!("cannot run {}", cargo.display()))?;
-        if !out.status.success() {
-            bail!(
-                "cargo metadata failed for {}: {}",
-                manifest.display(),
-                String::from_utf8_lossy(&out.stderr).trim()
-            );
-        }
-        let metadata: serde_json::Value = serde_json::from_slice(&out.stdout)
-            .context("cargo metadata printed something that is not JSON")?;
-        let mut all = HashMap::new();
-        for found in metadata["packages"].as_array().into_iter().flatten() {
-            let Some(package) = found["name"].as_str() else {
-                continue;
-            };
-            let lifecycle = match &found["metadata"]["idem"] {
-                serde_json::Value::Null => None,
-                value => Some(value.to_string()),
-            };
-            let dir = found["manifest_path"]
-                .as_str()
-                .map(Path::new)
-                .and_then(Path::parent)
-                .with_context(|| format!("cargo metadata gives `{package}` no manifest path"))?;
-            let cases_path = dir.join("cases.json");
-            let cases = match std::fs::read(&cases_path) {
-                Ok(bytes) => Some(bytes),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-                Err(e) => {
-                    return Err(e).with_context(|| format!("cannot read {}", cases_path.display()));
-                }
-            };
-            all.insert(package.to_string(), PolicySources { lifecycle, cases });
-        }
-        Ok(all)
-    }
-}
-
-/// Appends the lifecycle manifest and the golden vectors to a component as
-/// custom sections of its own (after componentising: a core module's
-/// sections would sit inside the component, where the host does not look).
-/// They are part of the component's bytes, hence of its digest.
-pub fn add_sections(
-    mut component: Vec<u8>,
-    lifecycle: Option<&str>,
-    cases: Option<&[u8]>,
-) -> Vec<u8> {
-    use std::borrow::Cow;
-    use wasm_encoder::{ComponentSection, CustomSection};
-    if let Some(manifest) = lifecycle {
-        CustomSection {
-            name: Cow::Borrowed(LIFECYCLE_SECTION),
-            data: Cow::Borrowed(manifest.as_bytes()),
-        }
-        .append_to_component(&mut component);
-    }
-    if let Some(cases) = cases {
-        CustomSection {
-            name: Cow::Borrowed(CASES_SECTION),
-            data: Cow::Borrowed(cases),
-        }
-        .append_to_component(&mut component);
-    }
-    component
-}
-
-/// Wraps a core module built with `wit-bindgen` into a component.
-pub fn componentize(core_module: &[u8]) -> Result<Vec<u8>> {
-    wit_component::ComponentEncoder::default()
-        .module(core_module)?
-        .validate(true)
-        .encode()
-}
-
-/// Adds a rustup target if it is not installed yet. Without rustup (a distro
-/// toolchain) the build itself will say what is missing.
-pub fn ensure_target(target: &str) -> Result<()> {
-    let installed = match Command::new("rustup")
-        .args(["target", "list", "--installed"])
-        .output()
-    {
-        Ok(out) if out.status.success() => String::from_utf8_lossy(&out.stdout).into_owned(),
-        _ => return Ok(()),
+/// Builds the policy project at `path` (its directory or its manifest)
+/// into `<out_dir>/<name>.wasm`. Without `out_dir`: a Rust crate's goes to
+/// `policies/` of its target directory, a JavaScript or Python project's to
+/// its `dist/`. The toolchains a JavaScript or Python build needs are taken
+/// from `toolchains`, installed there first when missing.
+pub fn build_project(
+    path: &Path,
+    out_dir: Option<&Path>,
+    toolchains: &Toolchains,
+) -> Result<(Language, BuiltGuest)> {
+    let (language, manifest) = find_project(path)?;
+    let dist = |dir: &Path| {
+        out_dir
+            .map(Path::to_path_buf)
+            .unwrap_or_else(|| dir.join("dist"))
     };
-    if installed.lines().any(|l| l.trim() == target) {
-        return Ok(());
-    }
-    let status = Command::new("rustup")
-        .args(["target", "add", target])
-        .status()
-        .context("cannot run rustup")?;
-    if !status.success() {
-        bail!("`rustup target add {target}` failed ({status})");
-    }
-    Ok(())
-}
-
-/// A nested cargo inherits the outer build's environment; flags and jobserver
-/// settings meant for the native build must not leak into the wasm build.
-fn scrub_cargo_env(cmd: &mut Command) {
-    for (key, _) in std::env::vars_os() {
-        let Some(key) = key.to_str() else { continue };
-        let keep = matches!(
-            key,
-            "CARGO_HOME" | "CARGO_NET_OFFLINE" | "CARGO_REGISTRIES_CRATES_IO_PROTOCOL"
-        );
-        let leaks = (key.starts_with("CARGO_") && !keep)
-            || matches!(
-                key,
-                "RUSTFLAGS"
-                    | "RUSTC"
-                    | "RUSTC_WRAPPER"
-                    | "RUSTC_WORKSPACE_WRAPPER"
-                    | "RUSTDOCFLAGS"
-            )
-            || matches!(
-                key,
-                "MAKEFLAGS"
-                    | "MFLAGS"
-                    | "OUT_DIR"
-                    | "TARGET"
-                    | "HOST"
-                    | "PROFILE"
-                    | "OPT_LEVEL"
-                    | "DEBUG"
-                    | "NUM_JOBS"
-            );
-        if leaks {
-            cmd.env_remove(key);
+    let built = match language {
+        Language::Rust => build_crate(&manifest, out_dir)?,
+        Language::JavaScript => {
+            let project = javascript::JsProject::read(&manifest)?;
+            let tools = toolchains.javascript()?;
+            project.build(&tools, &dist(&project.dir))?
         }
+        Language::Python => {
+            let project = python::PyProject::read(&manifest)?;
+            let componentize_py = toolchains.python()?;
+            project.build(&componentize_py, &dist(&project.dir))?
+        }
+    };
+    Ok((language, built))
+}
+
+/// `cases.json` in `dir`, when there is one.
+pub(crate) fn read_cases(dir: &Path) -> Result<Option<Vec<u8>>> {
+    let path = dir.join("cases.json");
+    match std::fs::read(&path) {
+        Ok(bytes) => Ok(Some(bytes)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e).with_context(|| format!("cannot read {}", path.display())),
     }
 }
 
-fn write_if_changed(path: &Path, bytes: &[u8]) -> Result<()> {
-    if std::fs::read(path).ok().as_deref() == Some(bytes) {
-        return Ok(());
-    }
-    std::fs::write(path, bytes).with_context(|| format!("cannot write {}", path.display()))
+fn absolute(path: &Path) -> Result<PathBuf> {
+    path.canonicalize()
+        .with_context(|| format!("cannot resolve {}", path.display()))
 }

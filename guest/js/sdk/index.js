@@ -17,3 +17,4 @@ export { PolicyError, ErrorCode } from './errors.js';
 export { Derivation, DAY, HOUR, MINUTE } from './derivation.js';
 export { Decision, RecordState, Trigger, rejection } from './decision.js';
 export { canonicalDecimal, DecimalError, MAX_DECIMAL_LEN } from './decimal.js';
+export { utf8Length } from './utf8.js';

@@ -15,7 +15,7 @@ from idem_policy import Decision, Derivation, Policy, PolicyInfo
 from idem_policy._host import cases_file
 from idem_policy.cases import load_policy, main, run_cases
 
-# Where build-policy.sh put the components (see guest/python/README.md).
+# Where `idem build … --out DIR` put the components (see guest/python/README.md).
 COMPONENTS = Path(os.environ.get("IDEM_PY_COMPONENTS", "/var/tmp/idem-python-build"))
 
 
@@ -126,7 +126,7 @@ class RustCasesInTheComponent(unittest.TestCase):
             wasm = COMPONENTS / f"{name}.wasm"
             with self.subTest(policy=name):
                 if not wasm.is_file():
-                    self.skipTest(f"{wasm} not built (guest/python/sdk/build-policy.sh)")
+                    self.skipTest(f"{wasm} not built (idem build guest/python/policies/{name} --out {COMPONENTS})")
                 report = report_of(component_policy.component_policy(str(wasm)), _paths.rust_cases(name))
                 self.assertEqual([f"{r.name}: {r.detail}" for r in report.results if not r.passed], [])
 

@@ -54,9 +54,9 @@ struct Cli {
 #[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 enum Command {
-    /// Write a new policy crate and its cases file from a template.
+    /// Write a new policy project (Rust, JavaScript or Python) and its cases file from a template.
     New(subcommand::new::NewArgs),
-    /// Build a policy crate into a component (.wasm).
+    /// Build a policy project (Rust, JavaScript or Python) into a component (.wasm).
     Build(subcommand::build::BuildArgs),
     /// Derive the key, fingerprint and partition of one operation.
     Key(subcommand::key::KeyArgs),

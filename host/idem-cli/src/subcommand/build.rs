@@ -1,37 +1,96 @@
-//! `idem build`: a policy crate to a component, from any directory, with
-//! nothing but this binary and rustup (the wasm target is added when
-//! missing). The same code builds the example policies
-//! (`idem_guest_build`).
+//! `idem build`: a policy project to a component, from any directory, in
+//! Rust (`Cargo.toml`), JavaScript (`package.json`) or Python
+//! (`pyproject.toml`), with nothing but this binary and the language's own
+//! runtime: the wasm target, componentize-js or componentize-py is
+//! installed on first use (`idem_guest_build`). The component is then
+//! loaded here as any host would load it, so what this command prints is a
+//! policy the host accepts, already compiled into the cache.
 
 use std::path::PathBuf;
+use std::time::Instant;
 
 use clap::Args;
+use idem::policy::default_cache_dir;
+use idem_guest_build::{Language, Toolchains, find_project};
 
 use crate::exit::{Failure, SUCCESS};
+use crate::policy_args::RuntimeArgs;
 
 /// `idem build`'s flags.
 #[derive(Args, Debug)]
 pub struct BuildArgs {
-    /// The policy crate: its directory or its Cargo.toml.
+    /// The policy project: its directory, or its Cargo.toml, package.json
+    /// or pyproject.toml.
     #[arg(value_name = "PATH", default_value = ".")]
     pub path: PathBuf,
-    /// Where the component goes [default: `policies/` in the crate's
-    /// target directory].
+    /// Where the component goes [default: `policies/` in a crate's target
+    /// directory; `dist/` of a JavaScript or Python project].
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
+    /// Do not load the component in the host afterwards (nor compile it
+    /// into the cache).
+    #[arg(long)]
+    pub no_check: bool,
+    #[command(flatten)]
+    pub runtime: RuntimeArgs,
 }
 
 /// Runs `idem build`: prints the component's path on stdout.
 pub fn run(args: BuildArgs) -> Result<u8, Failure> {
-    // The first build of a crate compiles its dependencies for wasm, a
-    // minute or two: say so, and let cargo's progress show beneath.
+    let cannot =
+        |e: anyhow::Error| Failure::input(format!("cannot build {}: {e:#}", args.path.display()));
+    let (language, _) = find_project(&args.path).map_err(cannot)?;
+    // A first build installs or compiles a toolchain, a minute or two: say
+    // so, and let the tool's own progress show beneath.
     eprintln!(
-        "idem: building {} for {} (release, size-optimised; a first build compiles the SDK's dependencies, cargo's progress follows)",
+        "idem: building {} ({})",
         args.path.display(),
-        idem_guest_build::GUEST_TARGET
+        what_happens(language)
     );
-    let built = idem_guest_build::build_crate(&args.path, args.out.as_deref())
-        .map_err(|e| Failure::input(format!("cannot build {}: {e:#}", args.path.display())))?;
+    let toolchains = Toolchains::from_env(default_cache_dir().as_deref()).map_err(cannot)?;
+    let (_, built) = idem_guest_build::build_project(&args.path, args.out.as_deref(), &toolchains)
+        .map_err(cannot)?;
+    if !args.no_check {
+        let started = Instant::now();
+        let policy = args
+            .runtime
+            .runtime()?
+            .load(&built.component)
+            .map_err(|e| {
+                Failure::input(format!("the host refuses what was built: {}", e.message))
+            })?;
+        let bytes = std::fs::metadata(&built.component)
+            .map(|m| m.len())
+            .unwrap_or(0);
+        let info = policy.info();
+        eprintln!(
+            "idem: {} {} ({}, {:.1} MB) loads in this host; ready in {:.1} s",
+            info.name,
+            info.version,
+            policy.digest(),
+            bytes as f64 / 1e6,
+            started.elapsed().as_secs_f64()
+        );
+    }
     println!("{}", built.component.display());
     Ok(SUCCESS)
+}
+
+/// What the build runs, in a few words.
+fn what_happens(language: Language) -> String {
+    match language {
+        Language::Rust => format!(
+            "Rust, for {}, release, size-optimised; a first build compiles the SDK's dependencies, cargo's progress follows",
+            idem_guest_build::GUEST_TARGET
+        ),
+        Language::JavaScript => format!(
+            "JavaScript: esbuild {}, then componentize-js {}; 10 to 50 s",
+            idem_guest_build::toolchain::ESBUILD,
+            idem_guest_build::toolchain::COMPONENTIZE_JS
+        ),
+        Language::Python => format!(
+            "Python: componentize-py {}; about 30 s",
+            idem_guest_build::toolchain::COMPONENTIZE_PY
+        ),
+    }
 }

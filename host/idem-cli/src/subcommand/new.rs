@@ -1,12 +1,15 @@
-//! `idem new`: a policy crate and its cases file, from a template embedded
-//! in the binary, ready for `idem build` and `idem test`.
+//! `idem new`: a policy project and its cases file, in Rust, JavaScript or
+//! Python, from a template embedded in the binary, ready for `idem build`,
+//! `idem test` and the language's own test runner.
 //!
-//! The crate depends on the idem-policy SDK by path. Which SDK: `--sdk DIR`,
-//! else `$IDEM_SDK`, else the `guest/sdk` of the source tree this binary was
-//! built from, when it is still there. A path, not a copy: the SDK is one
-//! crate per idem checkout (it brings the contract's WIT with it), so a
-//! policy builds against exactly the contract the host it was built beside
-//! speaks, and an SDK fix reaches every policy on its next build.
+//! The project depends on its language's SDK by path (a Cargo path
+//! dependency, an npm `file:` dependency, a PEP 508 `file://` URL). Which
+//! SDK: `--sdk DIR` (the idem checkout, or the language's SDK directory in
+//! it), else `$IDEM_SDK`, else the source tree this binary was built from,
+//! when it is still there. A path, not a copy: the SDK is one per idem
+//! checkout, so a policy builds against exactly the contract the host it
+//! was built beside speaks, and an SDK fix reaches every policy on its next
+//! build.
 
 use std::path::{Path, PathBuf};
 
@@ -17,17 +20,46 @@ use crate::exit::{Failure, SUCCESS};
 /// `idem new`'s flags.
 #[derive(Args, Debug)]
 pub struct NewArgs {
-    /// The crate's directory; its last component is the package and policy
-    /// name (lower-case letters, digits and `-`, starting with a letter).
+    /// The project's directory; its last component is the package and
+    /// policy name (lower-case letters, digits and `-`, starting with a
+    /// letter).
     #[arg(value_name = "NAME")]
     pub path: PathBuf,
     /// What the policy deduplicates.
     #[arg(long, value_enum, default_value_t = Kind::Charge)]
     pub kind: Kind,
-    /// The idem-policy SDK's directory (`guest/sdk` of an idem checkout)
-    /// [default: $IDEM_SDK, else the tree this idem was built from].
+    /// The language it is written in.
+    #[arg(long, value_enum, default_value_t = Lang::Rust)]
+    pub lang: Lang,
+    /// The SDK: an idem checkout, or its `guest/sdk`, `guest/js/sdk` or
+    /// `guest/python/sdk` [default: $IDEM_SDK, else the tree this idem was
+    /// built from].
     #[arg(long, value_name = "DIR")]
     pub sdk: Option<PathBuf>,
+}
+
+/// The languages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Lang {
+    /// A crate using the `idem-policy` SDK; `cargo test` runs its cases.
+    Rust,
+    /// A package using `@idem/policy` (Node.js 20 or later); `npm test`
+    /// runs its cases.
+    Js,
+    /// A project using `idem_policy` (Python 3.11 or later); `python3 -m
+    /// idem_policy.cases` runs its cases.
+    Python,
+}
+
+impl Lang {
+    /// The SDK's directory in an idem checkout, and a file only it has.
+    fn sdk_in_checkout(self) -> (&'static str, &'static str) {
+        match self {
+            Lang::Rust => ("guest/sdk", "Cargo.toml"),
+            Lang::Js => ("guest/js/sdk", "index.js"),
+            Lang::Python => ("guest/python/sdk", "idem_policy/__init__.py"),
+        }
+    }
 }
 
 /// The templates.
@@ -41,15 +73,65 @@ pub enum Kind {
     Http,
 }
 
-const CARGO_TOML: &str = include_str!("../../templates/common/Cargo.toml");
-const GITIGNORE: &str = include_str!("../../templates/common/gitignore");
-const CHARGE_LIB: &str = include_str!("../../templates/charge/lib.rs");
-const CHARGE_CASES: &str = include_str!("../../templates/charge/cases.json");
-const HTTP_LIB: &str = include_str!("../../templates/http/lib.rs");
-const HTTP_CASES: &str = include_str!("../../templates/http/cases.json");
+const CASES_CHARGE: &str = include_str!("../../templates/cases/charge.json");
+const CASES_HTTP: &str = include_str!("../../templates/cases/http.json");
 
-/// The SDK of the tree this binary was built from.
-const BUILT_FROM_SDK: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../guest/sdk");
+/// A template: a file's path in the new project and its text.
+type Template = (&'static str, &'static str);
+
+/// The files of a project in `lang` for `kind` (the cases file aside).
+fn templates(lang: Lang, kind: Kind) -> [Template; 3] {
+    match (lang, kind) {
+        (Lang::Rust, kind) => [
+            (
+                "Cargo.toml",
+                include_str!("../../templates/rust/Cargo.toml"),
+            ),
+            (".gitignore", include_str!("../../templates/rust/gitignore")),
+            (
+                "src/lib.rs",
+                match kind {
+                    Kind::Charge => include_str!("../../templates/rust/charge.rs"),
+                    Kind::Http => include_str!("../../templates/rust/http.rs"),
+                },
+            ),
+        ],
+        (Lang::Js, kind) => [
+            (
+                "package.json",
+                include_str!("../../templates/js/package.json"),
+            ),
+            (".gitignore", include_str!("../../templates/js/gitignore")),
+            (
+                "policy.js",
+                match kind {
+                    Kind::Charge => include_str!("../../templates/js/charge.js"),
+                    Kind::Http => include_str!("../../templates/js/http.js"),
+                },
+            ),
+        ],
+        (Lang::Python, kind) => [
+            (
+                "pyproject.toml",
+                include_str!("../../templates/python/pyproject.toml"),
+            ),
+            (
+                ".gitignore",
+                include_str!("../../templates/python/gitignore"),
+            ),
+            (
+                "app.py",
+                match kind {
+                    Kind::Charge => include_str!("../../templates/python/charge.py"),
+                    Kind::Http => include_str!("../../templates/python/http.py"),
+                },
+            ),
+        ],
+    }
+}
+
+/// The tree this binary was built from.
+const BUILT_FROM: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
 
 /// Runs `idem new`.
 pub fn run(args: NewArgs) -> Result<u8, Failure> {
@@ -60,23 +142,30 @@ pub fn run(args: NewArgs) -> Result<u8, Failure> {
             args.path.display()
         )));
     }
-    let sdk = find_sdk(args.sdk.as_deref())?;
-    let (lib, cases) = match args.kind {
-        Kind::Charge => (CHARGE_LIB, CHARGE_CASES),
-        Kind::Http => (HTTP_LIB, HTTP_CASES),
+    let sdk = find_sdk(args.lang, args.sdk.as_deref())?;
+    let cases = match args.kind {
+        Kind::Charge => CASES_CHARGE,
+        Kind::Http => CASES_HTTP,
+    };
+    let sdk_text = sdk.display().to_string();
+    let sdk_text = match args.lang {
+        Lang::Rust => toml_string_body(&sdk_text),
+        Lang::Js => json_string_body(&sdk_text),
+        // Inside a file:// URL in a TOML string: a space or quote would need
+        // escaping twice over; refuse rather than guess.
+        Lang::Python => url_path(&sdk_text)?,
     };
     let fill = |template: &str| {
         template
             .replace("{{name}}", &name)
             .replace("{{Type}}", &type_name(&name))
-            .replace("{{sdk}}", &toml_string_body(&sdk.display().to_string()))
+            .replace("{{sdk}}", &sdk_text)
     };
-    let files = [
-        ("Cargo.toml", fill(CARGO_TOML)),
-        ("src/lib.rs", fill(lib)),
-        ("cases.json", fill(cases)),
-        (".gitignore", GITIGNORE.to_string()),
-    ];
+    let mut files: Vec<(&str, String)> = templates(args.lang, args.kind)
+        .iter()
+        .map(|(file, text)| (*file, fill(text)))
+        .collect();
+    files.push(("cases.json", fill(cases)));
     for (file, text) in &files {
         let path = args.path.join(file);
         if let Some(dir) = path.parent() {
@@ -87,12 +176,43 @@ pub fn run(args: NewArgs) -> Result<u8, Failure> {
             .map_err(|e| Failure::input(format!("cannot write {}: {e}", path.display())))?;
     }
     let dir = args.path.display();
-    println!("created policy `{name}` in {dir} (SDK: {})", sdk.display());
+    println!(
+        "created policy `{name}` in {dir} ({}; SDK: {})",
+        lang_name(args.lang),
+        sdk.display()
+    );
     println!("next:");
-    println!("  idem build {dir}");
-    println!("  idem test --policy <the .wasm idem build printed> {dir}/cases.json");
-    println!("  cargo test --manifest-path {dir}/Cargo.toml   # the same cases, natively");
+    match args.lang {
+        Lang::Rust => {
+            println!("  idem build {dir}");
+            println!("  idem test --policy <the .wasm idem build printed> {dir}/cases.json");
+            println!("  cargo test --manifest-path {dir}/Cargo.toml   # the same cases, natively");
+        }
+        Lang::Js => {
+            println!(
+                "  cd {dir} && npm install && npm test   # links the SDK; the cases, natively"
+            );
+            println!("  idem build {dir}");
+            println!("  idem test --policy {dir}/dist/{name}.wasm {dir}/cases.json");
+        }
+        Lang::Python => {
+            println!(
+                "  PYTHONPATH={} python3 -m idem_policy.cases {dir} {dir}/cases.json   # the cases, natively",
+                sdk.display()
+            );
+            println!("  idem build {dir}");
+            println!("  idem test --policy {dir}/dist/{name}.wasm {dir}/cases.json");
+        }
+    }
     Ok(SUCCESS)
+}
+
+fn lang_name(lang: Lang) -> &'static str {
+    match lang {
+        Lang::Rust => "Rust",
+        Lang::Js => "JavaScript",
+        Lang::Python => "Python",
+    }
 }
 
 /// The package name: the path's last component, as cargo and the policy's
@@ -130,34 +250,69 @@ fn type_name(name: &str) -> String {
 }
 
 /// The SDK directory: `--sdk`, `$IDEM_SDK`, or the tree this binary was
-/// built from, made absolute (the crate may be built from anywhere).
-fn find_sdk(flag: Option<&Path>) -> Result<PathBuf, Failure> {
+/// built from, made absolute (the project may be built from anywhere). A
+/// checkout's root stands for its SDK in `lang`.
+fn find_sdk(lang: Lang, flag: Option<&Path>) -> Result<PathBuf, Failure> {
+    let (sdk_dir, marker) = lang.sdk_in_checkout();
     let (dir, from) = match (flag, std::env::var_os("IDEM_SDK")) {
         (Some(dir), _) => (dir.to_path_buf(), "--sdk"),
         (None, Some(dir)) => (PathBuf::from(dir), "$IDEM_SDK"),
         (None, None) => {
-            let built_from = PathBuf::from(BUILT_FROM_SDK);
-            if !built_from.join("Cargo.toml").is_file() {
+            let built_from = Path::new(BUILT_FROM).join(sdk_dir);
+            if !built_from.join(marker).is_file() {
                 return Err(Failure::input(format!(
-                    "cannot find the idem-policy SDK: this idem was built from {}, which is gone; pass --sdk DIR or set IDEM_SDK to the guest/sdk directory of an idem checkout",
+                    "cannot find the {} SDK: this idem was built from {}, which is gone; pass --sdk DIR or set IDEM_SDK to an idem checkout",
+                    lang_name(lang),
                     built_from.display()
                 )));
             }
             (built_from, "the tree idem was built from")
         }
     };
-    let manifest = dir.join("Cargo.toml");
-    let is_sdk = std::fs::read_to_string(&manifest)
-        .map(|t| t.contains("name = \"idem-policy\""))
-        .unwrap_or(false);
+    // The checkout's root, or the SDK itself.
+    let dir = if dir.join(sdk_dir).join(marker).is_file() {
+        dir.join(sdk_dir)
+    } else {
+        dir
+    };
+    let is_sdk = match lang {
+        Lang::Rust => std::fs::read_to_string(dir.join(marker))
+            .map(|t| t.contains("name = \"idem-policy\""))
+            .unwrap_or(false),
+        Lang::Js => std::fs::read_to_string(dir.join("package.json"))
+            .map(|t| t.contains("\"name\": \"@idem/policy\""))
+            .unwrap_or(false),
+        Lang::Python => dir.join(marker).is_file(),
+    };
     if !is_sdk {
         return Err(Failure::input(format!(
-            "{} (from {from}) is not the idem-policy SDK: it should be the guest/sdk directory of an idem checkout",
-            dir.display()
+            "{} (from {from}) is not the {} SDK: it should be an idem checkout or its {sdk_dir} directory",
+            dir.display(),
+            lang_name(lang)
         )));
     }
     dir.canonicalize()
         .map_err(|e| Failure::input(format!("cannot resolve {}: {e}", dir.display())))
+}
+
+/// `text` as the inside of a JSON string.
+fn json_string_body(text: &str) -> String {
+    let quoted = serde_json::to_string(text).unwrap_or_default();
+    quoted[1..quoted.len() - 1].to_string()
+}
+
+/// An absolute path as the path of a `file://` URL, refused when it would
+/// need escaping.
+fn url_path(path: &str) -> Result<String, Failure> {
+    let plain = path
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b"/-_.~+@".contains(&b));
+    if !plain {
+        return Err(Failure::input(format!(
+            "the SDK's path {path} holds characters a file:// URL would have to escape; move the checkout, or pass --sdk with a plain path"
+        )));
+    }
+    Ok(path.to_string())
 }
 
 /// `text` as the inside of a TOML basic string.
@@ -183,12 +338,28 @@ mod tests {
 
     #[test]
     fn templates_have_no_unfilled_placeholders_after_filling() {
-        for t in [CARGO_TOML, CHARGE_LIB, CHARGE_CASES, HTTP_LIB, HTTP_CASES] {
-            let filled = t
-                .replace("{{name}}", "x")
-                .replace("{{Type}}", "X")
-                .replace("{{sdk}}", "/sdk");
-            assert!(!filled.contains("{{"), "{filled}");
+        for lang in [Lang::Rust, Lang::Js, Lang::Python] {
+            for kind in [Kind::Charge, Kind::Http] {
+                let all = templates(lang, kind).map(|(_, t)| t);
+                for t in all.iter().chain([&CASES_CHARGE, &CASES_HTTP]) {
+                    let filled = t
+                        .replace("{{name}}", "x")
+                        .replace("{{Type}}", "X")
+                        .replace("{{sdk}}", "/sdk");
+                    assert!(!filled.contains("{{"), "{filled}");
+                }
+            }
         }
+    }
+
+    #[test]
+    fn paths_in_manifests() {
+        assert_eq!(json_string_body(r#"/a "b"\c"#), r#"/a \"b\"\\c"#);
+        assert_eq!(
+            url_path("/work/idem/guest/python/sdk").ok().as_deref(),
+            Some("/work/idem/guest/python/sdk")
+        );
+        assert!(url_path("/my checkout/sdk").is_err());
+        assert!(url_path("/a%20b").is_err());
     }
 }

@@ -1,16 +1,16 @@
 //! The second read of a job's operations, on a blocking thread: each
-//! operation this worker runs is derived again, checked against the first
-//! read ([`super::plan`]) and handed to the dispatcher through a bounded
-//! channel, so no more than a channel's worth is ever held.
+//! operation this worker runs is checked against the first read
+//! ([`super::plan`]) and handed to the dispatcher with the derivation the
+//! first read made, through a bounded channel, so no more than a channel's
+//! worth is ever held. The policy is not called again.
 
 use std::sync::Arc;
 
 use idem_core::{KeyedDerivation, Operation};
 use tokio::sync::mpsc;
 
-use super::plan::{Plan, check_of};
+use super::plan::Plan;
 use super::source::{OperationSource, SourceItem};
-use crate::engine::Engine;
 
 /// What the dispatcher is fed: an operation and its derivation.
 pub(crate) type Fed = (Operation, KeyedDerivation);
@@ -26,22 +26,16 @@ pub(crate) struct FeedEnd {
 /// Starts the second read; it ends when every planned operation was sent,
 /// the dispatcher hung up, or the source no longer matches the plan.
 pub(crate) fn start(
-    engine: Engine,
     source: Arc<dyn OperationSource>,
     plan: Plan,
     capacity: usize,
 ) -> (mpsc::Receiver<Fed>, tokio::task::JoinHandle<FeedEnd>) {
     let (tx, rx) = mpsc::channel(capacity.max(1));
-    let handle = tokio::task::spawn_blocking(move || feed(&engine, &*source, &plan, &tx));
+    let handle = tokio::task::spawn_blocking(move || feed(&*source, &plan, &tx));
     (rx, handle)
 }
 
-fn feed(
-    engine: &Engine,
-    source: &dyn OperationSource,
-    plan: &Plan,
-    tx: &mpsc::Sender<Fed>,
-) -> FeedEnd {
+fn feed(source: &dyn OperationSource, plan: &Plan, tx: &mpsc::Sender<Fed>) -> FeedEnd {
     let planned = plan.to_run() as u64;
     let mut sent: u64 = 0;
     let stop = |sent: u64, why: String| FeedEnd {
@@ -75,13 +69,9 @@ fn feed(
             Ok(op) => op,
             Err(e) => return stop(sent, changed(&e.error)),
         };
-        let keyed = match engine.derive(&op) {
-            Ok(keyed) => keyed,
-            Err(e) => return stop(sent, changed(&e.to_string())),
-        };
-        if plan.check(sent as usize) != Some(check_of(&keyed)) {
+        let Some(keyed) = plan.derivation(sent as usize, &op) else {
             return stop(sent, changed("a different operation"));
-        }
+        };
         if tx.blocking_send((op, keyed)).is_err() {
             // The dispatcher stopped taking operations; it knows why.
             return FeedEnd::default();

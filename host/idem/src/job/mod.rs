@@ -7,14 +7,15 @@
 //! 1. reads every operation from its [`OperationSource`] and derives its
 //!    key (a refusal stops the run before it changes anything:
 //!    [`JobError::Derive`]; or, with [`JobOptions::skip_invalid`], the
-//!    entry is reported and skipped), keeping a few bytes per operation;
+//!    entry is reported and skipped), keeping its derivation;
 //! 2. takes the job lease when asked ([`JobLeaseOptions`]; another live
 //!    run holding it stops this one: [`JobError::JobLeaseHeld`]) and
 //!    renews it while the run goes on;
 //! 3. with [`Ownership`], registers the membership, keeps the operations
 //!    this worker owns, and makes every claim carry the ownership epoch;
-//! 4. reads the operations again (each derived again and checked against
-//!    the first read), claims those that can start now (free concurrency
+//! 4. reads the operations again (each checked against the first read,
+//!    whose derivation it takes: the policy is called once per operation),
+//!    claims those that can start now (free concurrency
 //!    slots, up to the claim batch) in one store call, runs each one's
 //!    [`Effect`] in a task of its own while heartbeating its claim, and records the ends
 //!    in batches (every end that arrived while the previous store call was
@@ -27,8 +28,9 @@
 //!    live run holds and reports how they ended;
 //! 6. releases the job lease and returns the [`Summary`].
 //!
-//! Memory: between the two reads the runner keeps about nine bytes per
-//! operation, and while it runs, only the operations in flight and a
+//! Memory: between the two reads the runner keeps about 150 bytes per
+//! operation it runs (its derivation) and one bit per other one, and while
+//! it runs, only the operations in flight and a
 //! bounded queue of the next ones; a job of millions of operations from a
 //! file ([`OperationSource`]) runs in constant memory.
 //!
@@ -206,7 +208,8 @@ impl JobRunner {
     }
 
     /// [`JobRunner::run`] over operations read from `source` (twice: see
-    /// the [module](self)), holding a few bytes per operation.
+    /// the [module](self)), holding each operation's derivation, never the
+    /// operation.
     pub async fn run_source<S: OperationSource, E: Effect>(
         &self,
         source: S,
@@ -264,7 +267,7 @@ impl JobRunner {
         // Enough queued for two full claim batches: the next batch is
         // ready when a slot frees, and no more is held.
         let queue = 2 * limits.claim_batch.min(limits.concurrency);
-        let (fed, feeder) = feed::start(engine.clone(), source, plan, queue);
+        let (fed, feeder) = feed::start(source, plan, queue);
         let engine = Arc::new(engine);
         let (mut ran, taken) = dispatch::run_all(
             engine.clone(),

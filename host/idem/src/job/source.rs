@@ -1,8 +1,9 @@
 //! Where a job's operations come from. The runner reads them twice: once
 //! to check and derive every one (bad input stops the run, or is skipped,
 //! before anything is claimed), once to run them. Between the two it keeps
-//! a few bytes per operation ([`super::plan`]), never the operations, so a
-//! job of ten million operations runs in the memory of a few thousand.
+//! each operation's derivation, about 150 bytes ([`super::plan`]), never
+//! the operations, so a job of a million operations holds about 150 MB
+//! whatever the size of the operations.
 
 use std::sync::Arc;
 

@@ -23,7 +23,8 @@ pub struct Limits {
     pub deadline: Duration,
     /// Limits on the operations handed to a policy.
     pub operation: OperationLimits,
-    /// Largest policy component accepted, in bytes.
+    /// Largest policy component accepted, in bytes. The default takes a
+    /// Python policy (CPython inside: about 19 MB) with room to spare.
     pub max_component_bytes: usize,
 }
 
@@ -35,7 +36,7 @@ impl Default for Limits {
             table_elements: 10_000,
             deadline: Duration::from_secs(1),
             operation: OperationLimits::default(),
-            max_component_bytes: 16 << 20,
+            max_component_bytes: 32 << 20,
         }
     }
 }

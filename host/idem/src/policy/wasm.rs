@@ -16,6 +16,9 @@ pub(crate) const EPOCH_TICK: Duration = Duration::from_millis(5);
 
 /// Bytes of a slot's memory zeroed in place on reuse instead of decommitted.
 const KEEP_RESIDENT: usize = 1 << 20;
+/// Core instances one policy may have: a Rust or JavaScript policy has one,
+/// a Python policy 38.
+const MAX_CORE_INSTANCES: u32 = 64;
 /// Slots decommitted together (one TLB flush for many instances).
 const DECOMMIT_BATCH: usize = 16;
 
@@ -44,11 +47,14 @@ pub(crate) fn build_engine(config: &RuntimeConfig) -> Result<Engine, LoadError> 
     // beside the live ones, and an admitted evaluation always instantiates.
     let n = config.max_concurrent_evaluations.max(1) + DECOMMIT_BATCH as u32;
     let mut pool = PoolingAllocationConfig::new();
+    // A Python policy (componentize-py) links CPython from 38 core modules,
+    // each a core instance; their VM contexts are allocated per instance,
+    // so a generous count costs nothing until used.
     pool.total_component_instances(n)
-        .total_core_instances(n * 4)
+        .total_core_instances(n * MAX_CORE_INSTANCES)
         .total_memories(n * 2)
         .total_tables(n * 4)
-        .max_core_instances_per_component(8)
+        .max_core_instances_per_component(MAX_CORE_INSTANCES)
         .max_memories_per_component(2)
         .max_tables_per_component(4)
         .max_memory_size(config.limits.memory_bytes)

@@ -1,0 +1,209 @@
+//! Python policies: a `pyproject.toml` project whose module `app.py` binds
+//! `Policy = idem_policy.export(...)`. componentize-py turns it into a
+//! component with `--stub-wasi`: every WASI import becomes a stub that
+//! traps, so the component imports nothing.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, Result, bail};
+
+use crate::sections::{add_sections, write_if_changed};
+use crate::toolchain::run;
+use crate::{BuiltGuest, POLICY_WIT, WORLD};
+
+/// The policy's module: componentize-py's `app`.
+pub const APP_MODULE: &str = "app";
+
+/// The SDK's distribution name, as a project depends on it.
+pub const SDK_DISTRIBUTION: &str = "idem-policy";
+
+/// The SDK of the source tree this crate was built from, for a project that
+/// names no other.
+const BUILT_FROM_SDK: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../python/sdk");
+
+/// The SDK's modules that stay out of a component: the native cases runner
+/// and its replica of the host.
+const NATIVE_ONLY: &[&str] = &["cases.py", "_host"];
+
+/// A Python policy project on disk.
+#[derive(Debug, Clone)]
+pub struct PyProject {
+    /// Its directory.
+    pub dir: PathBuf,
+    /// `[project] name`: the component is `<name>.wasm`.
+    pub name: String,
+    /// The directory holding the `idem_policy` package: the `file://` URL
+    /// of the project's `idem-policy @ file:///…` dependency, else the SDK
+    /// of the tree idem was built from.
+    pub sdk: PathBuf,
+    /// `[tool.idem]` (the lifecycle manifest), as JSON text.
+    pub lifecycle: Option<String>,
+    /// `cases.json` beside `pyproject.toml`: the golden vectors.
+    pub cases: Option<Vec<u8>>,
+}
+
+impl PyProject {
+    /// Reads the project whose `pyproject.toml` is `manifest`.
+    pub fn read(manifest: &Path) -> Result<Self> {
+        let dir = manifest
+            .parent()
+            .context("pyproject.toml has no directory")?
+            .to_path_buf();
+        let text = std::fs::read_to_string(manifest)
+            .with_context(|| format!("cannot read {}", manifest.display()))?;
+        let toml: toml::Table = text
+            .parse()
+            .with_context(|| format!("{} is not TOML", manifest.display()))?;
+        let project = toml.get("project").and_then(toml::Value::as_table);
+        let name = project
+            .and_then(|p| p.get("name"))
+            .and_then(toml::Value::as_str)
+            .with_context(|| format!("{} has no [project] name", manifest.display()))?
+            .to_string();
+        if !dir.join(format!("{APP_MODULE}.py")).is_file() {
+            bail!(
+                "{} has no {APP_MODULE}.py: a Python policy's module is {APP_MODULE}.py, ending `Policy = export(YourPolicy)`",
+                dir.display()
+            );
+        }
+        let dependencies: Vec<&str> = project
+            .and_then(|p| p.get("dependencies"))
+            .and_then(toml::Value::as_array)
+            .map(|deps| deps.iter().filter_map(toml::Value::as_str).collect())
+            .unwrap_or_default();
+        let sdk = sdk_dir(&dependencies, manifest)?;
+        let lifecycle = match toml.get("tool").and_then(|t| t.get("idem")) {
+            None => None,
+            Some(value) => Some(
+                serde_json::to_string(value)
+                    .with_context(|| format!("[tool.idem] of {}", manifest.display()))?,
+            ),
+        };
+        Ok(PyProject {
+            cases: crate::read_cases(&dir)?,
+            dir,
+            name,
+            sdk,
+            lifecycle,
+        })
+    }
+
+    /// Builds `<out_dir>/<name>.wasm` with `componentize_py`.
+    pub fn build(&self, componentize_py: &Path, out_dir: &Path) -> Result<BuiltGuest> {
+        // componentize-py writes `__pycache__` beside every module it
+        // pre-initialises, and takes whatever is on its path: give it a copy
+        // of exactly the policy's sources and the SDK's policy-side modules.
+        let scratch = tempfile::Builder::new()
+            .prefix("idem-build-py-")
+            .tempdir()
+            .context("cannot make a scratch directory")?;
+        let wit = scratch.path().join("policy.wit");
+        std::fs::write(&wit, POLICY_WIT).context("cannot write the contract")?;
+        let app = scratch.path().join("app");
+        copy_sources(&self.dir, &app, &[])?;
+        let sdk = scratch.path().join("sdk");
+        copy_sources(
+            &self.sdk.join("idem_policy"),
+            &sdk.join("idem_policy"),
+            NATIVE_ONLY,
+        )?;
+        let component = scratch.path().join("policy.wasm");
+        let mut componentize = Command::new(componentize_py);
+        componentize
+            .current_dir(scratch.path())
+            // A virtual environment's site-packages would join the path.
+            .env_remove("VIRTUAL_ENV")
+            .env_remove("PYTHONPATH")
+            .arg("-q")
+            .arg("-d")
+            .arg(&wit)
+            .args(["-w", WORLD, "componentize", "--stub-wasi"])
+            .arg("-p")
+            .arg(&app)
+            .arg("-p")
+            .arg(&sdk)
+            .arg(APP_MODULE)
+            .arg("-o")
+            .arg(&component);
+        run(&mut componentize, "componentize-py")
+            .context("app.py must bind `Policy = export(YourPolicy)` and import only the standard library and idem_policy")?;
+        let bytes = std::fs::read(&component)
+            .with_context(|| format!("cannot read {}", component.display()))?;
+        let bytes = add_sections(bytes, self.lifecycle.as_deref(), self.cases.as_deref());
+        std::fs::create_dir_all(out_dir)
+            .with_context(|| format!("cannot create {}", out_dir.display()))?;
+        let out = out_dir.join(format!("{}.wasm", self.name));
+        write_if_changed(&out, &bytes)?;
+        Ok(BuiltGuest {
+            package: self.name.clone(),
+            component: out,
+            core_module: None,
+        })
+    }
+}
+
+/// The SDK: `idem-policy @ file:///DIR` among the dependencies, else the
+/// tree idem was built from.
+fn sdk_dir(dependencies: &[&str], manifest: &Path) -> Result<PathBuf> {
+    let named = dependencies.iter().find(|d| {
+        let name = d
+            .split(|c: char| !(c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.'))
+            .next()
+            .unwrap_or("");
+        name.replace('_', "-")
+            .eq_ignore_ascii_case(SDK_DISTRIBUTION)
+    });
+    let from_url = named
+        .and_then(|d| d.split_once('@'))
+        .map(|(_, url)| url.trim())
+        .and_then(|url| url.strip_prefix("file://"));
+    let (sdk, from) = match from_url {
+        Some(path) => (
+            PathBuf::from(path),
+            format!(
+                "the {SDK_DISTRIBUTION} dependency of {}",
+                manifest.display()
+            ),
+        ),
+        None => (
+            PathBuf::from(BUILT_FROM_SDK),
+            "the tree idem was built from".to_string(),
+        ),
+    };
+    if !sdk.join("idem_policy").join("__init__.py").is_file() {
+        bail!(
+            "{} (from {from}) is not the idem-policy SDK (no idem_policy/ there): depend on `{SDK_DISTRIBUTION} @ file:///…/guest/python/sdk` of an idem checkout",
+            sdk.display()
+        );
+    }
+    Ok(sdk)
+}
+
+/// Copies the Python sources under `from` (modules and packages, not tests,
+/// builds, caches or hidden directories) to `to`, leaving out `skip`.
+fn copy_sources(from: &Path, to: &Path, skip: &[&str]) -> Result<()> {
+    std::fs::create_dir_all(to).with_context(|| format!("cannot create {}", to.display()))?;
+    let entries =
+        std::fs::read_dir(from).with_context(|| format!("cannot read {}", from.display()))?;
+    for entry in entries {
+        let entry = entry.with_context(|| format!("cannot read {}", from.display()))?;
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if skip.contains(&name) {
+            continue;
+        }
+        let path = entry.path();
+        if path.is_dir() {
+            let skipped = name.starts_with('.')
+                || matches!(name, "__pycache__" | "tests" | "dist" | "build" | "venv");
+            if !skipped && path.join("__init__.py").is_file() {
+                copy_sources(&path, &to.join(name), &[])?;
+            }
+        } else if name.ends_with(".py") {
+            std::fs::copy(&path, to.join(name))
+                .with_context(|| format!("cannot copy {}", path.display()))?;
+        }
+    }
+    Ok(())
+}

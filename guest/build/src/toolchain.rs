@@ -1,0 +1,219 @@
+//! The language toolchains a JavaScript or Python policy is built with, at
+//! pinned versions, installed by idem itself on first use from the package
+//! registries (npm, PyPI) into a directory of its own: never a hand step,
+//! never a global install, and never a binary fetched from anywhere else
+//! (so `--aot`, which downloads weval at build time, is not used).
+//!
+//! Two builds starting at once (tests, a CI matrix) install once: an
+//! install holds a file lock, and a toolchain counts as installed only once
+//! its marker file is written, so an install cut short is redone.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use anyhow::{Context, Result, bail};
+
+/// componentize-js: JavaScript (StarlingMonkey, a SpiderMonkey build for
+/// WebAssembly) to a component. The version the host is tested with.
+pub const COMPONENTIZE_JS: &str = "0.23.0";
+/// esbuild: bundles a policy and its imports (`@idem/policy`, npm packages)
+/// into one module, which componentize-js needs (it resolves no package
+/// imports itself).
+pub const ESBUILD: &str = "0.25.12";
+/// componentize-py: Python (CPython 3.14 inside) to a component.
+pub const COMPONENTIZE_PY: &str = "0.25.1";
+/// The Node.js major version componentize-js needs.
+pub const NODE_MAJOR: u32 = 20;
+
+/// Where the toolchains live.
+#[derive(Debug, Clone)]
+pub struct Toolchains {
+    dir: PathBuf,
+}
+
+/// The JavaScript tools.
+#[derive(Debug, Clone)]
+pub struct JsTools {
+    /// The `componentize-js` command.
+    pub componentize_js: PathBuf,
+    /// The `esbuild` command.
+    pub esbuild: PathBuf,
+}
+
+/// The file whose presence says a toolchain's install finished.
+const INSTALLED: &str = ".idem-installed";
+
+impl Toolchains {
+    /// Toolchains kept in `dir` (created when needed).
+    pub fn new(dir: impl Into<PathBuf>) -> Self {
+        Toolchains { dir: dir.into() }
+    }
+
+    /// `$IDEM_TOOLCHAIN_DIR`, else `toolchains/` of idem's cache directory.
+    pub fn from_env(cache_dir: Option<&Path>) -> Result<Self> {
+        if let Some(dir) = std::env::var_os("IDEM_TOOLCHAIN_DIR") {
+            return Ok(Toolchains::new(dir));
+        }
+        match cache_dir {
+            Some(cache) => Ok(Toolchains::new(cache.join("toolchains"))),
+            None => bail!(
+                "no directory for the language toolchains: set IDEM_TOOLCHAIN_DIR (or IDEM_CACHE_DIR, or HOME)"
+            ),
+        }
+    }
+
+    /// Their directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// componentize-js and esbuild, installed with npm when missing.
+    pub fn javascript(&self) -> Result<JsTools> {
+        let name = format!("js-componentize-js-{COMPONENTIZE_JS}-esbuild-{ESBUILD}");
+        let what = format!("componentize-js {COMPONENTIZE_JS} and esbuild {ESBUILD}");
+        let home = self.installed(&name, &what, "the npm registry", |dir| {
+            check_node()?;
+            let mut npm = Command::new("npm");
+            npm.args(["install", "--no-audit", "--no-fund", "--ignore-scripts"])
+                .arg("--prefix")
+                .arg(dir)
+                .arg(format!(
+                    "@bytecodealliance/componentize-js@{COMPONENTIZE_JS}"
+                ))
+                .arg(format!("esbuild@{ESBUILD}"));
+            run(&mut npm, "npm install")
+        })?;
+        let bin = home.join("node_modules").join(".bin");
+        Ok(JsTools {
+            componentize_js: bin.join("componentize-js"),
+            esbuild: bin.join("esbuild"),
+        })
+    }
+
+    /// The `componentize-py` command, installed with pip into a virtual
+    /// environment of its own when missing.
+    pub fn python(&self) -> Result<PathBuf> {
+        let name = format!("python-componentize-py-{COMPONENTIZE_PY}");
+        let what = format!("componentize-py {COMPONENTIZE_PY}");
+        let home = self.installed(&name, &what, "PyPI", |dir| {
+            let python = python3()?;
+            let mut venv = Command::new(&python);
+            venv.args(["-m", "venv"]).arg(dir);
+            run(&mut venv, &format!("{python} -m venv"))?;
+            let mut pip = Command::new(dir.join("bin").join("pip"));
+            pip.args(["install", "--disable-pip-version-check", "--no-input"])
+                .arg(format!("componentize-py=={COMPONENTIZE_PY}"));
+            run(&mut pip, "pip install")
+        })?;
+        Ok(home.join("bin").join("componentize-py"))
+    }
+
+    /// `<dir>/<name>`, installed by `install` unless an earlier install
+    /// finished.
+    fn installed(
+        &self,
+        name: &str,
+        what: &str,
+        from: &str,
+        install: impl FnOnce(&Path) -> Result<()>,
+    ) -> Result<PathBuf> {
+        let home = self.dir.join(name);
+        if home.join(INSTALLED).is_file() {
+            return Ok(home);
+        }
+        std::fs::create_dir_all(&self.dir)
+            .with_context(|| format!("cannot create {}", self.dir.display()))?;
+        let lock_path = self.dir.join(format!("{name}.lock"));
+        let lock = File::create(&lock_path)
+            .with_context(|| format!("cannot create {}", lock_path.display()))?;
+        lock.lock()
+            .with_context(|| format!("cannot lock {}", lock_path.display()))?;
+        // Another build may have installed it while this one waited.
+        if home.join(INSTALLED).is_file() {
+            return Ok(home);
+        }
+        if home.exists() {
+            // An install cut short: start again.
+            std::fs::remove_dir_all(&home)
+                .with_context(|| format!("cannot remove {}", home.display()))?;
+        }
+        eprintln!(
+            "idem: installing {what} into {} (once, from {from})",
+            home.display()
+        );
+        install(&home).with_context(|| {
+            format!(
+                "cannot install {what} into {}; to use another directory set IDEM_TOOLCHAIN_DIR",
+                home.display()
+            )
+        })?;
+        std::fs::write(home.join(INSTALLED), format!("{what}\n"))
+            .with_context(|| format!("cannot write into {}", home.display()))?;
+        Ok(home)
+    }
+}
+
+/// Runs `cmd`, failing with what it printed.
+pub(crate) fn run(cmd: &mut Command, what: &str) -> Result<()> {
+    let out: Output = cmd.output().with_context(|| format!("cannot run {what}"))?;
+    if !out.status.success() {
+        bail!(
+            "{what} failed ({}): {}",
+            out.status,
+            tail(&out.stderr, &out.stdout)
+        );
+    }
+    Ok(())
+}
+
+/// The last lines a tool printed, its errors first (enough to say why,
+/// short enough to read).
+pub(crate) fn tail(stderr: &[u8], stdout: &[u8]) -> String {
+    let text = String::from_utf8_lossy(if stderr.iter().all(u8::is_ascii_whitespace) {
+        stdout
+    } else {
+        stderr
+    });
+    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    let start = lines.len().saturating_sub(20);
+    lines[start..].join("\n")
+}
+
+/// Node.js must be there, and new enough.
+fn check_node() -> Result<()> {
+    let out = Command::new("node").arg("--version").output().with_context(|| {
+        format!(
+            "cannot run `node`: a JavaScript policy is built with Node.js {NODE_MAJOR} or later and npm; install them"
+        )
+    })?;
+    let version = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let major = version
+        .trim_start_matches('v')
+        .split('.')
+        .next()
+        .and_then(|m| m.parse::<u32>().ok());
+    match major {
+        Some(m) if m >= NODE_MAJOR => Ok(()),
+        _ => bail!(
+            "Node.js {version} is too old: componentize-js {COMPONENTIZE_JS} needs Node.js {NODE_MAJOR} or later"
+        ),
+    }
+}
+
+/// The Python to make the virtual environment with: `$IDEM_PYTHON`, else
+/// `python3`.
+fn python3() -> Result<String> {
+    let python = std::env::var("IDEM_PYTHON").unwrap_or_else(|_| "python3".to_string());
+    let ok = Command::new(&python)
+        .args(["-c", "import venv, ensurepip"])
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
+    if !ok {
+        bail!(
+            "cannot run `{python}` with its venv and ensurepip modules: a Python policy is built with componentize-py, installed into a virtual environment (install python3 and python3-venv, or set IDEM_PYTHON)"
+        );
+    }
+    Ok(python)
+}

@@ -1,0 +1,159 @@
+//! Policies in JavaScript and Python against the Rust one, side by side in
+//! one run: a derive on a fresh instance (p50, p99, the page faults it
+//! takes), and a load from the artifact cache. The JavaScript and Python
+//! ports of billing-charge are built here as `idem build` builds them (the
+//! toolchains installed on first use into the target directory).
+//!
+//! `cargo bench -p idem-tests --bench languages [-- SECTION...]`, sections
+//! `derive` and `load` (all by default).
+
+use std::hint::black_box;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use idem::core::{Operation, OperationLimits};
+use idem::policy::{LoadedPolicy, PolicyRuntime, RuntimeConfig};
+use idem_guest_build::Toolchains;
+use idem_tests::{policy_bytes, workspace_root};
+
+const OP: &str = r#"{"kind":"charge","tenant":"acme","fields":{"customer":"c1","billing_period":"2026-11","invoice_id":"i1","amount":"100","currency":"EUR"}}"#;
+
+/// The three billing-charge policies: Rust (built by the tests' build
+/// script), JavaScript and Python (built here).
+fn components(quick: bool) -> Vec<(&'static str, Vec<u8>)> {
+    let mut all = vec![("rust", policy_bytes("billing-charge"))];
+    if quick {
+        return all;
+    }
+    let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let toolchains = Toolchains::new(tmp.join("toolchains"));
+    for (lang, dir) in [
+        ("js", "guest/js/policies"),
+        ("python", "guest/python/policies"),
+    ] {
+        let out = tmp.join("bench-languages").join(lang);
+        let (_, built) = idem_guest_build::build_project(
+            &workspace_root().join(dir).join("billing-charge"),
+            Some(&out),
+            &toolchains,
+        )
+        .unwrap_or_else(|e| panic!("building the {lang} billing-charge: {e:#}"));
+        all.push((lang, std::fs::read(built.component).unwrap()));
+    }
+    all
+}
+
+/// Minor page faults of this process so far (field 10 of /proc/self/stat).
+fn minor_faults() -> u64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // The command name, in parentheses, may hold spaces: count after it.
+    stat.rsplit_once(')')
+        .and_then(|(_, rest)| rest.split_whitespace().nth(7))
+        .and_then(|f| f.parse().ok())
+        .unwrap_or(0)
+}
+
+/// p50 and p99 of one fresh-instance derive each, and the page faults per
+/// derive, over `n` derives after `warm` unmeasured ones.
+fn derive_times(
+    policy: &LoadedPolicy,
+    op: &Operation,
+    warm: u32,
+    n: u32,
+) -> (Duration, Duration, f64) {
+    for _ in 0..warm {
+        black_box(policy.derive(op, 0).unwrap());
+    }
+    let faults = minor_faults();
+    let mut times: Vec<Duration> = (0..n)
+        .map(|_| {
+            let started = Instant::now();
+            black_box(policy.derive(black_box(op), 0).unwrap());
+            started.elapsed()
+        })
+        .collect();
+    let faults = (minor_faults() - faults) as f64 / f64::from(n);
+    times.sort();
+    let at = |q: f64| times[((times.len() - 1) as f64 * q) as usize];
+    (at(0.5), at(0.99), faults)
+}
+
+fn main() {
+    // `cargo test --benches` runs benches once in test mode: Rust only, short.
+    let quick = std::env::args().any(|a| a == "--test" || a == "--list");
+    let chosen: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
+    let wants = |section: &str| chosen.is_empty() || chosen.iter().any(|c| c == section);
+    let mut op = Operation::from_json(OP, &OperationLimits::default()).unwrap();
+    op.now_ms = Some(0);
+    let cache = tempfile::tempdir().unwrap();
+    let runtime = PolicyRuntime::new(RuntimeConfig {
+        cache_dir: Some(cache.path().into()),
+        ..RuntimeConfig::default()
+    })
+    .unwrap();
+    let all = components(quick);
+    let (warm, n) = if quick { (1, 10) } else { (200, 2_000) };
+
+    let mut compile = Vec::new();
+    let policies: Vec<(&str, LoadedPolicy)> = all
+        .iter()
+        .map(|(lang, bytes)| {
+            let started = Instant::now();
+            let policy = runtime.load_bytes(bytes).unwrap();
+            compile.push(started.elapsed());
+            (*lang, policy)
+        })
+        .collect();
+
+    if wants("derive") {
+        println!("a derive on a fresh instance ({n} each, after {warm} unmeasured)");
+        println!(
+            "{:>8} {:>10} {:>10} {:>14} {:>10} {:>12}",
+            "policy", "p50", "p99", "faults/derive", "fuel", "÷ rust p50"
+        );
+        let mut rust_p50 = None;
+        for (lang, policy) in &policies {
+            let (p50, p99, faults) = derive_times(policy, &op, warm, n);
+            let fuel = policy.derive(&op, 0).unwrap().fuel_used;
+            let base = *rust_p50.get_or_insert(p50);
+            println!(
+                "{lang:>8} {:>10.1?} {:>10.1?} {faults:>14.1} {fuel:>10} {:>11.0}x",
+                p50,
+                p99,
+                p50.as_secs_f64() / base.as_secs_f64()
+            );
+        }
+    }
+    if wants("load") {
+        println!("loading: compiling (first load), and from the artifact cache (median of 5)");
+        println!(
+            "{:>8} {:>10} {:>10} {:>10}",
+            "policy", "MB", "compile", "cached"
+        );
+        for ((lang, bytes), compiled) in all.iter().zip(&compile) {
+            let mut cached: Vec<Duration> = (0..if quick { 1 } else { 5 })
+                .map(|_| {
+                    // A new runtime each time: what a new process pays.
+                    let fresh = PolicyRuntime::new(RuntimeConfig {
+                        cache_dir: Some(cache.path().into()),
+                        ..RuntimeConfig::default()
+                    })
+                    .unwrap();
+                    let started = Instant::now();
+                    black_box(fresh.load_bytes(bytes).unwrap());
+                    started.elapsed()
+                })
+                .collect();
+            cached.sort();
+            println!(
+                "{lang:>8} {:>10.1} {:>10.2?} {:>10.2?}",
+                bytes.len() as f64 / 1e6,
+                compiled,
+                cached[cached.len() / 2]
+            );
+        }
+    }
+}

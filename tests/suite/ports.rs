@@ -1,0 +1,350 @@
+//! The JavaScript and Python ports of the example policies, built as `idem
+//! build` builds them and run in the host as any policy is: for thousands
+//! of generated operations (unicode, numbers in every spelling, wrong
+//! types, missing fields) each derives byte-identical keys and
+//! fingerprints to the Rust policy, or the same refusal; and each gives the
+//! Rust policy's decisions on every case of its cases file (`idem test`).
+//!
+//! The toolchains are installed on first use, the components built once
+//! per run of the suite and compiled once into a cache kept in the target
+//! directory. Node.js and CPython are on every machine of this kind;
+//! elsewhere a missing one is said and skipped, and under CI it is a
+//! failure.
+
+use std::cell::Cell;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+use idem::core::{Operation, OperationLimits};
+use idem::policy::{LoadedPolicy, PolicyRuntime, RuntimeConfig};
+use idem_guest_build::Toolchains;
+use idem_tests::{idem_bin, load, workspace_root};
+use proptest::prelude::*;
+use proptest::test_runner::{Config, TestRunner};
+
+const POLICIES: [&str; 3] = ["billing-charge", "provider-charge", "http-idempotency-key"];
+const LANGUAGES: [(&str, &str, &str); 2] = [
+    ("js", "node", "guest/js/policies"),
+    ("python", "python3", "guest/python/policies"),
+];
+
+/// What the tests keep in the target directory between runs.
+fn kept(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_TARGET_TMPDIR")).join(name)
+}
+
+/// Whether `program` runs; under CI its absence fails the test.
+fn available(test: &str, program: &str) -> bool {
+    let found = Command::new(program)
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !found {
+        let ci = std::env::var("CI").is_ok_and(|v| v == "true" || v == "1");
+        assert!(!ci, "{test}: `{program}` is not installed, and CI=true");
+        use std::io::Write;
+        let _ = writeln!(
+            std::io::stderr(),
+            "SKIPPED {test}: `{program}` is not installed"
+        );
+    }
+    found
+}
+
+/// The port of `policy` in `lang`, built once per run of the suite.
+fn component(lang: &str, dir: &str, policy: &str) -> PathBuf {
+    static BUILT: OnceLock<std::sync::Mutex<Vec<(String, PathBuf)>>> = OnceLock::new();
+    let name = format!("{lang}/{policy}");
+    let built = BUILT.get_or_init(Default::default);
+    // One build at a time: they share the toolchains and two cores.
+    let mut built = built.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, path)) = built.iter().find(|(n, _)| *n == name) {
+        return path.clone();
+    }
+    let toolchains = Toolchains::new(
+        std::env::var_os("IDEM_TOOLCHAIN_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| kept("toolchains")),
+    );
+    // A build is not reproducible (the snapshot holds the build's time, a
+    // Python build its hash seeds): keep one per state of the sources, so
+    // a run with nothing changed compiles nothing.
+    let root = workspace_root();
+    let project = root.join(dir).join(policy);
+    let sdk = root.join(dir).parent().unwrap().join("sdk");
+    let inputs = sources_digest(&[
+        &project,
+        &sdk,
+        &root.join("wit"),
+        &root.join("guest/build/src"),
+    ]);
+    let kept_builds = kept("ports").join(lang).join(policy);
+    let out = kept_builds.join(&inputs[..16]);
+    let component = out.join(format!("{policy}.wasm"));
+    if !component.is_file() {
+        // Builds of older sources go: only the latest is used.
+        let _ = std::fs::remove_dir_all(&kept_builds);
+        idem_guest_build::build_project(&project, Some(&out), &toolchains)
+            .unwrap_or_else(|e| panic!("building {name}: {e:#}"));
+    }
+    built.push((name, component.clone()));
+    component
+}
+
+/// A digest of every file under `dirs` (names and contents), leaving out
+/// what builds and tests leave behind.
+fn sources_digest(dirs: &[&Path]) -> String {
+    fn walk(dir: &Path, files: &mut Vec<PathBuf>) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let name = entry.file_name();
+            let skipped = name.to_str().is_none_or(|n| {
+                n.starts_with('.') || matches!(n, "__pycache__" | "node_modules" | "dist" | "tests")
+            });
+            if skipped {
+                continue;
+            }
+            if path.is_dir() {
+                walk(&path, files);
+            } else {
+                files.push(path);
+            }
+        }
+    }
+    let mut files = Vec::new();
+    for dir in dirs {
+        walk(dir, &mut files);
+    }
+    files.sort();
+    let mut text = Vec::new();
+    for file in files {
+        text.extend_from_slice(file.to_string_lossy().as_bytes());
+        text.push(0);
+        text.extend(std::fs::read(&file).unwrap_or_default());
+        text.push(0);
+    }
+    idem::core::Digest::of_bytes(&text).to_hex()
+}
+
+/// A runtime whose artifact cache outlives the run: a 12–19 MB component
+/// compiles once.
+fn runtime() -> &'static PolicyRuntime {
+    static RUNTIME: OnceLock<PolicyRuntime> = OnceLock::new();
+    RUNTIME.get_or_init(|| {
+        PolicyRuntime::new(RuntimeConfig {
+            cache_dir: Some(kept("ports-cache")),
+            ..RuntimeConfig::default()
+        })
+        .expect("runtime starts")
+    })
+}
+
+/// Any value an operation may carry: text (unicode, decomposed forms the
+/// host normalises), a number in one of its many spellings, or a boolean;
+/// as JSON text.
+fn any_value() -> impl Strategy<Value = String> {
+    prop_oneof![
+        3 => "\\PC{0,8}".prop_map(json_text),
+        1 => Just(json_text("e\u{301}".into())),
+        3 => number(),
+        1 => number().prop_map(json_text),
+        1 => any::<bool>().prop_map(|b| b.to_string()),
+    ]
+}
+
+/// A number as JSON spells it, in every spelling the canonical form must
+/// see through.
+fn number() -> impl Strategy<Value = String> {
+    prop_oneof![
+        4 => "-?(0|[1-9][0-9]{0,5})(\\.[0-9]{1,6})?([eE][+-]?[0-9]{1,2})?",
+        1 => Just("10.50".to_string()),
+        1 => Just("-0".to_string()),
+        1 => Just("0.000".to_string()),
+        1 => Just("1e3".to_string()),
+        1 => Just("123456789012345678901234567890.0100".to_string()),
+    ]
+}
+
+fn json_text(text: String) -> String {
+    serde_json::Value::from(text).to_string()
+}
+
+/// The fields the three policies read, each with values of the shape a
+/// policy accepts (then mixed with any value, or left out).
+fn fields() -> [(&'static str, BoxedStrategy<String>); 9] {
+    let text = |pattern: &'static str| pattern.prop_map(json_text).boxed();
+    [
+        (
+            "customer",
+            prop_oneof![text("[a-z0-9é]{1,8}"), text("\\PC{1,6}")].boxed(),
+        ),
+        ("billing_period", text("20[0-9]{2}-(0[1-9]|1[0-2])")),
+        (
+            "invoice_id",
+            prop_oneof![text("[a-zA-Z0-9-]{1,10}"), text("\\PC{1,8}")].boxed(),
+        ),
+        (
+            "amount",
+            prop_oneof![number(), number().prop_map(json_text)].boxed(),
+        ),
+        ("currency", text("[A-Z]{3}")),
+        ("idempotency_key", text("\\PC{1,40}")),
+        ("method", text("POST|PUT|PATCH|DELETE")),
+        ("path", text("/[a-z0-9/é]{0,12}")),
+        ("body_sha256", text("[0-9a-fA-F]{64}")),
+    ]
+}
+
+/// An operation any of the three policies may be handed: each field of
+/// the shape the policies accept, or of any value, or missing.
+fn operation() -> impl Strategy<Value = String> {
+    let fields: Vec<BoxedStrategy<Option<String>>> = fields()
+        .into_iter()
+        .map(|(name, shaped)| {
+            prop_oneof![
+                14 => shaped,
+                3 => any_value(),
+            ]
+            .prop_map(move |v| format!("{name:?}:{v}"))
+            .prop_map(Some)
+            .boxed()
+        })
+        .map(|present| prop_oneof![17 => present, 3 => Just(None)].boxed())
+        .collect();
+    (
+        prop_oneof![
+            4 => Just("charge".to_string()),
+            1 => "[a-z]{1,8}",
+        ],
+        prop_oneof![Just("acme".to_string()), "\\PC{1,6}"],
+        fields,
+    )
+        .prop_map(|(kind, tenant, fields)| {
+            let fields: Vec<String> = fields.into_iter().flatten().collect();
+            format!(
+                r#"{{"kind":{},"tenant":{},"fields":{{{}}}}}"#,
+                json_text(kind),
+                json_text(tenant),
+                fields.join(",")
+            )
+        })
+}
+
+/// What a policy answered, in the terms that must agree across languages.
+fn answer(policy: &LoadedPolicy, op: &Operation) -> String {
+    let evaluated = policy.derive(op, 0).unwrap_or_else(|e| {
+        panic!(
+            "{} failed on {}: {e}",
+            policy.info().name,
+            op.canonical_json()
+        )
+    });
+    match evaluated.value {
+        Ok(d) => format!(
+            "key {} fingerprint {} partition {:?} retention {} lease {}",
+            d.key.to_hex(),
+            d.fingerprint.to_hex(),
+            d.partition,
+            d.retention_s,
+            d.lease_s
+        ),
+        Err(e) => format!("refused {e}"),
+    }
+}
+
+/// Cases per policy and language.
+const CASES: u32 = 1_000;
+
+#[test]
+fn the_ports_derive_the_rust_keys_for_generated_operations() {
+    let test = "the_ports_derive_the_rust_keys_for_generated_operations";
+    for (lang, program, dir) in LANGUAGES {
+        if !available(test, program) {
+            continue;
+        }
+        for name in POLICIES {
+            let rust = load(name);
+            let port = runtime()
+                .load_file(&component(lang, dir, name))
+                .unwrap_or_else(|e| panic!("loading the {lang} {name}: {e}"));
+            let mut runner = TestRunner::new(Config {
+                cases: CASES,
+                failure_persistence: None,
+                ..Config::default()
+            });
+            let (derived, refused) = (Cell::new(0), Cell::new(0));
+            let result = runner.run(&operation(), |doc| {
+                // What the host would refuse before any policy sees it is
+                // no test of the ports.
+                let Ok(op) = Operation::from_json(&doc, &OperationLimits::default()) else {
+                    return Ok(());
+                };
+                let expected = answer(&rust, &op);
+                let side = if expected.starts_with("refused") {
+                    &refused
+                } else {
+                    &derived
+                };
+                side.set(side.get() + 1);
+                prop_assert_eq!(answer(&port, &op), expected, "{}", doc);
+                Ok(())
+            });
+            if let Err(e) = result {
+                panic!("the {lang} {name} differs from the Rust one: {e}");
+            }
+            // The generator reaches both sides of every policy.
+            let (derived, refused) = (derived.get(), refused.get());
+            assert!(
+                derived >= 20 && refused >= 20,
+                "{lang} {name}: {derived} derived, {refused} refused: the operations test too little"
+            );
+        }
+    }
+}
+
+#[test]
+fn the_ports_pass_the_rust_policies_cases_in_the_host() {
+    let test = "the_ports_pass_the_rust_policies_cases_in_the_host";
+    for (lang, program, dir) in LANGUAGES {
+        if !available(test, program) {
+            continue;
+        }
+        for name in POLICIES {
+            let cases = workspace_root()
+                .join("guest/policies")
+                .join(name)
+                .join("cases.json");
+            let count =
+                serde_json::from_slice::<serde_json::Value>(&std::fs::read(&cases).unwrap())
+                    .unwrap()["cases"]
+                    .as_array()
+                    .unwrap()
+                    .len();
+            let out = Command::new(idem_bin())
+                .arg("test")
+                .arg("--policy")
+                .arg(component(lang, dir, name))
+                .arg("--cache-dir")
+                .arg(kept("ports-cache"))
+                .arg(&cases)
+                .output()
+                .unwrap();
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            assert!(
+                out.status.success(),
+                "{lang} {name}: {stdout}{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let all = format!("{count} passed, 0 failed");
+            assert_eq!(
+                stdout.lines().last(),
+                Some(all.as_str()),
+                "{lang} {name}: {stdout}"
+            );
+        }
+    }
+}
