@@ -1,20 +1,21 @@
 //! Policies in JavaScript and Python against the Rust one, side by side in
 //! one run: a derive on a fresh instance (p50, p99, the page faults it
-//! takes), and a load from the artifact cache. The JavaScript and Python
-//! ports of billing-charge are built here as `idem build` builds them (the
-//! toolchains installed on first use into the target directory).
+//! takes), compiling, and a load from the artifact cache. The JavaScript
+//! and Python ports of billing-charge are built as `idem build` builds them
+//! ([`ports`]: the toolchains installed on first use, a build kept per
+//! state of the sources).
 //!
 //! `cargo bench -p idem-tests --bench languages [-- SECTION...]`, sections
-//! `derive` and `load` (all by default).
+//! `derive` and `load` (both by default); `profile-js` and `profile-python`
+//! (only when named) derive with that policy for 30 s, for a profiler to
+//! attach to once they say so.
 
 use std::hint::black_box;
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use idem::core::{Operation, OperationLimits};
 use idem::policy::{LoadedPolicy, PolicyRuntime, RuntimeConfig};
-use idem_guest_build::Toolchains;
-use idem_tests::{policy_bytes, workspace_root};
+use idem_tests::{policy_bytes, ports};
 
 const OP: &str = r#"{"kind":"charge","tenant":"acme","fields":{"customer":"c1","billing_period":"2026-11","invoice_id":"i1","amount":"100","currency":"EUR"}}"#;
 
@@ -25,20 +26,9 @@ fn components(quick: bool) -> Vec<(&'static str, Vec<u8>)> {
     if quick {
         return all;
     }
-    let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
-    let toolchains = Toolchains::new(tmp.join("toolchains"));
-    for (lang, dir) in [
-        ("js", "guest/js/policies"),
-        ("python", "guest/python/policies"),
-    ] {
-        let out = tmp.join("bench-languages").join(lang);
-        let (_, built) = idem_guest_build::build_project(
-            &workspace_root().join(dir).join("billing-charge"),
-            Some(&out),
-            &toolchains,
-        )
-        .unwrap_or_else(|e| panic!("building the {lang} billing-charge: {e:#}"));
-        all.push((lang, std::fs::read(built.component).unwrap()));
+    for lang in ["js", "python"] {
+        let component = ports::component(lang, "billing-charge");
+        all.push((lang, std::fs::read(component).unwrap()));
     }
     all
 }
@@ -88,24 +78,17 @@ fn main() {
     let wants = |section: &str| chosen.is_empty() || chosen.iter().any(|c| c == section);
     let mut op = Operation::from_json(OP, &OperationLimits::default()).unwrap();
     op.now_ms = Some(0);
-    let cache = tempfile::tempdir().unwrap();
     let runtime = PolicyRuntime::new(RuntimeConfig {
-        cache_dir: Some(cache.path().into()),
+        cache_dir: Some(ports::cache_dir()),
         ..RuntimeConfig::default()
     })
     .unwrap();
     let all = components(quick);
     let (warm, n) = if quick { (1, 10) } else { (200, 2_000) };
 
-    let mut compile = Vec::new();
     let policies: Vec<(&str, LoadedPolicy)> = all
         .iter()
-        .map(|(lang, bytes)| {
-            let started = Instant::now();
-            let policy = runtime.load_bytes(bytes).unwrap();
-            compile.push(started.elapsed());
-            (*lang, policy)
-        })
+        .map(|(lang, bytes)| (*lang, runtime.load_bytes(bytes).unwrap()))
         .collect();
 
     if wants("derive") {
@@ -127,18 +110,41 @@ fn main() {
             );
         }
     }
+    for (lang, policy) in &policies {
+        if chosen.iter().any(|c| *c == format!("profile-{lang}")) {
+            eprintln!(
+                "profile-{lang}: deriving for 30 s (pid {})",
+                std::process::id()
+            );
+            let started = Instant::now();
+            let mut count = 0u64;
+            while started.elapsed() < Duration::from_secs(30) {
+                black_box(policy.derive(&op, 0).unwrap());
+                count += 1;
+            }
+            println!("profile-{lang}: {count} derives in 30 s");
+        }
+    }
     if wants("load") {
         println!("loading: compiling (first load), and from the artifact cache (median of 5)");
         println!(
             "{:>8} {:>10} {:>10} {:>10}",
             "policy", "MB", "compile", "cached"
         );
-        for ((lang, bytes), compiled) in all.iter().zip(&compile) {
+        for (lang, bytes) in &all {
+            let compiling = PolicyRuntime::new(RuntimeConfig {
+                cache_dir: None,
+                ..RuntimeConfig::default()
+            })
+            .unwrap();
+            let started = Instant::now();
+            black_box(compiling.load_bytes(bytes).unwrap());
+            let compiled = started.elapsed();
             let mut cached: Vec<Duration> = (0..if quick { 1 } else { 5 })
                 .map(|_| {
                     // A new runtime each time: what a new process pays.
                     let fresh = PolicyRuntime::new(RuntimeConfig {
-                        cache_dir: Some(cache.path().into()),
+                        cache_dir: Some(ports::cache_dir()),
                         ..RuntimeConfig::default()
                     })
                     .unwrap();

@@ -2,6 +2,7 @@
 
 pub mod cut_proxy;
 pub mod pg_cluster;
+pub mod ports;
 pub mod tmpfs;
 
 use std::path::PathBuf;

@@ -9,7 +9,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use idem_tests::{idem_bin, workspace_root};
+use idem_tests::{idem_bin, ports, workspace_root};
 
 const POLICIES: [&str; 3] = ["billing-charge", "provider-charge", "http-idempotency-key"];
 
@@ -119,21 +119,14 @@ fn rust_cases(policy: &str) -> PathBuf {
     path
 }
 
-/// Where `idem build` installs componentize-js and componentize-py for the
-/// tests: kept between runs of the suite (and CI runs on one machine), so
-/// only the first run downloads them.
-fn toolchain_dir() -> PathBuf {
-    std::env::var_os("IDEM_TOOLCHAIN_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_TARGET_TMPDIR")).join("toolchains"))
-}
-
 fn idem(dir: &Path, args: &[&str]) -> Command {
     let mut cmd = Command::new(idem_bin());
     cmd.args(args)
         .current_dir(dir)
         .env("IDEM_CACHE_DIR", dir.join("cache"))
-        .env("IDEM_TOOLCHAIN_DIR", toolchain_dir())
+        // Kept between runs of the suite (and CI runs on one machine), so
+        // only the first run downloads the toolchains.
+        .env("IDEM_TOOLCHAIN_DIR", ports::toolchain_dir())
         .env_remove("IDEM_SDK");
     cmd
 }

@@ -3,6 +3,7 @@
 mod authoring;
 mod chaos;
 mod cli;
+mod determinism;
 mod docs;
 mod engine;
 mod examples;

@@ -12,27 +12,17 @@
 //! failure.
 
 use std::cell::Cell;
-use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
 use idem::core::{Operation, OperationLimits};
 use idem::policy::{LoadedPolicy, PolicyRuntime, RuntimeConfig};
-use idem_guest_build::Toolchains;
-use idem_tests::{idem_bin, load, workspace_root};
+use idem_tests::{idem_bin, load, ports, workspace_root};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 
 const POLICIES: [&str; 3] = ["billing-charge", "provider-charge", "http-idempotency-key"];
-const LANGUAGES: [(&str, &str, &str); 2] = [
-    ("js", "node", "guest/js/policies"),
-    ("python", "python3", "guest/python/policies"),
-];
-
-/// What the tests keep in the target directory between runs.
-fn kept(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_TARGET_TMPDIR")).join(name)
-}
+const LANGUAGES: [(&str, &str); 2] = [("js", "node"), ("python", "python3")];
 
 /// Whether `program` runs; under CI its absence fails the test.
 fn available(test: &str, program: &str) -> bool {
@@ -52,91 +42,13 @@ fn available(test: &str, program: &str) -> bool {
     found
 }
 
-/// The port of `policy` in `lang`, built once per run of the suite.
-fn component(lang: &str, dir: &str, policy: &str) -> PathBuf {
-    static BUILT: OnceLock<std::sync::Mutex<Vec<(String, PathBuf)>>> = OnceLock::new();
-    let name = format!("{lang}/{policy}");
-    let built = BUILT.get_or_init(Default::default);
-    // One build at a time: they share the toolchains and two cores.
-    let mut built = built.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some((_, path)) = built.iter().find(|(n, _)| *n == name) {
-        return path.clone();
-    }
-    let toolchains = Toolchains::new(
-        std::env::var_os("IDEM_TOOLCHAIN_DIR")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| kept("toolchains")),
-    );
-    // A build is not reproducible (the snapshot holds the build's time, a
-    // Python build its hash seeds): keep one per state of the sources, so
-    // a run with nothing changed compiles nothing.
-    let root = workspace_root();
-    let project = root.join(dir).join(policy);
-    let sdk = root.join(dir).parent().unwrap().join("sdk");
-    let inputs = sources_digest(&[
-        &project,
-        &sdk,
-        &root.join("wit"),
-        &root.join("guest/build/src"),
-    ]);
-    let kept_builds = kept("ports").join(lang).join(policy);
-    let out = kept_builds.join(&inputs[..16]);
-    let component = out.join(format!("{policy}.wasm"));
-    if !component.is_file() {
-        // Builds of older sources go: only the latest is used.
-        let _ = std::fs::remove_dir_all(&kept_builds);
-        idem_guest_build::build_project(&project, Some(&out), &toolchains)
-            .unwrap_or_else(|e| panic!("building {name}: {e:#}"));
-    }
-    built.push((name, component.clone()));
-    component
-}
-
-/// A digest of every file under `dirs` (names and contents), leaving out
-/// what builds and tests leave behind.
-fn sources_digest(dirs: &[&Path]) -> String {
-    fn walk(dir: &Path, files: &mut Vec<PathBuf>) {
-        let Ok(entries) = std::fs::read_dir(dir) else {
-            return;
-        };
-        for entry in entries.flatten() {
-            let path = entry.path();
-            let name = entry.file_name();
-            let skipped = name.to_str().is_none_or(|n| {
-                n.starts_with('.') || matches!(n, "__pycache__" | "node_modules" | "dist" | "tests")
-            });
-            if skipped {
-                continue;
-            }
-            if path.is_dir() {
-                walk(&path, files);
-            } else {
-                files.push(path);
-            }
-        }
-    }
-    let mut files = Vec::new();
-    for dir in dirs {
-        walk(dir, &mut files);
-    }
-    files.sort();
-    let mut text = Vec::new();
-    for file in files {
-        text.extend_from_slice(file.to_string_lossy().as_bytes());
-        text.push(0);
-        text.extend(std::fs::read(&file).unwrap_or_default());
-        text.push(0);
-    }
-    idem::core::Digest::of_bytes(&text).to_hex()
-}
-
 /// A runtime whose artifact cache outlives the run: a 12–19 MB component
 /// compiles once.
 fn runtime() -> &'static PolicyRuntime {
     static RUNTIME: OnceLock<PolicyRuntime> = OnceLock::new();
     RUNTIME.get_or_init(|| {
         PolicyRuntime::new(RuntimeConfig {
-            cache_dir: Some(kept("ports-cache")),
+            cache_dir: Some(ports::cache_dir()),
             ..RuntimeConfig::default()
         })
         .expect("runtime starts")
@@ -262,14 +174,14 @@ const CASES: u32 = 1_000;
 #[test]
 fn the_ports_derive_the_rust_keys_for_generated_operations() {
     let test = "the_ports_derive_the_rust_keys_for_generated_operations";
-    for (lang, program, dir) in LANGUAGES {
+    for (lang, program) in LANGUAGES {
         if !available(test, program) {
             continue;
         }
         for name in POLICIES {
             let rust = load(name);
             let port = runtime()
-                .load_file(&component(lang, dir, name))
+                .load_file(&ports::component(lang, name))
                 .unwrap_or_else(|e| panic!("loading the {lang} {name}: {e}"));
             let mut runner = TestRunner::new(Config {
                 cases: CASES,
@@ -309,7 +221,7 @@ fn the_ports_derive_the_rust_keys_for_generated_operations() {
 #[test]
 fn the_ports_pass_the_rust_policies_cases_in_the_host() {
     let test = "the_ports_pass_the_rust_policies_cases_in_the_host";
-    for (lang, program, dir) in LANGUAGES {
+    for (lang, program) in LANGUAGES {
         if !available(test, program) {
             continue;
         }
@@ -327,9 +239,9 @@ fn the_ports_pass_the_rust_policies_cases_in_the_host() {
             let out = Command::new(idem_bin())
                 .arg("test")
                 .arg("--policy")
-                .arg(component(lang, dir, name))
+                .arg(ports::component(lang, name))
                 .arg("--cache-dir")
-                .arg(kept("ports-cache"))
+                .arg(ports::cache_dir())
                 .arg(&cases)
                 .output()
                 .unwrap();
