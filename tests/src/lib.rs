@@ -72,6 +72,22 @@ pub fn idem_bin() -> PathBuf {
     bin
 }
 
+/// Whether `program` runs (`program --version` succeeds). A test that needs
+/// one that is missing says so on stderr and is skipped, except under CI
+/// (`CI=true`), where its absence fails the test.
+pub fn tool_available(test: &str, program: &str) -> bool {
+    let found = std::process::Command::new(program)
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !found {
+        let ci = std::env::var("CI").is_ok_and(|v| v == "true" || v == "1");
+        assert!(!ci, "{test}: `{program}` is not installed, and CI=true");
+        eprintln!("SKIPPED {test}: `{program}` is not installed");
+    }
+    found
+}
+
 /// The PostgreSQL URL for tests that need one (`IDEM_TEST_POSTGRES_URL`).
 /// Without it the test says clearly that it was skipped — unless `CI=true`,
 /// where a missing database is a failure, never a silent skip.

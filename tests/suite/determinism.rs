@@ -16,25 +16,12 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use idem::core::{Operation, OperationLimits};
 use idem::policy::{LoadedPolicy, PolicyRuntime, RuntimeConfig};
 use idem_guest_build::Toolchains;
-use idem_tests::{idem_bin, ports};
+use idem_tests::{idem_bin, ports, tool_available};
 
 const OP: &str = r#"{"kind":"charge","tenant":"acme","fields":{"invoice_id":"i1"}}"#;
 
 fn toolchains() -> Toolchains {
     Toolchains::new(ports::toolchain_dir())
-}
-
-fn present(test: &str, program: &str) -> bool {
-    let found = Command::new(program)
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !found {
-        let ci = std::env::var("CI").is_ok_and(|v| v == "true" || v == "1");
-        assert!(!ci, "{test}: `{program}` is not installed, and CI=true");
-        eprintln!("SKIPPED {test}: `{program}` is not installed");
-    }
-    found
 }
 
 fn now_ms() -> u128 {
@@ -96,7 +83,7 @@ fn golden_vectors_catch(component: &Path, cases: &Path) {
 #[test]
 fn javascript_time_and_chance_are_the_builds_and_golden_vectors_catch_them() {
     let test = "javascript_time_and_chance_are_the_builds";
-    if !present(test, "node") {
+    if !tool_available(test, "node") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -145,7 +132,7 @@ export const policy = definePolicy({
 #[test]
 fn python_time_traps_and_chance_is_the_builds() {
     let test = "python_time_traps_and_chance_is_the_builds";
-    if !present(test, "python3") {
+    if !tool_available(test, "python3") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();

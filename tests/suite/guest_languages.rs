@@ -9,27 +9,9 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use idem_tests::{idem_bin, ports, workspace_root};
+use idem_tests::{idem_bin, ports, tool_available, workspace_root};
 
 const POLICIES: [&str; 3] = ["billing-charge", "provider-charge", "http-idempotency-key"];
-
-/// Whether `program` runs; under CI its absence fails the test.
-fn available(test: &str, program: &str) -> bool {
-    let found = Command::new(program)
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !found {
-        let ci = std::env::var("CI").is_ok_and(|v| v == "true" || v == "1");
-        assert!(!ci, "{test}: `{program}` is not installed, and CI=true");
-        use std::io::Write;
-        let _ = writeln!(
-            std::io::stderr(),
-            "SKIPPED {test}: `{program}` is not installed"
-        );
-    }
-    found
-}
 
 /// Runs `command`, failing the test with its output unless it succeeds;
 /// returns its stdout.
@@ -63,7 +45,7 @@ fn all_passed(stdout: &str, policy: &str) {
 
 #[test]
 fn the_javascript_sdk_and_ports_pass_the_rust_policies_cases() {
-    if !available("the_javascript_sdk_and_ports", "node") {
+    if !tool_available("the_javascript_sdk_and_ports", "node") {
         return;
     }
     let js = workspace_root().join("guest/js");
@@ -85,7 +67,7 @@ fn the_javascript_sdk_and_ports_pass_the_rust_policies_cases() {
 
 #[test]
 fn the_python_sdk_and_ports_pass_the_rust_policies_cases() {
-    if !available("the_python_sdk_and_ports", "python3") {
+    if !tool_available("the_python_sdk_and_ports", "python3") {
         return;
     }
     let python = workspace_root().join("guest/python");
@@ -182,7 +164,7 @@ fn new_build_test(lang: &str, native: impl Fn(&Path, &str) -> String) {
 
 #[test]
 fn a_javascript_policy_from_idem_new_to_idem_test() {
-    if !available("a_javascript_policy_from_idem_new_to_idem_test", "node") {
+    if !tool_available("a_javascript_policy_from_idem_new_to_idem_test", "node") {
         return;
     }
     new_build_test("js", |project, _| {
@@ -202,7 +184,7 @@ fn a_javascript_policy_from_idem_new_to_idem_test() {
 
 #[test]
 fn a_python_policy_from_idem_new_to_idem_test() {
-    if !available("a_python_policy_from_idem_new_to_idem_test", "python3") {
+    if !tool_available("a_python_policy_from_idem_new_to_idem_test", "python3") {
         return;
     }
     let sdk = workspace_root().join("guest/python/sdk");

@@ -17,30 +17,12 @@ use std::sync::OnceLock;
 
 use idem::core::{Operation, OperationLimits};
 use idem::policy::{LoadedPolicy, PolicyRuntime, RuntimeConfig};
-use idem_tests::{idem_bin, load, ports, workspace_root};
+use idem_tests::{idem_bin, load, ports, tool_available, workspace_root};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 
 const POLICIES: [&str; 3] = ["billing-charge", "provider-charge", "http-idempotency-key"];
 const LANGUAGES: [(&str, &str); 2] = [("js", "node"), ("python", "python3")];
-
-/// Whether `program` runs; under CI its absence fails the test.
-fn available(test: &str, program: &str) -> bool {
-    let found = Command::new(program)
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !found {
-        let ci = std::env::var("CI").is_ok_and(|v| v == "true" || v == "1");
-        assert!(!ci, "{test}: `{program}` is not installed, and CI=true");
-        use std::io::Write;
-        let _ = writeln!(
-            std::io::stderr(),
-            "SKIPPED {test}: `{program}` is not installed"
-        );
-    }
-    found
-}
 
 /// A runtime whose artifact cache outlives the run: a 12–19 MB component
 /// compiles once.
@@ -175,7 +157,7 @@ const CASES: u32 = 1_000;
 fn the_ports_derive_the_rust_keys_for_generated_operations() {
     let test = "the_ports_derive_the_rust_keys_for_generated_operations";
     for (lang, program) in LANGUAGES {
-        if !available(test, program) {
+        if !tool_available(test, program) {
             continue;
         }
         for name in POLICIES {
@@ -222,7 +204,7 @@ fn the_ports_derive_the_rust_keys_for_generated_operations() {
 fn the_ports_pass_the_rust_policies_cases_in_the_host() {
     let test = "the_ports_pass_the_rust_policies_cases_in_the_host";
     for (lang, program) in LANGUAGES {
-        if !available(test, program) {
+        if !tool_available(test, program) {
             continue;
         }
         for name in POLICIES {
