@@ -9,7 +9,7 @@ use std::process::Command;
 
 use anyhow::{Context, Result, bail};
 
-use crate::sections::{add_sections, write_if_changed};
+use crate::sections::finish_component;
 use crate::toolchain::{JsTools, run};
 use crate::{BuiltGuest, POLICY_WIT, WORLD};
 
@@ -155,17 +155,12 @@ impl JsProject {
         run(&mut componentize, "componentize-js").context(
             "the policy module must export `policy` (made with definePolicy) and use no Node.js API",
         )?;
-        let bytes = std::fs::read(&component)
-            .with_context(|| format!("cannot read {}", component.display()))?;
-        let bytes = add_sections(bytes, self.lifecycle.as_deref(), self.cases.as_deref());
-        std::fs::create_dir_all(out_dir)
-            .with_context(|| format!("cannot create {}", out_dir.display()))?;
-        let out = out_dir.join(format!("{}.wasm", self.name));
-        write_if_changed(&out, &bytes)?;
-        Ok(BuiltGuest {
-            package: self.name.clone(),
-            component: out,
-            core_module: None,
-        })
+        finish_component(
+            &component,
+            &self.name,
+            self.lifecycle.as_deref(),
+            self.cases.as_deref(),
+            out_dir,
+        )
     }
 }

@@ -8,7 +8,7 @@ use std::process::Command;
 
 use anyhow::{Context, Result, bail};
 
-use crate::sections::{add_sections, write_if_changed};
+use crate::sections::finish_component;
 use crate::toolchain::run;
 use crate::{BuiltGuest, POLICY_WIT, WORLD};
 
@@ -128,18 +128,13 @@ impl PyProject {
             .arg(&component);
         run(&mut componentize, "componentize-py")
             .context("app.py must bind `Policy = export(YourPolicy)` and import only the standard library and idem_policy")?;
-        let bytes = std::fs::read(&component)
-            .with_context(|| format!("cannot read {}", component.display()))?;
-        let bytes = add_sections(bytes, self.lifecycle.as_deref(), self.cases.as_deref());
-        std::fs::create_dir_all(out_dir)
-            .with_context(|| format!("cannot create {}", out_dir.display()))?;
-        let out = out_dir.join(format!("{}.wasm", self.name));
-        write_if_changed(&out, &bytes)?;
-        Ok(BuiltGuest {
-            package: self.name.clone(),
-            component: out,
-            core_module: None,
-        })
+        finish_component(
+            &component,
+            &self.name,
+            self.lifecycle.as_deref(),
+            self.cases.as_deref(),
+            out_dir,
+        )
     }
 }
 

@@ -6,6 +6,8 @@ use std::path::Path;
 
 use anyhow::{Context, Result};
 
+use crate::BuiltGuest;
+
 /// The custom section of the policy's lifecycle manifest (see
 /// `idem_core::lifecycle`).
 pub const LIFECYCLE_SECTION: &str = "idem-lifecycle";
@@ -39,6 +41,30 @@ pub fn add_sections(
         .append_to_component(&mut component);
     }
     component
+}
+
+/// The end of a JavaScript or Python build: the component componentize-js
+/// or componentize-py wrote at `component`, with its sections added, as
+/// `<out_dir>/<name>.wasm`.
+pub(crate) fn finish_component(
+    component: &Path,
+    name: &str,
+    lifecycle: Option<&str>,
+    cases: Option<&[u8]>,
+    out_dir: &Path,
+) -> Result<BuiltGuest> {
+    let bytes =
+        std::fs::read(component).with_context(|| format!("cannot read {}", component.display()))?;
+    let bytes = add_sections(bytes, lifecycle, cases);
+    std::fs::create_dir_all(out_dir)
+        .with_context(|| format!("cannot create {}", out_dir.display()))?;
+    let out = out_dir.join(format!("{name}.wasm"));
+    write_if_changed(&out, &bytes)?;
+    Ok(BuiltGuest {
+        package: name.to_string(),
+        component: out,
+        core_module: None,
+    })
 }
 
 /// Writes `bytes` to `path` unless it already holds them (so a rebuild that
