@@ -24,4 +24,5 @@ mod report_cli;
 mod report_page;
 mod run_cli;
 mod serve;
+mod serve_connections;
 mod serve_contract;

@@ -30,7 +30,21 @@ impl Server {
     /// (on `--listen 127.0.0.1:0` unless EXTRA says where) and waits for
     /// the line naming its address.
     pub fn start(store: &str, extra: &[&str], env: &[(&str, &str)]) -> Server {
-        let mut command = Command::new(idem_bin());
+        Server::start_with(store, extra, env, Launch::default())
+    }
+
+    /// [`Server::start`], launched as `launch` says.
+    pub fn start_with(store: &str, extra: &[&str], env: &[(&str, &str)], launch: Launch) -> Server {
+        let mut command = match launch.file_limit {
+            // The shell sets the limit and becomes idem serve (same pid).
+            Some(limit) => {
+                let mut sh = Command::new("sh");
+                sh.args(["-c", "ulimit -n \"$0\" && exec \"$@\"", &limit.to_string()])
+                    .arg(idem_bin());
+                sh
+            }
+            None => Command::new(idem_bin()),
+        };
         command
             .args(["serve", "--no-cache", "--policy"])
             .arg(policy_path("billing-charge"))
@@ -41,9 +55,13 @@ impl Server {
         }
         command
             .env_remove("IDEM_SERVE_TOKEN")
+            .env_remove("IDEM_LOG")
             .envs(env.iter().copied())
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
+            .stderr(match launch.stderr {
+                Some(file) => Stdio::from(file),
+                None => Stdio::inherit(),
+            });
         let mut child = command.spawn().expect("idem serve starts");
         let stdout = child.stdout.take().expect("piped stdout");
         let mut line = String::new();
@@ -97,6 +115,31 @@ impl Server {
     pub fn wait(&mut self) -> std::process::ExitStatus {
         self.child.wait().expect("reap idem serve")
     }
+
+    /// Waits for the server to exit, failing the test if it is still
+    /// running after `bound` (a hang, not a slow exit: give it ample time).
+    pub fn wait_at_most(&mut self, bound: Duration, why: &str) -> std::process::ExitStatus {
+        let started = std::time::Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().expect("poll idem serve") {
+                return status;
+            }
+            assert!(
+                started.elapsed() < bound,
+                "idem serve is still running: {why}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+/// How [`Server::start_with`] launches `idem serve`.
+#[derive(Default)]
+pub struct Launch {
+    /// Where its stderr goes (default: the test's).
+    pub stderr: Option<std::fs::File>,
+    /// An open-file limit (soft and hard) to run it under.
+    pub file_limit: Option<u32>,
 }
 
 impl Drop for Server {

@@ -22,7 +22,8 @@ fn document() -> Value {
 
 /// A JSON Schema check, for the keywords the document uses: `$ref`,
 /// `oneOf`, `const`, `enum`, `type` (one or a list), `properties`,
-/// `required`, `additionalProperties`, `items`, `minimum`, `maximum`.
+/// `required`, `additionalProperties`, `items`, `minimum`, `maximum`,
+/// `minLength`, `maxLength` and the one `pattern` the document uses.
 /// An unknown keyword fails, so the document cannot say more than is
 /// checked.
 fn validate(doc: &Value, schema: &Value, v: &Value, at: &str) -> Result<(), String> {
@@ -42,6 +43,9 @@ fn validate(doc: &Value, schema: &Value, v: &Value, at: &str) -> Result<(), Stri
             "items",
             "minimum",
             "maximum",
+            "minLength",
+            "maxLength",
+            "pattern",
             "description",
         ];
         if !known.contains(&keyword.as_str()) {
@@ -109,6 +113,26 @@ fn validate(doc: &Value, schema: &Value, v: &Value, at: &str) -> Result<(), Stri
         && n > max.as_f64().unwrap()
     {
         return Err(format!("{at}: {n} is over {max}"));
+    }
+    if let Some(text) = v.as_str() {
+        let chars = text.chars().count() as u64;
+        if let Some(min) = schema.get("minLength").and_then(Value::as_u64)
+            && chars < min
+        {
+            return Err(format!("{at}: {v} is shorter than {min}"));
+        }
+        if let Some(max) = schema.get("maxLength").and_then(Value::as_u64)
+            && chars > max
+        {
+            return Err(format!("{at}: {v} is longer than {max}"));
+        }
+        if let Some(pattern) = schema.get("pattern") {
+            // The one pattern the document uses: a key.
+            assert_eq!(pattern, "^[0-9a-f]{64}$", "{at}: a pattern not checked");
+            if text.len() != 64 || !text.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
+                return Err(format!("{at}: {v} is not 64 lower-case hex characters"));
+            }
+        }
     }
     if let Some(members) = v.as_object() {
         let properties = schema.get("properties").and_then(Value::as_object);

@@ -91,8 +91,14 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    // Without IDEM_LOG: errors, and the sidecar's warnings about its
+    // connections (a full file table, a flood over the cap). Colour only on
+    // a terminal: a log file gets no escape codes.
+    let filter = tracing_subscriber::EnvFilter::try_from_env("IDEM_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("error,idem_serve=warn"));
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_env("IDEM_LOG"))
+        .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();

@@ -12,6 +12,8 @@
 //! - [`duplicate`]: what a duplicate may get, and the safety gate that
 //!   refuses an unsafe decision,
 //! - [`cases`]: the cases-file format shared by `idem test` and the SDK.
+//! - [`json`]: one meaning per JSON document (a repeated member name is an
+//!   error).
 //! - [`ownership`]: which worker owns a partition (rendezvous hashing).
 //!
 //! This crate knows nothing of WebAssembly or storage.
@@ -22,6 +24,7 @@ pub mod cases;
 pub mod derivation;
 pub mod digest;
 pub mod duplicate;
+pub mod json;
 pub mod lifecycle;
 pub mod number;
 pub mod operation;

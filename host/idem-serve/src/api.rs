@@ -113,18 +113,40 @@ pub(crate) struct ReportRequest {
     pub(crate) key: Option<String>,
 }
 
-/// A key as the client sent it back: the 64 hex characters begin answered.
+/// A key as the client sent it back: the 64 lower-case hex characters
+/// begin answered (one spelling per key, as the contract says).
 pub(crate) fn parse_key(text: &str, member: &str) -> Result<Digest, ApiError> {
-    let lower = text.to_ascii_lowercase();
-    match Digest::from_hex(&lower) {
-        Some(d) if lower.len() == 64 => Ok(d),
+    let lower_hex =
+        text.len() == 64 && text.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
+    match Digest::from_hex(text) {
+        Some(d) if lower_hex => Ok(d),
         _ => Err(invalid(
             Some(member),
             format!(
-                "`{member}` must be the 64 hex characters begin answered, not `{}`",
+                "`{member}` must be the 64 lower-case hex characters begin answered, not `{}`",
                 text.chars().take(80).collect::<String>()
             ),
         )),
+    }
+}
+
+/// The statuses an outcome may carry: a process's exit status (0–255) or
+/// an HTTP status (100–599), with room to spare; nothing negative.
+pub(crate) const STATUS_RANGE: std::ops::RangeInclusive<i32> = 0..=999;
+
+/// Refuses a status outside [`STATUS_RANGE`], naming the member.
+pub(crate) fn check_status(status: i32, member: &str) -> Result<i32, ApiError> {
+    if STATUS_RANGE.contains(&status) {
+        Ok(status)
+    } else {
+        Err(invalid(
+            Some(member),
+            format!(
+                "`{member}` is {status}; a status is from {} to {} (an exit status or an HTTP status)",
+                STATUS_RANGE.start(),
+                STATUS_RANGE.end()
+            ),
+        ))
     }
 }
 

@@ -10,17 +10,18 @@ use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use http::{HeaderValue, StatusCode, header};
 use idem::core::Operation;
-use idem::engine::{Begin, Engine};
+use idem::engine::{Begin, Engine, EngineError};
 use idem::forensics;
 use idem::store::{
-    AttemptFilter, Ending, Holder, Outcome, RecordKey, Resolution, ResolveRequest as StoreResolve,
+    AttemptFilter, Ending, Holder, Outcome, RecordKey, RecordState, Resolution,
+    ResolveRequest as StoreResolve, StoreError,
 };
 use serde_json::{Value, json};
 
 use crate::App;
 use crate::api::{
     CompleteRequest, FailRequest, HeartbeatRequest, OperationRequest, ReportRequest,
-    ResolutionKind, ResolveRequest, body_bytes, outcome_json, parse_key,
+    ResolutionKind, ResolveRequest, body_bytes, check_status, outcome_json, parse_key,
 };
 use crate::json::Api;
 use crate::problem::{ApiError, Problem, engine_error, invalid, store_error};
@@ -159,7 +160,10 @@ pub(crate) async fn complete(
     Api(req): Api<CompleteRequest>,
 ) -> Answer {
     let key = app.record_key(&req.key, "key")?;
-    let outcome = Outcome::new(req.status, body_bytes(&req.body, &req.body_base64)?);
+    let outcome = Outcome::new(
+        check_status(req.status, "status")?,
+        body_bytes(&req.body, &req.body_base64)?,
+    );
     finish(&app, key, req.fence, Ending::Completed, outcome).await
 }
 
@@ -167,7 +171,7 @@ pub(crate) async fn complete(
 pub(crate) async fn fail(State(app): State<Arc<App>>, Api(req): Api<FailRequest>) -> Answer {
     let key = app.record_key(&req.key, "key")?;
     let outcome = Outcome {
-        status: req.status,
+        status: check_status(req.status, "status")?,
         body: body_bytes(&req.body, &req.body_base64)?,
         error: Some(
             req.error
@@ -180,17 +184,66 @@ pub(crate) async fn fail(State(app): State<Arc<App>>, Api(req): Api<FailRequest>
     finish(&app, key, req.fence, ending, outcome).await
 }
 
+/// A write of the end under the fence. The same end sent again under the
+/// same fence (a retry after a lost answer) answers as the first did (the
+/// library recognises its own echo); another end under that fence is a
+/// `409` naming what is stored and what was sent.
 async fn finish(app: &App, key: RecordKey, fence: u64, ending: Ending, outcome: Outcome) -> Answer {
-    app.engine()
+    let sent = (outcome.status, outcome.body.len());
+    match app
+        .engine()
         .finish_fenced(&key, fence, ending, outcome)
         .await
-        .map_err(engine_error)?;
+    {
+        Ok(()) => {}
+        Err(EngineError::Fenced(StoreError::NotInProgress {
+            fence: current,
+            state,
+            ..
+        })) if current == fence => {
+            return Err(ended_otherwise(app, &key, fence, state, ending, sent).await);
+        }
+        Err(e) => return Err(engine_error(e)),
+    }
     Ok(Json(json!({
         "key": key.digest.to_hex(),
         "fence": fence,
         "state": ending.state().as_str(),
     }))
     .into_response())
+}
+
+/// The refusal of an end under a fence whose record already ended
+/// otherwise under that same fence: both ends named, nothing changed.
+async fn ended_otherwise(
+    app: &App,
+    key: &RecordKey,
+    fence: u64,
+    state: RecordState,
+    ending: Ending,
+    (status, body_len): (i32, usize),
+) -> ApiError {
+    let stored = match app.engine().store().get(key).await {
+        Ok(Some(view)) => view.record.outcome.map(|o| (o.status, o.body.len())),
+        _ => None,
+    };
+    let stored = match stored {
+        Some((s, n)) => format!("{} with status {s} and a {n}-byte body", state.as_str()),
+        None => state.as_str().to_string(),
+    };
+    ApiError(
+        Problem::new(
+            StatusCode::CONFLICT,
+            "not-in-progress",
+            "The record is no longer in progress",
+            format!(
+                "the record already ended under fence {fence}: {stored}; this call sends {} with status {status} and a {body_len}-byte body. A final record is never overwritten: this write changed nothing (the same end sent again would be answered 200)",
+                ending.state().as_str()
+            ),
+        )
+        .with("fence", fence)
+        .with("state", state.as_str()),
+    )
 }
 
 /// `POST /v1/heartbeat`: the lease extended, under the fence.
@@ -227,6 +280,9 @@ pub(crate) async fn heartbeat(
 pub(crate) async fn resolve(State(app): State<Arc<App>>, Api(req): Api<ResolveRequest>) -> Answer {
     let key = app.record_key(&req.key, "key")?;
     let body = body_bytes(&req.body, &req.body_base64)?;
+    if let Some(status) = req.status {
+        check_status(status, "status")?;
+    }
     let resolution = match req.resolution {
         ResolutionKind::Completed => {
             Resolution::Completed(Outcome::new(req.status.unwrap_or(0), body))

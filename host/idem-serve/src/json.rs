@@ -22,7 +22,9 @@ impl<T: DeserializeOwned> FromRequest<Arc<App>> for Api<T> {
 
     async fn from_request(request: Request, app: &Arc<App>) -> Result<Self, ApiError> {
         media_type(request.headers())?;
-        let bytes = read_bounded(request, app.body_limit).await?;
+        let bytes = tokio::time::timeout(app.body_timeout, read_bounded(request, app.body_limit))
+            .await
+            .map_err(|_| body_timed_out(app.body_timeout))??;
         parse(&bytes).map(Api)
     }
 }
@@ -74,6 +76,20 @@ async fn read_bounded(request: Request, limit: usize) -> Result<Bytes, ApiError>
     }
 }
 
+/// A body that did not arrive in time: the client stalled (or is too slow
+/// to be served without holding a connection for everyone else).
+fn body_timed_out(limit: std::time::Duration) -> ApiError {
+    ApiError(Problem::new(
+        StatusCode::REQUEST_TIMEOUT,
+        "body-timeout",
+        "The request body did not arrive in time",
+        format!(
+            "the request body did not arrive within {} ms (--body-timeout); nothing was done",
+            limit.as_millis()
+        ),
+    ))
+}
+
 fn too_large(limit: usize) -> ApiError {
     ApiError(
         Problem::new(
@@ -89,7 +105,8 @@ fn too_large(limit: usize) -> ApiError {
 /// The body as `T`: a malformed document names where it breaks; a
 /// member of the wrong type is named by its path; a missing or unknown
 /// member is named by serde (every request type denies unknown members).
-/// The syntax is checked first, on its own: serde_json reports some
+/// A member name repeated anywhere is refused, naming it. The syntax is
+/// checked first, on its own: serde_json reports some
 /// type mismatches (a number where an enum goes) as syntax errors when it
 /// reads text and the type at once.
 pub(crate) fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
@@ -100,6 +117,14 @@ pub(crate) fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     }
     let value: serde_json::Value = serde_json::from_slice(bytes)
         .map_err(|e| malformed(format!("the request body is not valid JSON: {e}")))?;
+    idem::core::json::unique_members(bytes).map_err(|e| {
+        invalid(
+            Some(&e.path),
+            format!(
+                "{e}: send each member once (a reader that keeps the first would see another request than idem, which would keep the last)"
+            ),
+        )
+    })?;
     serde_path_to_error::deserialize::<_, T>(value).map_err(|e| {
         let path = e.path().to_string();
         let inner = e.into_inner();
@@ -174,6 +199,24 @@ mod tests {
             (slug.as_str(), member.as_deref()),
             ("invalid-request", Some("resolution"))
         );
+    }
+
+    #[test]
+    fn a_repeated_member_is_refused_at_any_depth() {
+        use crate::api::OperationRequest;
+        let (slug, member, detail) = refusal::<OperationRequest>(
+            r#"{"operation":{"kind":"charge","tenant":"t","fields":{"invoice_id":"d1","invoice_id":"d2"}}}"#,
+        );
+        assert_eq!(
+            (slug.as_str(), member.as_deref()),
+            ("invalid-request", Some("operation.fields.invoice_id"))
+        );
+        assert!(detail.contains("appears twice"), "{detail}");
+        let (_, member, _) =
+            refusal::<OperationRequest>(r#"{"operation":{"kind":"a"},"operation":{"kind":"b"}}"#);
+        assert_eq!(member.as_deref(), Some("operation"));
+        let (_, member, _) = refusal::<CompleteRequest>(r#"{"key":"k","fence":1,"fence":2}"#);
+        assert_eq!(member.as_deref(), Some("fence"));
     }
 
     #[test]

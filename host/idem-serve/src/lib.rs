@@ -31,6 +31,7 @@
 
 mod api;
 mod auth;
+mod connections;
 mod handlers;
 mod json;
 mod problem;
@@ -43,6 +44,9 @@ use axum::routing::post;
 use idem::engine::Engine;
 
 pub use auth::Token;
+pub use connections::{
+    ConnectionLimits, DEFAULT_MAX_CONNECTIONS, Drained, default_max_connections,
+};
 
 /// Every route the sidecar answers, as (method, path): the router is built
 /// from this list, and the OpenAPI document is checked against it.
@@ -67,6 +71,8 @@ pub struct SidecarOptions {
     pub token: Option<Token>,
     /// The largest request body accepted, in bytes (`413` past it).
     pub body_limit: usize,
+    /// Timeouts, the connection cap and the drain deadline ([`Sidecar::run`]).
+    pub limits: ConnectionLimits,
 }
 
 impl Default for SidecarOptions {
@@ -74,6 +80,7 @@ impl Default for SidecarOptions {
         SidecarOptions {
             token: None,
             body_limit: DEFAULT_BODY_LIMIT,
+            limits: ConnectionLimits::default(),
         }
     }
 }
@@ -82,6 +89,8 @@ impl Default for SidecarOptions {
 pub(crate) struct App {
     pub(crate) engine: Engine,
     pub(crate) body_limit: usize,
+    /// How long a request's body may take to arrive (`408` past it).
+    pub(crate) body_timeout: std::time::Duration,
 }
 
 /// One policy and one store behind the JSON API.
@@ -113,6 +122,7 @@ impl Sidecar {
         let app = Arc::new(App {
             engine: self.engine.clone(),
             body_limit: self.options.body_limit,
+            body_timeout: self.options.limits.body,
         });
         let mut router = Router::new();
         for (_, path) in ROUTES {
@@ -138,19 +148,19 @@ impl Sidecar {
         }
     }
 
-    /// Serves on `listener` until `shutdown` resolves; then stops
-    /// accepting, lets the calls in flight finish, and writes the answers
-    /// still queued for the attempt log ([`Engine::flush_log`]) before
-    /// returning.
+    /// Serves on `listener` within the options' [`ConnectionLimits`] until
+    /// `shutdown` resolves; then stops accepting, closes idle connections,
+    /// gives the calls in flight the drain deadline to finish (cutting what
+    /// still runs then), and writes the answers still queued for the
+    /// attempt log ([`Engine::flush_log`]) before returning how it went.
     pub async fn run(
         &self,
         listener: tokio::net::TcpListener,
-        shutdown: impl Future<Output = ()> + Send + 'static,
-    ) -> std::io::Result<()> {
-        let served = axum::serve(listener, self.router())
-            .with_graceful_shutdown(shutdown)
-            .await;
+        shutdown: impl Future<Output = ()>,
+    ) -> Drained {
+        let drained =
+            connections::serve(listener, self.router(), self.options.limits, shutdown).await;
         self.engine.flush_log().await;
-        served
+        drained
     }
 }

@@ -347,6 +347,15 @@ pub(crate) fn check_resolution(request: &ResolveRequest, limit: usize) -> Result
             "a resolution needs a reason (who asked, what was checked)".into(),
         ));
     }
+    // The log keeps a note of at most this size: refuse, rather than keep
+    // a reason cut short without saying so.
+    if request.reason.len() > crate::attempt::MAX_NOTE_BYTES {
+        return Err(StoreError::InvalidRequest(format!(
+            "a resolution's reason is {} bytes; at most {} are kept: say it shorter (a ticket link, what was checked)",
+            request.reason.len(),
+            crate::attempt::MAX_NOTE_BYTES
+        )));
+    }
     if let Resolution::Completed(outcome) = &request.resolution {
         checked_outcome(&request.key, outcome.clone(), limit)?;
     }

@@ -44,7 +44,8 @@ pub struct ResolveArgs {
     /// The stored body for --completed (e.g. the provider's receipt).
     #[arg(long, value_name = "FILE", requires = "completed")]
     pub body_file: Option<PathBuf>,
-    /// Why: what was checked, who asked. Kept in the attempt log.
+    /// Why: what was checked, who asked (at most 1024 bytes). Kept in the
+    /// attempt log.
     #[arg(long)]
     pub reason: String,
     /// Who decides (default: $USER).

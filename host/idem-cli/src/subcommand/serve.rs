@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use clap::Args;
 use idem::engine::{Engine, EngineOptions};
-use idem_serve::{DEFAULT_BODY_LIMIT, Sidecar, SidecarOptions, Token};
+use idem_serve::{ConnectionLimits, DEFAULT_BODY_LIMIT, Sidecar, SidecarOptions, Token};
 
-use crate::exit::{Failure, SUCCESS};
+use crate::exit::{Failure, INCOMPLETE, SUCCESS};
 use crate::policy_args::PolicyArgs;
 use crate::run_flags::parse_lease;
 use crate::store_args::{StoreArgs, runtime};
@@ -39,10 +39,48 @@ pub struct ServeArgs {
     /// The largest request body accepted, in bytes (413 past it).
     #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_BODY_LIMIT)]
     pub body_limit: usize,
+    /// How long a request's head may take from its first byte; the
+    /// connection is closed past it.
+    #[arg(long, value_name = "DURATION", value_parser = parse_timeout, default_value = "10s")]
+    pub header_timeout: Duration,
+    /// How long a connection may wait for its next request with nothing
+    /// sent before it is closed.
+    #[arg(long, value_name = "DURATION", value_parser = parse_timeout, default_value = "60s")]
+    pub idle_timeout: Duration,
+    /// How long a request's body may take to arrive after its head (408
+    /// past it).
+    #[arg(long, value_name = "DURATION", value_parser = parse_timeout, default_value = "30s")]
+    pub body_timeout: Duration,
+    /// Connections open at once; one more is answered 503 and closed
+    /// [default: 1024, or the open-file limit less 64 when lower].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_connections: Option<u32>,
+    /// On SIGTERM or SIGINT, how long the calls in flight get to finish;
+    /// those still running then are cut, and idem serve exits 1.
+    #[arg(long, value_name = "DURATION", value_parser = parse_drain, default_value = "10s")]
+    pub drain_timeout: Duration,
+}
+
+/// A connection timeout: at least a millisecond, at most a day.
+fn parse_timeout(text: &str) -> Result<Duration, String> {
+    let d = humantime::parse_duration(text).map_err(|e| format!("`{text}`: {e} (e.g. `10s`)"))?;
+    if d < Duration::from_millis(1) || d > Duration::from_secs(86_400) {
+        return Err(format!("`{text}` is out of bounds: from 1ms to 24h"));
+    }
+    Ok(d)
+}
+
+/// `--drain-timeout`: `0` cuts the calls in flight at once.
+fn parse_drain(text: &str) -> Result<Duration, String> {
+    if text.trim() == "0" {
+        return Ok(Duration::ZERO);
+    }
+    parse_timeout(text)
 }
 
 /// Runs `idem serve` until SIGTERM or SIGINT, then lets the calls in flight
-/// finish, writes the attempt log's queue and exits 0.
+/// finish within `--drain-timeout`, writes the attempt log's queue and
+/// exits 0 (1 when calls were cut at the deadline).
 pub fn run(args: ServeArgs) -> Result<u8, Failure> {
     // Everything that can refuse the flags is checked before anything is
     // opened or bound.
@@ -70,6 +108,15 @@ pub fn run(args: ServeArgs) -> Result<u8, Failure> {
             SidecarOptions {
                 token,
                 body_limit: args.body_limit,
+                limits: ConnectionLimits {
+                    header: args.header_timeout,
+                    idle: args.idle_timeout,
+                    body: args.body_timeout,
+                    max_connections: args
+                        .max_connections
+                        .map_or_else(idem_serve::default_max_connections, |n| n as usize),
+                    drain: args.drain_timeout,
+                },
             },
         );
         let listener = tokio::net::TcpListener::bind(args.listen)
@@ -93,12 +140,18 @@ pub fn run(args: ServeArgs) -> Result<u8, Failure> {
                 " (no token: loopback only)"
             }
         );
-        sidecar
-            .run(listener, shutdown_signal())
-            .await
-            .map_err(|e| Failure::input(format!("serving on {addr} failed: {e}")))?;
-        eprintln!("idem: stopped: calls in flight finished, attempt log written");
-        Ok(SUCCESS)
+        let drained = sidecar.run(listener, shutdown_signal()).await;
+        if drained.is_clean() {
+            eprintln!("idem: stopped: calls in flight finished, attempt log written");
+            Ok(SUCCESS)
+        } else {
+            eprintln!(
+                "idem: stopped: {} call(s) still running at the drain deadline ({} ms) were cut without an answer (a begin's claim stays until its lease ends, a write may or may not have happened: a retry finds out); attempt log written",
+                drained.cut,
+                args.drain_timeout.as_millis()
+            );
+            Ok(INCOMPLETE)
+        }
     })
 }
 

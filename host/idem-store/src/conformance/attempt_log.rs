@@ -477,6 +477,11 @@ where
             by: String::new(),
             ..resolution(&key(1), a.fence, done.clone())
         },
+        // A reason past what the log keeps is refused, not cut short.
+        ResolveRequest {
+            reason: "r".repeat(crate::attempt::MAX_NOTE_BYTES + 1),
+            ..resolution(&key(1), a.fence, done.clone())
+        },
         resolution(
             &key(1),
             a.fence,
