@@ -384,3 +384,54 @@ fn a_repeated_member_name_is_refused_on_every_route() {
     }
     assert!(store.events().is_empty(), "nothing was begun");
 }
+
+#[test]
+fn the_http_servers_own_refusals_are_problem_documents() {
+    let store = TestStore::sqlite();
+    let server = Server::start(&store.url, &[], &[]);
+    let body = json!({"operation": op("i1", "1")}).to_string();
+    let cases: Vec<(Vec<u8>, u16, &str)> = vec![
+        (b"GARBAGE\r\n\r\n".to_vec(), 400, "malformed-request"),
+        (
+            format!(
+                "POST /v1/derive HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\nContent-Length: {}\r\n\r\n{body}",
+                body.len(),
+                body.len() + 1
+            )
+            .into_bytes(),
+            400,
+            "malformed-request",
+        ),
+        // A head past 64 KiB, however it is split across reads (a head at
+        // most twice the limit could slip through in one large read).
+        (
+            format!(
+                "POST /v1/{} HTTP/1.1\r\nHost: x\r\n\r\n",
+                "a".repeat(300_000)
+            )
+            .into_bytes(),
+            431,
+            "headers-too-large",
+        ),
+        (
+            format!(
+                "POST /v1/derive HTTP/1.1\r\nHost: x\r\nX-Big: {}\r\n\r\n",
+                "b".repeat(300_000)
+            )
+            .into_bytes(),
+            431,
+            "headers-too-large",
+        ),
+    ];
+    for (request, status, slug) in cases {
+        let reply = crate::serve::send_raw(&server.addr, &request);
+        let p = reply.problem(status);
+        assert!(
+            p["type"].as_str().unwrap().ends_with(&format!("/{slug}")),
+            "{p}"
+        );
+    }
+    // The server is unharmed, and a good call on a kept-alive connection
+    // is answered as ever.
+    server.ok("/v1/derive", &json!({"operation": op("i1", "1")}));
+}

@@ -23,7 +23,8 @@ fn document() -> Value {
 /// A JSON Schema check, for the keywords the document uses: `$ref`,
 /// `oneOf`, `const`, `enum`, `type` (one or a list), `properties`,
 /// `required`, `additionalProperties`, `items`, `minimum`, `maximum`,
-/// `minLength`, `maxLength` and the one `pattern` the document uses.
+/// `minLength`, `maxLength`, `maxProperties`, `not` and the one `pattern`
+/// the document uses.
 /// An unknown keyword fails, so the document cannot say more than is
 /// checked.
 fn validate(doc: &Value, schema: &Value, v: &Value, at: &str) -> Result<(), String> {
@@ -46,6 +47,8 @@ fn validate(doc: &Value, schema: &Value, v: &Value, at: &str) -> Result<(), Stri
             "minLength",
             "maxLength",
             "pattern",
+            "maxProperties",
+            "not",
             "description",
         ];
         if !known.contains(&keyword.as_str()) {
@@ -133,6 +136,18 @@ fn validate(doc: &Value, schema: &Value, v: &Value, at: &str) -> Result<(), Stri
                 return Err(format!("{at}: {v} is not 64 lower-case hex characters"));
             }
         }
+    }
+    if let Some(not) = schema.get("not")
+        && validate(doc, not, v, at).is_ok()
+    {
+        return Err(format!("{at}: {v} matches what `not` excludes ({not})"));
+    }
+    if let (Some(max), Some(members)) = (
+        schema.get("maxProperties").and_then(Value::as_u64),
+        v.as_object(),
+    ) && members.len() as u64 > max
+    {
+        return Err(format!("{at}: {v} has more than {max} members"));
     }
     if let Some(members) = v.as_object() {
         let properties = schema.get("properties").and_then(Value::as_object);

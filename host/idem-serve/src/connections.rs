@@ -17,6 +17,9 @@
 //! - a failure to accept (the process's file limit reached) and a burst of
 //!   refusals are logged when they start, and how many there were when they
 //!   end, never silently;
+//! - hyper's own refusals of a head it cannot parse (`400`, `431`,
+//!   written before any call, with an empty body) go out as problem
+//!   documents like every other refusal ([`Watched`] swaps them);
 //! - on shutdown, idle connections close at once, calls in flight get
 //!   [`ConnectionLimits::drain`] to finish, and what is still running then
 //!   is cut; the caller learns how many were cut ([`Drained`]).
@@ -61,6 +64,12 @@ pub struct ConnectionLimits {
 /// default connection cap from the process's file limit: the store's
 /// connections and files, the policy cache, the listener, stdio.
 const RESERVED_DESCRIPTORS: u64 = 64;
+
+/// The largest request head (request line and headers) read: the API's
+/// heads are a few hundred bytes, and every open connection may hold this
+/// much (hyper's default, ~400 KiB, times the connection cap would be
+/// 400 MiB). Past it: `431`.
+pub const MAX_HEAD_BYTES: usize = 64 * 1024;
 
 /// The default cap on connections, before the file limit lowers it.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
@@ -185,8 +194,10 @@ async fn connection(
 ) {
     let activity = Arc::new(Activity::new());
     let io = TokioIo::new(Watched {
-        inner: stream,
+        inner: Some(stream),
         activity: Arc::clone(&activity),
+        swapping: None,
+        refused: false,
     });
     let service = {
         let activity = Arc::clone(&activity);
@@ -200,7 +211,9 @@ async fn connection(
             }
         })
     };
-    let conn = hyper::server::conn::http1::Builder::new().serve_connection(io, service);
+    let conn = hyper::server::conn::http1::Builder::new()
+        .max_buf_size(MAX_HEAD_BYTES)
+        .serve_connection(io, service);
     tokio::pin!(conn);
     let mut draining = false;
     loop {
@@ -237,7 +250,8 @@ fn far_future() -> Instant {
 }
 
 /// Answers a connection over the cap `503` with a problem document, and
-/// closes it (a client that does not read gets a second, then is dropped).
+/// closes it (a client that does not read gets a second, then is dropped;
+/// one that goes on sending is read for a while, see [`linger`]).
 async fn refuse(mut stream: TcpStream, max: usize) {
     let problem = Problem::new(
         http::StatusCode::SERVICE_UNAVAILABLE,
@@ -252,11 +266,10 @@ async fn refuse(mut stream: TcpStream, max: usize) {
         "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/problem+json\r\nretry-after: 1\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{problem}",
         problem.len()
     );
-    let _ = tokio::time::timeout(Duration::from_secs(1), async {
-        let _ = stream.write_all(reply.as_bytes()).await;
-        let _ = stream.shutdown().await;
-    })
-    .await;
+    let written = tokio::time::timeout(Duration::from_secs(1), stream.write_all(reply.as_bytes()));
+    if let Ok(Ok(())) = written.await {
+        linger(stream).await;
+    }
 }
 
 /// Where a connection is: waiting for a request, reading one's head, or
@@ -271,6 +284,9 @@ enum Phase {
 /// A connection's phase, shared by its reader, its calls and its watch.
 struct Activity {
     phase: Mutex<Phase>,
+    /// Whether anything was written since the current head began: an
+    /// answer still being flushed is not hyper's own refusal.
+    written: std::sync::atomic::AtomicBool,
     changed: Notify,
 }
 
@@ -280,6 +296,7 @@ impl Activity {
             phase: Mutex::new(Phase::Idle {
                 since: Instant::now(),
             }),
+            written: std::sync::atomic::AtomicBool::new(false),
             changed: Notify::new(),
         }
     }
@@ -295,6 +312,7 @@ impl Activity {
             *phase = Phase::Head {
                 since: Instant::now(),
             };
+            self.written.store(false, Ordering::SeqCst);
             drop(phase);
             self.changed.notify_one();
         }
@@ -302,6 +320,28 @@ impl Activity {
 
     fn busy(&self) -> bool {
         matches!(*self.phase(), Phase::Busy { .. })
+    }
+
+    /// Whether `bytes`, about to be written, are hyper's own refusal of the
+    /// head being read: a head with no body, status 400 or 431, the
+    /// first bytes written since this head began, with no call started.
+    fn automatic_refusal(&self, bytes: &[u8]) -> Option<u16> {
+        if !matches!(*self.phase(), Phase::Head { .. }) || self.written.load(Ordering::SeqCst) {
+            return None;
+        }
+        let status = match bytes.get(..13)? {
+            // (hyper's 414 needs a target past 64 KiB: the head limit,
+            // `MAX_HEAD_BYTES`, answers 431 first.)
+            b"HTTP/1.1 400 " => 400,
+            b"HTTP/1.1 431 " => 431,
+            _ => return None,
+        };
+        let head = std::str::from_utf8(bytes).ok()?;
+        let empty = head
+            .strip_suffix("\r\n\r\n")?
+            .split("\r\n")
+            .any(|line| line.eq_ignore_ascii_case("content-length: 0"));
+        empty.then_some(status)
     }
 
     /// When this connection is to be closed if nothing changes; `None`
@@ -356,10 +396,92 @@ impl Drop for Call {
     }
 }
 
-/// The socket, telling its [`Activity`] when bytes arrive.
+/// The socket, telling its [`Activity`] when bytes arrive, and swapping
+/// hyper's bodiless refusals of an unparsable head for problem documents
+/// (hyper writes those itself, with no hook to shape them).
 struct Watched {
-    inner: TcpStream,
+    /// The socket; taken only when dropped after a refusal, to linger.
+    inner: Option<TcpStream>,
     activity: Arc<Activity>,
+    /// A problem document being written in place of hyper's refusal: the
+    /// bytes, how many are written, and the length hyper asked to write.
+    swapping: Option<(Vec<u8>, usize, usize)>,
+    /// Whether a refusal was written: the client may still be sending.
+    refused: bool,
+}
+
+impl Watched {
+    fn stream(&mut self) -> Pin<&mut TcpStream> {
+        Pin::new(
+            self.inner
+                .as_mut()
+                .expect("the socket is there until dropped"),
+        )
+    }
+}
+
+impl Drop for Watched {
+    fn drop(&mut self) {
+        if self.refused
+            && let Some(stream) = self.inner.take()
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            runtime.spawn(linger(stream));
+        }
+    }
+}
+
+/// How long, and for how many bytes, a refused client's remaining request
+/// is read and discarded before the socket closes.
+const LINGER: (Duration, usize) = (Duration::from_secs(2), 1 << 20);
+
+/// Closes a socket whose client may still be sending a refused request: a
+/// close with its bytes unread would reset the connection, and a reset can
+/// destroy the refusal before the client reads it. So: end our side, read
+/// and discard what still comes (for a while, up to a bound), then close.
+async fn linger(mut stream: TcpStream) {
+    use tokio::io::AsyncReadExt;
+    let _ = stream.shutdown().await;
+    let (time, bytes) = LINGER;
+    let _ = tokio::time::timeout(time, async {
+        let mut buf = [0u8; 16 * 1024];
+        let mut read = 0;
+        while read < bytes {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => read += n,
+            }
+        }
+    })
+    .await;
+}
+
+/// hyper's refusal `status` as a problem document; the connection closes.
+fn refusal_reply(status: u16) -> Vec<u8> {
+    let (code, slug, title, detail) = match status {
+        431 => (
+            http::StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            "headers-too-large",
+            "The request's head is too large",
+            "the request's line and headers are larger than 64 KiB (or there are too many headers)",
+        ),
+        _ => (
+            http::StatusCode::BAD_REQUEST,
+            "malformed-request",
+            "The request is not valid HTTP/1.1",
+            "the request line or a header could not be parsed, or its framing is ambiguous (two different Content-Length headers, say): send one valid HTTP/1.1 request",
+        ),
+    };
+    let problem = Problem::new(code, slug, title, detail)
+        .to_json()
+        .to_string();
+    format!(
+        "HTTP/1.1 {} {}\r\ncontent-type: application/problem+json\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{problem}",
+        code.as_u16(),
+        code.canonical_reason().unwrap_or(""),
+        problem.len()
+    )
+    .into_bytes()
 }
 
 impl AsyncRead for Watched {
@@ -369,7 +491,7 @@ impl AsyncRead for Watched {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let before = buf.filled().len();
-        let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
+        let polled = self.stream().poll_read(cx, buf);
         if matches!(polled, Poll::Ready(Ok(()))) && buf.filled().len() > before {
             self.activity.read_some();
         }
@@ -383,27 +505,46 @@ impl AsyncWrite for Watched {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write(cx, buf)
+        let this = &mut *self;
+        if this.swapping.is_none() {
+            if let Some(status) = this.activity.automatic_refusal(buf) {
+                this.swapping = Some((refusal_reply(status), 0, buf.len()));
+            } else {
+                this.activity.written.store(true, Ordering::SeqCst);
+                return this.stream().poll_write(cx, buf);
+            }
+        }
+        // hyper asks again with the same bytes until told they are written:
+        // they are, once the whole problem document is.
+        let (reply, mut done, asked) = this.swapping.take().expect("set above");
+        while done < reply.len() {
+            match this.stream().poll_write(cx, &reply[done..]) {
+                Poll::Ready(Ok(0)) => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
+                Poll::Ready(Ok(n)) => done += n,
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Pending => {
+                    this.swapping = Some((reply, done, asked));
+                    return Poll::Pending;
+                }
+            }
+        }
+        this.refused = true;
+        this.activity.written.store(true, Ordering::SeqCst);
+        Poll::Ready(Ok(asked))
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_flush(cx)
+        self.stream().poll_flush(cx)
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_shutdown(cx)
+        self.stream().poll_shutdown(cx)
     }
 
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
-    }
-
+    // Not vectored: hyper then hands over each answer as one buffer, which
+    // is what a refusal is recognised in (answers are small JSON).
     fn is_write_vectored(&self) -> bool {
-        self.inner.is_write_vectored()
+        false
     }
 }
 

@@ -223,16 +223,18 @@ pub enum StoreError {
         supported: i64,
     },
     /// Opening without migrating ([`crate::StoreOptions::migrate`] off):
-    /// the store does not exist (`found: None`) or its schema is older than
-    /// this build's. Nothing was created or changed.
+    /// the store does not exist (`found: None`), exists with no idem schema
+    /// (`Some(0)`: an empty SQLite file) or its schema is older than this
+    /// build's. Nothing was created or changed.
     #[error(
         "store `{store}` {}: this command only reads, and neither creates nor upgrades a store (`idem migrate --store URL` does)",
-        match .found { None => "does not exist".to_string(), Some(v) => format!("has schema version {v}, older than this idem's {}", .wanted) }
+        match .found { None => "does not exist".to_string(), Some(0) => "holds no idem schema yet (an empty file, or a database without idem's tables)".to_string(), Some(v) => format!("has schema version {v}, older than this idem's {}", .wanted) }
     )]
     NotMigrated {
         /// The store URL (password masked), and schema.
         store: String,
-        /// Its schema version, `None` when there is no store.
+        /// Its schema version, `None` when there is no store, `Some(0)` when
+        /// it holds no idem schema.
         found: Option<i64>,
         /// The version this build needs.
         wanted: i64,

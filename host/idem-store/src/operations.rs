@@ -382,14 +382,16 @@ pub(crate) fn executed_entry(record: &Record, request: &ClaimRequest, now: u64) 
 /// A refused holder write: a fenced one (the holder was deposed by a
 /// take-over or a resolution, or its record was sent to review) is refused
 /// *and* logged, so the log shows that a paused holder came back too late;
-/// any other refusal writes nothing.
+/// any other refusal writes nothing. A fence above the record's was never
+/// handed out: that is a wrong request, not a deposed holder, and logging
+/// it would let any caller grow the log without end.
 fn logged_if_fenced<T>(refused: StoreError, doing: &str, now: u64) -> Result<Step<T>, StoreError> {
     let (key, fence, why) = match &refused {
         StoreError::Fenced {
             key,
             fence,
             current,
-        } => (key, fence, format!("the record is at fence {current}")),
+        } if fence < current => (key, fence, format!("the record is at fence {current}")),
         // Sent to review while its holder was away: the holder is deposed
         // just the same.
         StoreError::NotInProgress {

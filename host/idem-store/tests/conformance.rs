@@ -1313,6 +1313,19 @@ async fn opening_without_migrating_creates_nothing() {
         ),
     }
     assert!(!path.exists());
+    // An empty file is there, but holds no store: said so, and left empty.
+    std::fs::write(&path, b"").unwrap();
+    match idem_store::open(&url, read_only.clone()).await {
+        Err(e @ StoreError::NotMigrated { found: Some(0), .. }) => {
+            assert!(e.to_string().contains("holds no idem schema yet"), "{e}")
+        }
+        other => panic!(
+            "expected NotMigrated, got {:?}",
+            other.map(|s| s.describe())
+        ),
+    }
+    assert_eq!(std::fs::metadata(&path).unwrap().len(), 0);
+    std::fs::remove_file(&path).unwrap();
     idem_store::open(&url, StoreOptions::default())
         .await
         .unwrap();

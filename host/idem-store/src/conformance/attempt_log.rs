@@ -154,6 +154,22 @@ where
         b.fence,
         c.fence,
     );
+    // A fence never handed out is refused too, but is no deposed holder:
+    // not logged (else any caller could grow the log without end).
+    for wrong in [c.fence + 1, c.fence + 1_000] {
+        assert_fenced(
+            store
+                .complete(&key(2), wrong, Outcome::new(0, "forged"))
+                .await,
+            wrong,
+            c.fence,
+        );
+        assert_fenced(
+            store.heartbeat(&key(2), wrong, ms(1_000)).await,
+            wrong,
+            c.fence,
+        );
+    }
     store
         .fail(&key(2), c.fence, true, Outcome::error(75, "try later"))
         .await

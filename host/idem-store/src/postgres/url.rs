@@ -108,12 +108,17 @@ impl PostgresUrl {
     #[cfg(feature = "postgres")]
     pub(crate) fn client_config(&self) -> Result<tokio_postgres::Config, StoreError> {
         let mut config: tokio_postgres::Config =
-            self.conninfo
-                .parse()
-                .map_err(|e| StoreError::UnsupportedUrl {
+            self.conninfo.parse().map_err(|e: tokio_postgres::Error| {
+                StoreError::UnsupportedUrl {
                     url: self.redacted.clone(),
-                    why: format!("{e}"),
-                })?;
+                    // The client's error says only "invalid connection
+                    // string"; its source names the parameter.
+                    why: match std::error::Error::source(&e) {
+                        Some(cause) => format!("{e}: {cause}"),
+                        None => e.to_string(),
+                    },
+                }
+            })?;
         config.ssl_mode(match self.tls {
             TlsMode::Disable => tokio_postgres::config::SslMode::Disable,
             TlsMode::Prefer => tokio_postgres::config::SslMode::Prefer,
@@ -407,8 +412,15 @@ mod tests {
         // The client's own checks, made only where it is built.
         #[cfg(feature = "postgres")]
         cases.extend([
-            ("postgres://u:pw@h/db?frobnicate=1", "frobnicate"),
-            ("postgres://u:pw@h:notaport/db", "port"),
+            // The URL itself names it too: check the client's reason.
+            (
+                "postgres://u:pw@h/db?frobnicate=1",
+                "unknown option `frobnicate`",
+            ),
+            (
+                "postgres://u:pw@h:notaport/db",
+                "invalid value for option `port`",
+            ),
         ]);
         for (url, why) in cases {
             let err = url.parse::<PostgresUrl>().unwrap_err();

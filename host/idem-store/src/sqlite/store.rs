@@ -109,9 +109,11 @@ impl SqliteStore {
         let found = checked?;
         if !options.migrate && found < schema::SCHEMA_VERSION {
             // Before the switch to WAL, which would write the header.
+            // The file exists (a missing one was refused above): an empty
+            // one holds no schema yet, which is not "does not exist".
             return Err(StoreError::NotMigrated {
                 store: format!("sqlite:{}", path.display()),
-                found: (found > 0).then_some(found),
+                found: Some(found),
                 wanted: schema::SCHEMA_VERSION,
             });
         }
