@@ -26,3 +26,5 @@ mod run_cli;
 mod serve;
 mod serve_connections;
 mod serve_contract;
+mod serve_fuzz;
+mod serve_schema;

@@ -130,6 +130,22 @@ pub(crate) fn parse_key(text: &str, member: &str) -> Result<Digest, ApiError> {
     }
 }
 
+/// The largest fence or time a request may carry: the stores keep them as
+/// signed 64-bit integers.
+pub(crate) const MAX_INTEGER: u64 = i64::MAX as u64;
+
+/// Refuses a fence or a time past [`MAX_INTEGER`], naming the member.
+pub(crate) fn check_integer(value: u64, member: &str) -> Result<u64, ApiError> {
+    if value <= MAX_INTEGER {
+        Ok(value)
+    } else {
+        Err(invalid(
+            Some(member),
+            format!("`{member}` is {value}; at most {MAX_INTEGER}"),
+        ))
+    }
+}
+
 /// The statuses an outcome may carry: a process's exit status (0–255) or
 /// an HTTP status (100–599), with room to spare; nothing negative.
 pub(crate) const STATUS_RANGE: std::ops::RangeInclusive<i32> = 0..=999;

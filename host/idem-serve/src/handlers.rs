@@ -21,7 +21,8 @@ use serde_json::{Value, json};
 use crate::App;
 use crate::api::{
     CompleteRequest, FailRequest, HeartbeatRequest, OperationRequest, ReportRequest,
-    ResolutionKind, ResolveRequest, body_bytes, check_status, outcome_json, parse_key,
+    ResolutionKind, ResolveRequest, body_bytes, check_integer, check_status, outcome_json,
+    parse_key,
 };
 use crate::json::Api;
 use crate::problem::{ApiError, Problem, engine_error, invalid, store_error};
@@ -160,6 +161,7 @@ pub(crate) async fn complete(
     Api(req): Api<CompleteRequest>,
 ) -> Answer {
     let key = app.record_key(&req.key, "key")?;
+    check_integer(req.fence, "fence")?;
     let outcome = Outcome::new(
         check_status(req.status, "status")?,
         body_bytes(&req.body, &req.body_base64)?,
@@ -170,6 +172,7 @@ pub(crate) async fn complete(
 /// `POST /v1/fail`: a failure, retryable or not, under the fence.
 pub(crate) async fn fail(State(app): State<Arc<App>>, Api(req): Api<FailRequest>) -> Answer {
     let key = app.record_key(&req.key, "key")?;
+    check_integer(req.fence, "fence")?;
     let outcome = Outcome {
         status: check_status(req.status, "status")?,
         body: body_bytes(&req.body, &req.body_base64)?,
@@ -252,6 +255,7 @@ pub(crate) async fn heartbeat(
     Api(req): Api<HeartbeatRequest>,
 ) -> Answer {
     let key = app.record_key(&req.key, "key")?;
+    check_integer(req.fence, "fence")?;
     let (low, high) = LEASE_BOUNDS_MS;
     if !(low..=high).contains(&req.lease_ms) {
         return Err(invalid(
@@ -279,6 +283,7 @@ pub(crate) async fn heartbeat(
 /// review, conditional on the fence they saw, logged with who and why.
 pub(crate) async fn resolve(State(app): State<Arc<App>>, Api(req): Api<ResolveRequest>) -> Answer {
     let key = app.record_key(&req.key, "key")?;
+    check_integer(req.fence, "fence")?;
     let body = body_bytes(&req.body, &req.body_base64)?;
     if let Some(status) = req.status {
         check_status(status, "status")?;
@@ -334,6 +339,11 @@ pub(crate) async fn report(State(app): State<Arc<App>>, Api(req): Api<ReportRequ
         Some(text) => Some(app.record_key(text, "key")?),
         None => None,
     };
+    for (value, member) in [(req.since_ms, "since_ms"), (req.until_ms, "until_ms")] {
+        if let Some(v) = value {
+            check_integer(v, member)?;
+        }
+    }
     let namespace = app.engine().policy().info().namespace.clone();
     let filter = AttemptFilter {
         namespace: Some(namespace.clone()),

@@ -115,7 +115,7 @@ pub(crate) fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
             "the request body is empty: send a JSON object".into(),
         ));
     }
-    let value: serde_json::Value = serde_json::from_slice(bytes)
+    let mut value: serde_json::Value = serde_json::from_slice(bytes)
         .map_err(|e| malformed(format!("the request body is not valid JSON: {e}")))?;
     idem::core::json::unique_members(bytes).map_err(|e| {
         invalid(
@@ -125,6 +125,7 @@ pub(crate) fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
             ),
         )
     })?;
+    integral_numbers(&mut value);
     serde_path_to_error::deserialize::<_, T>(value).map_err(|e| {
         let path = e.path().to_string();
         let inner = e.into_inner();
@@ -137,6 +138,32 @@ pub(crate) fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
             invalid(Some(&path), format!("`{path}`: {inner}"))
         }
     })
+}
+
+/// A number in the request written with a zero fraction or an exponent
+/// (`7.0`, `7e0`) is the integer it equals, as JSON Schema's `integer`
+/// says: `fence: 7.0` is fence 7, `now_ms: 651.0` is 651. Everywhere but
+/// an operation's `fields`, whose numbers reach the policy in their
+/// canonical spelling anyway.
+fn integral_numbers(value: &mut serde_json::Value) {
+    match value {
+        serde_json::Value::Object(members) => {
+            for (name, member) in members.iter_mut() {
+                if name != "fields" {
+                    integral_numbers(member);
+                }
+            }
+        }
+        serde_json::Value::Number(n) => {
+            if let Ok(canonical) = idem::core::number::canonical_number(&n.to_string())
+                && !canonical.contains('.')
+                && let Ok(integer) = canonical.parse::<serde_json::Number>()
+            {
+                *n = integer;
+            }
+        }
+        _ => {}
+    }
 }
 
 fn malformed(detail: String) -> ApiError {
@@ -216,6 +243,17 @@ mod tests {
             refusal::<OperationRequest>(r#"{"operation":{"kind":"a"},"operation":{"kind":"b"}}"#);
         assert_eq!(member.as_deref(), Some("operation"));
         let (_, member, _) = refusal::<CompleteRequest>(r#"{"key":"k","fence":1,"fence":2}"#);
+        assert_eq!(member.as_deref(), Some("fence"));
+    }
+
+    #[test]
+    fn an_integral_number_is_the_integer() {
+        for spelling in ["7", "7.0", "7.000", "7e0", "0.7e1", "700e-2"] {
+            let body = format!(r#"{{"key":"k","fence":{spelling}}}"#);
+            let r: CompleteRequest = parse(body.as_bytes()).unwrap();
+            assert_eq!(r.fence, 7, "{spelling}");
+        }
+        let (_, member, _) = refusal::<CompleteRequest>(r#"{"key":"k","fence":7.5}"#);
         assert_eq!(member.as_deref(), Some("fence"));
     }
 
