@@ -39,9 +39,14 @@ pub struct CasesFile {
 }
 
 impl CasesFile {
-    /// Reads a cases file from JSON text.
+    /// Reads a cases file from JSON text. A member name repeated in one
+    /// object is an error naming it (a case's operation must mean one
+    /// thing, as everywhere in idem: [`crate::json`]).
     pub fn from_json(text: &str) -> Result<Self, serde_json::Error> {
-        serde_json::from_str(text)
+        let file = serde_json::from_str(text)?;
+        crate::json::unique_members(text.as_bytes())
+            .map_err(<serde_json::Error as serde::de::Error>::custom)?;
+        Ok(file)
     }
 }
 
@@ -491,5 +496,22 @@ fn duplicate_case(
         })
     } else {
         Err(problems.join("; "))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::CasesFile;
+
+    #[test]
+    fn a_repeated_member_in_a_case_is_refused() {
+        let good = r#"{"cases":[{"name":"a","op":{"kind":"k","tenant":"t","fields":{"x":"1"}},"expect":{"partition":"p"}}]}"#;
+        assert!(CasesFile::from_json(good).is_ok());
+        let twice = r#"{"cases":[{"name":"a","op":{"kind":"k","tenant":"t","fields":{"x":"1","x":"2"}},"expect":{"partition":"p"}}]}"#;
+        let err = CasesFile::from_json(twice).unwrap_err().to_string();
+        assert!(
+            err.contains("member `cases[0].op.fields.x` appears twice"),
+            "{err}"
+        );
     }
 }

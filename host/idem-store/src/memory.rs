@@ -119,11 +119,21 @@ impl RecordBackend for MemoryStore {
         state.check_epoch(call.ownership.as_ref())?;
         let current = state.records.get(&call.key).cloned();
         let step = decide(current, now, &mut *state)?;
+        let alone = step.record.is_none();
         if let Some(record) = step.record {
             state.records.insert(call.key, *record);
         }
         if let Some(entry) = step.entry.filter(|_| self.options.attempt_log) {
-            state.append(entry, now);
+            // An entry alone is a refused late write: once per key, fence
+            // and reason, as the SQL stores keep it.
+            let logged = alone
+                && state.attempts.iter().any(|e| {
+                    (&e.key, e.fence, e.event, &e.detail)
+                        == (&entry.key, entry.fence, entry.event, &entry.detail)
+                });
+            if !logged {
+                state.append(entry, now);
+            }
         }
         step.answer
     }

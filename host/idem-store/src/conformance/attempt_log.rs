@@ -154,6 +154,21 @@ where
         b.fence,
         c.fence,
     );
+    // The deposed holder retrying: refused again, logged once.
+    for _ in 0..3 {
+        assert_fenced(
+            store.heartbeat(&key(2), b.fence, ms(1_000)).await,
+            b.fence,
+            c.fence,
+        );
+        assert_fenced(
+            store
+                .complete(&key(2), b.fence, Outcome::new(0, "late"))
+                .await,
+            b.fence,
+            c.fence,
+        );
+    }
     // A fence never handed out is refused too, but is no deposed holder:
     // not logged (else any caller could grow the log without end).
     for wrong in [c.fence + 1, c.fence + 1_000] {

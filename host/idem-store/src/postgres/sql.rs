@@ -58,7 +58,7 @@ pub(super) struct Sql {
     pub(super) finish_batch: String,
     pub(super) insert_logged: String,
     pub(super) update_logged: String,
-    pub(super) append_one: String,
+    pub(super) append_refused: String,
     pub(super) append_many: String,
     pub(super) attempts: String,
     /// One record's timeline: an equality on the key index (written as
@@ -270,9 +270,15 @@ impl Sql {
                  INSERT INTO {s}.attempts ({attempt_columns}) SELECT {} FROM w",
                 attempt_placeholders(AFTER_COLUMNS + 1),
             ),
-            append_one: format!(
-                "INSERT INTO {s}.attempts ({attempt_columns}) VALUES ({})",
-                attempt_placeholders(1),
+            // A refused late write, once per key, fence and reason: its
+            // retries add nothing, and repeating one cannot grow the log.
+            append_refused: format!(
+                "INSERT INTO {s}.attempts ({attempt_columns}) \
+                 SELECT $1::text, $2::bytea, $3::int8, $4::text, $5::text, $6::text, $7::int8, \
+                   $8::text, $9::int8, $10::int8, $11::text, $12::bytea, $13::text, $14::text \
+                 WHERE NOT EXISTS (SELECT 1 FROM {s}.attempts WHERE namespace = $1 \
+                   AND key = $2 AND fence = $3 AND event = $4 \
+                   AND detail IS NOT DISTINCT FROM $14)"
             ),
             // Answers to duplicates, each at the time it was given; one
             // about a record gc removed meanwhile is left out (see
@@ -497,7 +503,7 @@ mod tests {
             finish_batch,
             insert_logged,
             update_logged,
-            append_one,
+            append_refused,
             append_many,
             attempts,
             attempts_by_key,
@@ -526,7 +532,7 @@ mod tests {
             ("finish_batch", finish_batch),
             ("insert_logged", insert_logged),
             ("update_logged", update_logged),
-            ("append_one", append_one),
+            ("append_refused", append_refused),
             ("append_many", append_many),
             ("attempts", attempts),
             ("attempts_by_key", attempts_by_key),

@@ -133,14 +133,15 @@ impl Inner {
             .map(|e| AttemptRow::of(e, now_ms));
         let Some(record) = step.record else {
             // No record change: an entry alone (a refused late write) is
-            // committed; nothing at all is rolled back.
+            // committed, once per key, fence and reason; nothing at all is
+            // rolled back.
             let Some(entry) = &entry else {
                 conn.batch_execute("ROLLBACK").await.map_err(fail)?;
                 conn.in_transaction = false;
                 return Ok(Attempt::Done(step.answer?));
             };
             let append = conn
-                .prepare_cached(&self.sql.append_one)
+                .prepare_cached(&self.sql.append_refused)
                 .await
                 .map_err(fail)?;
             let params = attempt_values!(entry, dyn ToSql + Sync);

@@ -280,6 +280,35 @@ impl Inner {
         Ok(())
     }
 
+    /// Appends a refused late write's `entry`, stamped `now`, unless the
+    /// log already holds one for this record, fence and reason: its retries
+    /// add nothing, and repeating one cannot grow the log.
+    pub(super) fn append_refused(
+        &self,
+        tx: &Connection,
+        entry: &AttemptEntry,
+        now: u64,
+        anchor: u64,
+    ) -> Result<(), StoreError> {
+        static INSERT: LazyLock<String> = LazyLock::new(|| {
+            let n = codec::ATTEMPT_COLUMNS.len();
+            format!(
+                "INSERT INTO attempts ({}, anchor) SELECT {} \
+                 WHERE NOT EXISTS (SELECT 1 FROM attempts WHERE anchor = ?{anchor} \
+                   AND namespace = ?1 AND key = ?2 AND fence = ?3 AND event = ?4 \
+                   AND detail IS ?{detail})",
+                codec::attempt_column_list(),
+                (1..=n + 1)
+                    .map(|i| format!("?{i}"))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                anchor = n + 1,
+                detail = n,
+            )
+        });
+        self.insert_entry(tx, &INSERT, entry, now, anchor)
+    }
+
     /// Appends `entry` to the attempt log, stamped `now`.
     pub(super) fn append_entry(
         &self,
@@ -298,11 +327,23 @@ impl Inner {
                     .join(", ")
             )
         });
+        self.insert_entry(tx, &INSERT, entry, now, anchor)
+    }
+
+    /// Runs `insert` with `entry`'s values and `anchor` as its parameters.
+    fn insert_entry(
+        &self,
+        tx: &Connection,
+        insert: &str,
+        entry: &AttemptEntry,
+        now: u64,
+        anchor: u64,
+    ) -> Result<(), StoreError> {
         let row = AttemptRow::of(entry, now);
         let anchor = int(anchor);
         let values = attempt_values!(&row, dyn rusqlite::ToSql);
         let fail = |e| self.err("writing the attempt log", e);
-        tx.prepare_cached(&INSERT)
+        tx.prepare_cached(insert)
             .map_err(fail)?
             .execute(rusqlite::params_from_iter(
                 values.into_iter().chain([&anchor as &dyn rusqlite::ToSql]),

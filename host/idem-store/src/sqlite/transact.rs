@@ -128,7 +128,11 @@ impl Inner {
                 .ok_or_else(|| {
                     self.corrupt(format!("a log entry about {} has no record", call.key))
                 })?;
-            self.append_entry(tx, entry, now, anchor)?;
+            match step.record {
+                Some(_) => self.append_entry(tx, entry, now, anchor)?,
+                // An entry alone is a refused late write.
+                None => self.append_refused(tx, entry, now, anchor)?,
+            }
         }
         Ok(step.answer)
     }
