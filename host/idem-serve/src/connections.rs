@@ -37,7 +37,7 @@ use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, watch};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tower::ServiceExt;
@@ -215,14 +215,15 @@ async fn connection(
         .max_buf_size(MAX_HEAD_BYTES)
         .serve_connection(io, service);
     tokio::pin!(conn);
+    // One timer, reset only when it fires: a phase change wakes no one (a
+    // request would otherwise pay a timer insertion per phase). It never
+    // looks further ahead than the shorter timeout, so a head that starts
+    // while it sleeps is still checked in time.
+    let step = limits.header.min(limits.idle);
+    let timer = tokio::time::sleep(step);
+    tokio::pin!(timer);
     let mut draining = false;
     loop {
-        if draining && !activity.busy() {
-            // Nothing in flight on it: closing loses nothing.
-            return;
-        }
-        let deadline = activity.deadline(&limits);
-        let changed = activity.changed.notified();
         tokio::select! {
             ended = conn.as_mut() => {
                 if let Err(e) = ended {
@@ -230,23 +231,27 @@ async fn connection(
                 }
                 return;
             }
-            _ = changed => {}
-            _ = tokio::time::sleep_until(deadline.unwrap_or_else(far_future)), if deadline.is_some() => {
-                if activity.deadline(&limits).is_some_and(|d| d <= Instant::now()) {
-                    tracing::debug!("closing a connection that sent no request in time");
-                    return;
+            () = timer.as_mut() => {
+                let now = Instant::now();
+                match activity.deadline(&limits) {
+                    Some(deadline) if deadline <= now => {
+                        tracing::debug!("closing a connection that sent no request in time");
+                        return;
+                    }
+                    Some(deadline) => timer.as_mut().reset(deadline.min(now + step)),
+                    None => timer.as_mut().reset(now + step),
                 }
             }
             _ = stopping.changed(), if !draining => {
                 draining = true;
                 conn.as_mut().graceful_shutdown();
+                if !activity.busy() {
+                    // Nothing in flight on it: closing loses nothing.
+                    return;
+                }
             }
         }
     }
-}
-
-fn far_future() -> Instant {
-    Instant::now() + Duration::from_secs(86_400)
 }
 
 /// Answers a connection over the cap `503` with a problem document, and
@@ -281,13 +286,13 @@ enum Phase {
     Busy { calls: usize },
 }
 
-/// A connection's phase, shared by its reader, its calls and its watch.
+/// A connection's phase, shared by its reader, its calls and its timer
+/// (which reads it when it fires; nothing is woken when it changes).
 struct Activity {
     phase: Mutex<Phase>,
     /// Whether anything was written since the current head began: an
     /// answer still being flushed is not hyper's own refusal.
     written: std::sync::atomic::AtomicBool,
-    changed: Notify,
 }
 
 impl Activity {
@@ -297,7 +302,6 @@ impl Activity {
                 since: Instant::now(),
             }),
             written: std::sync::atomic::AtomicBool::new(false),
-            changed: Notify::new(),
         }
     }
 
@@ -313,8 +317,6 @@ impl Activity {
                 since: Instant::now(),
             };
             self.written.store(false, Ordering::SeqCst);
-            drop(phase);
-            self.changed.notify_one();
         }
     }
 
@@ -371,7 +373,6 @@ impl Call {
                 _ => Phase::Busy { calls: 1 },
             };
         }
-        activity.changed.notify_one();
         in_flight.fetch_add(1, Ordering::SeqCst);
         Call {
             activity: Arc::clone(activity),
@@ -383,16 +384,13 @@ impl Call {
 impl Drop for Call {
     fn drop(&mut self) {
         self.in_flight.fetch_sub(1, Ordering::SeqCst);
-        {
-            let mut phase = self.activity.phase();
-            *phase = match *phase {
-                Phase::Busy { calls } if calls > 1 => Phase::Busy { calls: calls - 1 },
-                _ => Phase::Idle {
-                    since: Instant::now(),
-                },
-            };
-        }
-        self.activity.changed.notify_one();
+        let mut phase = self.activity.phase();
+        *phase = match *phase {
+            Phase::Busy { calls } if calls > 1 => Phase::Busy { calls: calls - 1 },
+            _ => Phase::Idle {
+                since: Instant::now(),
+            },
+        };
     }
 }
 
