@@ -298,10 +298,7 @@ impl Inner {
                    AND namespace = ?1 AND key = ?2 AND fence = ?3 AND event = ?4 \
                    AND detail IS ?{detail})",
                 codec::attempt_column_list(),
-                (1..=n + 1)
-                    .map(|i| format!("?{i}"))
-                    .collect::<Vec<_>>()
-                    .join(", "),
+                entry_placeholders(),
                 anchor = n + 1,
                 detail = n,
             )
@@ -321,16 +318,14 @@ impl Inner {
             format!(
                 "INSERT INTO attempts ({}, anchor) VALUES ({})",
                 codec::attempt_column_list(),
-                (1..=codec::ATTEMPT_COLUMNS.len() + 1)
-                    .map(|i| format!("?{i}"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
+                entry_placeholders()
             )
         });
         self.insert_entry(tx, &INSERT, entry, now, anchor)
     }
 
-    /// Runs `insert` with `entry`'s values and `anchor` as its parameters.
+    /// Runs `insert` with `entry`'s values and `anchor` as its parameters
+    /// ([`entry_placeholders`]).
     fn insert_entry(
         &self,
         tx: &Connection,
@@ -429,6 +424,14 @@ impl Inner {
         }
         Ok(out)
     }
+}
+
+/// `?1, …, ?N`: an attempt entry's columns, then its anchor.
+fn entry_placeholders() -> String {
+    (1..=codec::ATTEMPT_COLUMNS.len() + 1)
+        .map(|i| format!("?{i}"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 #[cfg(test)]
