@@ -36,6 +36,7 @@ pub mod model;
 mod ownership;
 mod records;
 mod registry;
+mod resolution;
 mod store_wide;
 
 use std::future::Future;
@@ -43,7 +44,7 @@ use std::future::Future;
 pub use assert::{POLICY, START_MS, fingerprint, holder, key, operation_of, request};
 pub use attempt_log::{
     attempt_log_follows_every_change, attempt_log_off_writes_no_entries,
-    gc_removes_attempt_entries_with_their_records, resolution_settles_review_once,
+    gc_removes_attempt_entries_with_their_records,
 };
 pub use batches::{
     claim_many_is_claims_in_order, finish_many_is_finishes_in_order, write_many_is_writes_in_order,
@@ -68,6 +69,7 @@ pub use records::{
     lease_expiry_and_take_over, mark_unknown, take_over_refused_for_final,
 };
 pub use registry::{activation_pins_digests_and_logs_history, racing_activations_have_one_winner};
+pub use resolution::resolution_settles_review_once;
 pub use store_wide::{
     fence_monotonic_across_gc_and_reopen, gc_removes_a_backlog_in_batches, list_filters,
     outcome_size_cap, retention_and_gc,
@@ -80,7 +82,7 @@ use crate::StoreOptions;
 /// (in the order [`run_all`] runs them).
 ///
 /// [`run_all`] is generated from it, and so are the per-store test modules
-/// of the crate's tests (`tests/conformance.rs`), which a crate testing a
+/// of the crate's tests (`tests/conformance/main.rs`), which a crate testing a
 /// store of its own can copy.
 ///
 /// [`idem_store::conformance`]: crate::conformance

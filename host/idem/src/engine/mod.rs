@@ -42,6 +42,7 @@ pub mod admission;
 mod answer_log;
 mod batch;
 pub mod dual_read;
+mod error;
 mod execution;
 mod fenced;
 mod in_doubt;
@@ -51,19 +52,19 @@ pub(crate) mod telemetry;
 use std::sync::Arc;
 use std::time::Duration;
 
-use idem_core::{Decision, KeyedDerivation, OpError, Operation, PolicyError, RecordState};
+use idem_core::{Decision, KeyedDerivation, Operation, RecordState};
 use idem_store::{
     AttemptEntry, AttemptEvent, ClaimOutcome, ClaimRequest, GroupCommit, GroupCommitOptions,
     Holder, HolderToken, KeptOperation, NotKept, Outcome, OwnershipToken, RecordKey, Store,
     StoreError,
 };
-use thiserror::Error;
 
-use crate::policy::{EvalError, LoadedPolicy};
+use crate::policy::LoadedPolicy;
 use answer_log::AnswerLog;
 
 pub use batch::Claimed;
 pub(crate) use batch::ToClaim;
+pub use error::EngineError;
 pub use execution::Execution;
 pub use run_once::{ExecContext, Failed, RunResult, heartbeat_loop, spawn_heartbeat};
 
@@ -106,50 +107,6 @@ impl Default for EngineOptions {
             ownership: None,
             group_commit: GroupCommitOptions::default(),
             keep_operations: true,
-        }
-    }
-}
-
-/// Why the engine could not proceed.
-#[derive(Debug, Error)]
-pub enum EngineError {
-    /// The operation itself is malformed.
-    #[error("{0}")]
-    Operation(#[from] OpError),
-    /// The policy refused to derive a key for the operation.
-    #[error("the policy refused the operation: {0}")]
-    Refused(PolicyError),
-    /// The policy failed (trap, limit, malformed output, unsafe decision).
-    #[error("the policy failed: {0}")]
-    Policy(#[from] EvalError),
-    /// This holder was deposed: its write changed nothing.
-    #[error("fenced: {0}")]
-    Fenced(StoreError),
-    /// The store failed.
-    #[error("store error: {0}")]
-    Store(StoreError),
-    /// The policy's digest is not registered for its namespace (see
-    /// [`admission`]): nothing was written.
-    #[error("{0}")]
-    Unregistered(Box<admission::Unregistered>),
-}
-
-impl EngineError {
-    /// Whether the store could not serve the call (unreachable, busy, its
-    /// disk full…: [`StoreError::is_unavailable`]): a caller riding out an
-    /// outage sends the call again.
-    pub fn is_store_unavailable(&self) -> bool {
-        matches!(self, EngineError::Store(s) if s.is_unavailable())
-    }
-}
-
-impl From<StoreError> for EngineError {
-    fn from(e: StoreError) -> Self {
-        match e {
-            StoreError::Fenced { .. }
-            | StoreError::NotInProgress { .. }
-            | StoreError::Gone { .. } => EngineError::Fenced(e),
-            other => EngineError::Store(other),
         }
     }
 }
