@@ -107,7 +107,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 /// Runs both shapes both ways on `store`; prints a table row per shape.
-fn measure(name: &str, store: Arc<dyn Store>, rt: &tokio::runtime::Runtime) {
+fn measure(name: &str, store: Store, rt: &tokio::runtime::Runtime) {
     let engine = Arc::new(Engine::new(
         load("billing-charge"),
         store,

@@ -13,7 +13,6 @@
 //! 1 M, 10 M; `IDEM_GROWTH_GC=N` the gc backlog, default 1 M; both stores
 //! unless one is named). The PostgreSQL half needs `IDEM_TEST_POSTGRES_URL`.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use idem::core::{Operation, OperationLimits};
@@ -33,7 +32,7 @@ fn op(tag: &str, n: u64) -> Operation {
 /// Loads the records numbered `from..to` (claimed and completed, with
 /// their log entries) through the store's batch calls, 1,000 per call,
 /// retained for `retention`.
-async fn fill(store: &Arc<dyn Store>, from: u64, to: u64, retention: Duration, tag: &str) {
+async fn fill(store: &Store, from: u64, to: u64, retention: Duration, tag: &str) {
     let started = Instant::now();
     let mut n = from;
     while n < to {
@@ -55,7 +54,7 @@ async fn fill(store: &Arc<dyn Store>, from: u64, to: u64, retention: Duration, t
                 ownership: None,
             })
             .collect();
-        let claims = store.claim_many(requests).await.unwrap();
+        let claims = store.writes().claim_many(requests).await.unwrap();
         let finishes = claims
             .into_iter()
             .map(|c| match c.unwrap() {
@@ -68,7 +67,7 @@ async fn fill(store: &Arc<dyn Store>, from: u64, to: u64, retention: Duration, t
                 other => panic!("a fresh key: {other:?}"),
             })
             .collect();
-        for r in store.finish_many(finishes).await.unwrap() {
+        for r in store.writes().finish_many(finishes).await.unwrap() {
             r.unwrap();
         }
         n += chunk;
@@ -126,7 +125,7 @@ impl Place {
     }
 }
 
-async fn open(url: &str) -> Arc<dyn Store> {
+async fn open(url: &str) -> Store {
     idem::store::open(url, StoreOptions::default())
         .await
         .unwrap()
@@ -183,7 +182,7 @@ async fn gc_stall(place: &Place, backlog: u64, samples: u64) {
     let idle = claim_latencies(&engine, "idle", samples).await;
     let gc_store = store.clone();
     let gc_started = Instant::now();
-    let gc = tokio::spawn(async move { gc_store.gc().await.unwrap() });
+    let gc = tokio::spawn(async move { gc_store.records().gc().await.unwrap() });
     let mut during = Vec::new();
     let mut round = 0;
     while !gc.is_finished() {

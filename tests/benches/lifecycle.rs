@@ -78,7 +78,7 @@ async fn rate(url: &str, keep: bool, setup: Setup, callers: u64, per: u64) -> f6
     .unwrap();
     let policy = load("billing-charge");
     if setup == Setup::Registered {
-        register(store.as_ref(), &policy).await;
+        register(&store, &policy).await;
     }
     let mut engine = Engine::new(policy, store, EngineOptions::default());
     if setup == Setup::DualRead {
@@ -87,8 +87,9 @@ async fn rate(url: &str, keep: bool, setup: Setup, callers: u64, per: u64) -> f6
     drive(Arc::new(engine), callers, per).await
 }
 
-async fn register(store: &dyn Store, policy: &idem::policy::LoadedPolicy) {
+async fn register(store: &Store, policy: &idem::policy::LoadedPolicy) {
     store
+        .registry()
         .activate_policy(Activation {
             namespace: policy.info().namespace.clone(),
             digest: policy.digest().to_string(),

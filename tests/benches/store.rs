@@ -133,7 +133,7 @@ fn engine_rate_with(
     .unwrap();
     let engine = Arc::new(Engine::new(
         load("billing-charge"),
-        Arc::new(store),
+        store.into(),
         grouping(group_commit),
     ));
     rt.block_on(drive(engine, callers, per_caller))
@@ -504,7 +504,7 @@ fn main() {
         let ops = if quick { 64 } else { 32 * 1_000 };
         let engine = Arc::new(Engine::new(
             load("billing-charge"),
-            Arc::new(MemoryStore::new(StoreOptions::default())),
+            MemoryStore::new(StoreOptions::default()).into(),
             grouping(true),
         ));
         let rate = rt.block_on(drive(engine, 32, ops / 32));

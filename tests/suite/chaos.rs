@@ -3,8 +3,6 @@
 //! real SQLite file with the real built policies and simulated time (see
 //! `idem_sim`, the `idem-sim` crate).
 
-use std::sync::Arc;
-
 use idem::core::{RecordState, Trigger};
 use idem::policy::LoadedPolicy;
 use idem::store::{
@@ -39,7 +37,7 @@ impl Db {
 /// A store whose clock is the simulation's, and what to clean up after it.
 struct Fixture {
     clock: ManualClock,
-    store: Arc<dyn Store>,
+    store: Store,
     // Declared after `store`: dropped (the schema with it) once the store
     // is gone.
     _cleanup: Cleanup,
@@ -66,7 +64,7 @@ fn schema_url(url: &str, schema: &str) -> String {
 
 /// Opens a PostgreSQL store in `schema` (created and migrated on opening)
 /// whose "now" is `clock`.
-async fn postgres_store(url: &str, schema: &str, clock: &ManualClock) -> Arc<dyn Store> {
+async fn postgres_store(url: &str, schema: &str, clock: &ManualClock) -> Store {
     idem::store::open(
         &schema_url(url, schema),
         StoreOptions {
@@ -102,7 +100,7 @@ fn sqlite_with(synchronous: Synchronous) -> Fixture {
     .unwrap();
     Fixture {
         clock,
-        store: Arc::new(store),
+        store: store.into(),
         _cleanup: Cleanup::Dir(dir),
     }
 }
@@ -555,10 +553,11 @@ async fn a_seed_fully_determines_a_schedule() {
     for seed in [3, 17, 4242] {
         let run = || async {
             let clock = ManualClock::new(START_MS);
-            let store: Arc<dyn Store> = Arc::new(MemoryStore::new(StoreOptions {
+            let store: Store = MemoryStore::new(StoreOptions {
                 clock: clock.store_clock(),
                 ..StoreOptions::default()
-            }));
+            })
+            .into();
             let guard = Guard::Idem {
                 policy: policy.clone(),
                 store,
@@ -748,10 +747,11 @@ fn run_batch(
                 b.lock_dup_seeds += 1;
             }
             let memory_clock = ManualClock::new(start);
-            let memory: Arc<dyn Store> = Arc::new(MemoryStore::new(StoreOptions {
+            let memory: Store = MemoryStore::new(StoreOptions {
                 clock: memory_clock.store_clock(),
                 ..StoreOptions::default()
-            }));
+            })
+            .into();
             let mut stores = vec![
                 ("memory", memory, memory_clock),
                 ("SQLite", sqlite.store.clone(), sqlite.clock.clone()),

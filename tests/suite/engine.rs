@@ -1,7 +1,6 @@
 //! The exactly-once engine: a real policy (built .wasm) over a real SQLite
 //! file, with the store clock under the test's control.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
@@ -22,7 +21,7 @@ fn charge(customer: &str, amount: &str) -> Operation {
 struct Setup {
     _dir: tempfile::TempDir,
     clock: ManualClock,
-    store: Arc<dyn Store>,
+    store: Store,
 }
 
 fn sqlite() -> Setup {
@@ -41,7 +40,7 @@ fn sqlite() -> Setup {
     Setup {
         _dir: dir,
         clock,
-        store: Arc::new(store),
+        store: store.into(),
     }
 }
 
@@ -205,6 +204,7 @@ async fn an_expired_claim_goes_to_review_and_the_paused_holder_is_fenced() {
     assert!(matches!(err, EngineError::Fenced(_)), "{err}");
     let view = s
         .store
+        .records()
         .get(&idem::store::RecordKey::new(
             "billing",
             engine.derive(&op).unwrap().key,
@@ -298,5 +298,12 @@ async fn a_policy_refusal_claims_nothing() {
         engine.begin(&bad).await.unwrap_err(),
         EngineError::Refused(_)
     ));
-    assert!(s.store.list(Default::default()).await.unwrap().is_empty());
+    assert!(
+        s.store
+            .records()
+            .list(Default::default())
+            .await
+            .unwrap()
+            .is_empty()
+    );
 }

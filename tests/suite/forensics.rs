@@ -2,8 +2,6 @@
 //! through the real engine and policies, on every store; the attempt log
 //! each leaves is classified, and every store must tell the same story.
 
-use std::sync::Arc;
-
 use idem::core::Trigger;
 use idem::forensics::{Analysis, Cause, analyse};
 use idem::policy::LoadedPolicy;
@@ -26,8 +24,8 @@ const MINUTE: u64 = 60_000;
 
 /// A fresh store of each kind on a manual clock; PostgreSQL when the test
 /// database is configured (else SKIPPED, a failure under `CI=true`).
-async fn stores(test: &str) -> Vec<(String, Arc<dyn Store>, ManualClock, Cleanup)> {
-    let mut out: Vec<(String, Arc<dyn Store>, ManualClock, Cleanup)> = Vec::new();
+async fn stores(test: &str) -> Vec<(String, Store, ManualClock, Cleanup)> {
+    let mut out: Vec<(String, Store, ManualClock, Cleanup)> = Vec::new();
     let options = |clock: &ManualClock| StoreOptions {
         clock: clock.store_clock(),
         ..StoreOptions::default()
@@ -35,7 +33,7 @@ async fn stores(test: &str) -> Vec<(String, Arc<dyn Store>, ManualClock, Cleanup
     let clock = ManualClock::new(START_MS);
     out.push((
         "memory".into(),
-        Arc::new(MemoryStore::new(options(&clock))),
+        MemoryStore::new(options(&clock)).into(),
         clock,
         Cleanup::None,
     ));
@@ -47,7 +45,7 @@ async fn stores(test: &str) -> Vec<(String, Arc<dyn Store>, ManualClock, Cleanup
         options(&clock),
     )
     .expect("sqlite");
-    out.push(("sqlite".into(), Arc::new(sqlite), clock, Cleanup::Dir(dir)));
+    out.push(("sqlite".into(), sqlite.into(), clock, Cleanup::Dir(dir)));
     if let Some(url) = postgres_url(&format!("forensics::{test}")) {
         let clock = ManualClock::new(START_MS);
         let url = schema_url(&url, &fresh_schema());
@@ -89,6 +87,7 @@ async fn classified(
         };
         simulate(scenario, &guard, &clock).await.expect("simulate");
         let log = store
+            .records()
             .attempts(AttemptFilter::default())
             .await
             .expect("the attempt log");
@@ -296,7 +295,11 @@ async fn the_log_holds_every_answer() {
             store: store.clone(),
         };
         let report = simulate(&scenario, &guard, &clock).await.expect("simulate");
-        let log = store.attempts(AttemptFilter::default()).await.expect("log");
+        let log = store
+            .records()
+            .attempts(AttemptFilter::default())
+            .await
+            .expect("log");
         let count = |event| log.iter().filter(|e| e.event == event).count() as u64;
         assert_eq!(count(AttemptEvent::Executed), 4, "{name}");
         assert_eq!(count(AttemptEvent::Completed), 4, "{name}");
@@ -330,7 +333,7 @@ fn the_engine_counts_through_the_metrics_facade() {
             .build()
             .unwrap()
             .block_on(async {
-                let store = Arc::new(MemoryStore::new(StoreOptions::default()));
+                let store = idem::store::Store::from(MemoryStore::new(StoreOptions::default()));
                 let engine = Engine::new(load("billing-charge"), store, EngineOptions::default());
                 let op = Job::new(1).operation(0, &RunSpec::new("r", Trigger::Scheduled, 0));
                 let Begin::Execute(execution) = engine.begin(&op).await.unwrap() else {

@@ -36,7 +36,7 @@ fn job() -> Vec<Operation> {
 
 struct Setup {
     _dir: tempfile::TempDir,
-    store: Arc<dyn Store>,
+    store: Store,
 }
 
 fn sqlite() -> Setup {
@@ -49,7 +49,7 @@ fn sqlite() -> Setup {
     .unwrap();
     Setup {
         _dir: dir,
-        store: Arc::new(store),
+        store: store.into(),
     }
 }
 
@@ -268,6 +268,7 @@ async fn a_held_job_lease_or_a_refused_operation_runs_nothing() {
     // Another live run holds the job lease.
     let JobLeaseAcquire::Acquired(_) = s
         .store
+        .ownership()
         .acquire_job_lease("nightly", "elsewhere", Duration::from_secs(60))
         .await
         .unwrap()
@@ -308,7 +309,14 @@ async fn a_held_job_lease_or_a_refused_operation_runs_nothing() {
         other => panic!("expected a refusal of operation 5, got {other:?}"),
     }
     assert_eq!(ledger.keys(), 0);
-    assert!(s.store.list(Default::default()).await.unwrap().is_empty());
+    assert!(
+        s.store
+            .records()
+            .list(Default::default())
+            .await
+            .unwrap()
+            .is_empty()
+    );
 }
 
 /// Only operations about to start are claimed: however large the claim
@@ -334,6 +342,7 @@ async fn claims_never_run_ahead_of_the_free_slots() {
                 // Give the dispatcher a chance to claim ahead, were it to.
                 tokio::task::yield_now().await;
                 let in_progress = store
+                    .records()
                     .list(ListFilter {
                         state: Some(RecordState::InProgress),
                         ..ListFilter::default()

@@ -773,7 +773,7 @@ async fn a_swap_under_load_loses_no_evaluation_and_mixes_no_versions() {
         for (v, policy) in [&v1, &v2].into_iter().enumerate() {
             let keyed = policy.derive(&op, 0).unwrap().value.unwrap();
             let key = idem_store::RecordKey::new(keyed.namespace, keyed.key);
-            if let Some(view) = store.get(&key).await.unwrap() {
+            if let Some(view) = store.records().get(&key).await.unwrap() {
                 assert_eq!(
                     view.record.policy_digest,
                     policy.digest(),

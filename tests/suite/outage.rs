@@ -268,7 +268,7 @@ async fn a_lost_claim_answer_is_recognised(test: &str, concurrency: usize) {
     let store = idem::store::open(&cluster.url(), StoreOptions::default())
         .await
         .unwrap();
-    let records = store.list(Default::default()).await.unwrap();
+    let records = store.records().list(Default::default()).await.unwrap();
     assert_eq!(records.len(), OPERATIONS);
     assert!(
         records.iter().all(|v| v.record.attempts == 1),

@@ -107,7 +107,7 @@ async fn history(path: &Path) {
             LEASE_MS + 30_000,
         ),
     ];
-    let store: std::sync::Arc<dyn idem::store::Store> = std::sync::Arc::new(store);
+    let store = idem::store::Store::from(store);
     let guard = Guard::Idem {
         policy: load("fixture-misbehaving"),
         store: store.clone(),

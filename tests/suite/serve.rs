@@ -318,7 +318,7 @@ impl TestStore {
     }
 
     /// Opens the store in this process, to look at what it holds.
-    pub fn open(&self) -> (tokio::runtime::Runtime, std::sync::Arc<dyn Store>) {
+    pub fn open(&self) -> (tokio::runtime::Runtime, Store) {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -332,7 +332,7 @@ impl TestStore {
     /// Every attempt-log event, oldest first.
     pub fn events(&self) -> Vec<String> {
         let (rt, store) = self.open();
-        rt.block_on(store.attempts(AttemptFilter::default()))
+        rt.block_on(store.records().attempts(AttemptFilter::default()))
             .unwrap()
             .iter()
             .map(|e| e.event.as_str().to_string())
@@ -477,7 +477,9 @@ fn whole_flow(store: &TestStore) {
 
     // What the store holds is what the calls said.
     let (rt, handle) = store.open();
-    let records = rt.block_on(handle.list(ListFilter::default())).unwrap();
+    let records = rt
+        .block_on(handle.records().list(ListFilter::default()))
+        .unwrap();
     assert_eq!(records.len(), 3);
     let first = records
         .iter()
@@ -678,7 +680,9 @@ fn the_python_client_in_the_docs_runs() {
         "already charged: receipt for i1: 100 EUR\na second begin replays: receipt for i1: 100 EUR\n"
     );
     let (rt, handle) = store.open();
-    let records = rt.block_on(handle.list(ListFilter::default())).unwrap();
+    let records = rt
+        .block_on(handle.records().list(ListFilter::default()))
+        .unwrap();
     assert_eq!(records.len(), 1);
     assert_eq!(records[0].record.attempts, 1);
     assert_eq!(records[0].record.state, RecordState::Completed);

@@ -402,12 +402,12 @@ fn generated_bad_requests_get_a_named_4xx_and_store_nothing() {
     // Nothing reached the store: no record, no attempt-log entry.
     let (rt, handle) = store.open();
     assert!(
-        rt.block_on(handle.list(ListFilter::default()))
+        rt.block_on(handle.records().list(ListFilter::default()))
             .unwrap()
             .is_empty()
     );
     assert!(
-        rt.block_on(handle.attempts(AttemptFilter::default()))
+        rt.block_on(handle.records().attempts(AttemptFilter::default()))
             .unwrap()
             .is_empty()
     );
@@ -489,7 +489,9 @@ fn stale_and_unknown_fences_change_nothing() {
 
     // The live claim is as begin left it, and its holder can still finish.
     let (rt, handle) = store.open();
-    let records = rt.block_on(handle.list(ListFilter::default())).unwrap();
+    let records = rt
+        .block_on(handle.records().list(ListFilter::default()))
+        .unwrap();
     assert_eq!(records.len(), 1);
     let record = &records[0].record;
     assert_eq!(

@@ -26,7 +26,7 @@ pub fn parse(text: &str) -> Result<(Option<String>, String), Failure> {
 /// The one live record `text` names (in `namespace` when given), or an
 /// error saying there is none or which several it could be.
 pub async fn find(
-    store: &dyn Store,
+    store: &Store,
     text: &str,
     namespace: Option<&str>,
     shown_store: &str,
@@ -34,6 +34,7 @@ pub async fn find(
     let (in_key, prefix) = parse(text)?;
     let namespace = in_key.as_deref().or(namespace);
     let views = store
+        .records()
         .list(ListFilter {
             namespace: namespace.map(str::to_string),
             ..ListFilter::default()

@@ -1,7 +1,5 @@
 //! Flags shared by every command that opens a store, and the async runtime.
 
-use std::sync::Arc;
-
 use clap::Args;
 use idem_store::{Store, StoreOptions, StoreUrl};
 
@@ -24,7 +22,7 @@ pub struct StoreArgs {
 
 impl StoreArgs {
     /// Opens the store (creating and migrating a SQLite file when needed).
-    pub async fn open(&self) -> Result<Arc<dyn Store>, Failure> {
+    pub async fn open(&self) -> Result<Store, Failure> {
         self.open_with(self.options()).await
     }
 
@@ -36,7 +34,7 @@ impl StoreArgs {
         }
     }
 
-    async fn open_with(&self, options: StoreOptions) -> Result<Arc<dyn Store>, Failure> {
+    async fn open_with(&self, options: StoreOptions) -> Result<Store, Failure> {
         idem_store::open(&self.store, options)
             .await
             .map_err(|e| Failure::input(format!("cannot open store {}: {e}", self.shown())))
@@ -45,9 +43,8 @@ impl StoreArgs {
     /// The store, to be opened (created, migrated) on first use: `idem run`
     /// reads and derives every operation first. A malformed URL is refused
     /// now.
-    pub fn deferred(&self) -> Result<Arc<dyn Store>, Failure> {
-        idem_store::Deferred::new(&self.store, self.options())
-            .map(|store| Arc::new(store) as Arc<dyn Store>)
+    pub fn deferred(&self) -> Result<Store, Failure> {
+        idem_store::Deferred::store(&self.store, self.options())
             .map_err(|e| Failure::input(format!("cannot open store {}: {e}", self.shown())))
     }
 
@@ -55,7 +52,7 @@ impl StoreArgs {
     /// (`inspect`, `report`, `review`): a mistyped SQLite path or
     /// PostgreSQL schema is an error naming it, never a new empty store
     /// that then reports "0 records"; nothing is created or migrated.
-    pub async fn open_existing(&self) -> Result<Arc<dyn Store>, Failure> {
+    pub async fn open_existing(&self) -> Result<Store, Failure> {
         let url = self
             .store
             .parse::<StoreUrl>()

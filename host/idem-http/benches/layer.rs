@@ -182,10 +182,15 @@ fn bench_store(runtime: &tokio::runtime::Runtime, name: &str, url: &str) {
         .unwrap();
     // Both sides recorded every end: nothing is left in progress.
     let left = runtime
-        .block_on(store_engine.store().list(idem::store::ListFilter {
-            state: Some(idem::store::RecordState::InProgress),
-            ..Default::default()
-        }))
+        .block_on(
+            store_engine
+                .store()
+                .records()
+                .list(idem::store::ListFilter {
+                    state: Some(idem::store::RecordState::InProgress),
+                    ..Default::default()
+                }),
+        )
         .unwrap();
     assert!(
         left.is_empty(),

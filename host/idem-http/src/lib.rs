@@ -46,17 +46,20 @@
 
 #![warn(missing_docs)]
 
-mod body;
+mod config;
 mod finish_on_drop;
 mod layer;
 mod operation;
 pub mod problem;
+mod request_body;
+mod response_body;
 mod service;
 mod stored;
 
 pub use layer::{IdempotencyLayer, default_ending};
 pub use operation::KIND;
-pub use service::{FencedKey, IdempotencyService, ResponseBody};
+pub use response_body::ResponseBody;
+pub use service::{FencedKey, IdempotencyService};
 pub use stored::DEFAULT_REPLAYED_HEADERS;
 
 /// The request header carrying the client's key (`Idempotency-Key`).

@@ -6,7 +6,7 @@ use idem::core::{Operation, OperationLimits};
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 
-use crate::layer::{Config, Tenant};
+use crate::config::{Config, Tenant};
 use crate::problem::Problem;
 
 /// The operation kind of a request (`http-request`).

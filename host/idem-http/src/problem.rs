@@ -9,7 +9,7 @@ use bytes::Bytes;
 use http::{HeaderValue, Response, StatusCode, header};
 use serde_json::{Map, Value, json};
 
-use crate::service::{ResponseBody, full};
+use crate::response_body::{ResponseBody, full};
 
 /// The start of every problem `type` the layer sends.
 pub const TYPE_PREFIX: &str = "tag:idem.invalid,2026:problem/";

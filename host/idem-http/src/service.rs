@@ -2,7 +2,6 @@
 //! engine.
 
 use std::any::Any;
-use std::convert::Infallible;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::pin::{Pin, pin};
@@ -14,32 +13,19 @@ use futures_util::FutureExt;
 use http::request::Parts;
 use http::{HeaderValue, Request, Response, StatusCode, header};
 use http_body::Body;
-use http_body_util::combinators::UnsyncBoxBody;
-use http_body_util::{BodyExt, Full};
+use http_body_util::BodyExt;
 use idem::core::ErrorCode;
 use idem::engine::{Begin, EngineError, Execution, Replay, heartbeat_loop};
 use idem::store::{Ending, Outcome};
 use tower::Service;
 
-use crate::body::read_bounded;
+use crate::config::Config;
 use crate::finish_on_drop::FinishOnDrop;
-use crate::layer::Config;
 use crate::operation::operation;
 use crate::problem::{self, Problem};
+use crate::request_body::read_bounded;
+use crate::response_body::{BoxError, ResponseBody, full};
 use crate::stored;
-
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
-
-/// The body of every response the layer sends: the handler's own, passed
-/// through or buffered, or one the layer wrote (a replay, a problem).
-pub type ResponseBody = UnsyncBoxBody<Bytes, BoxError>;
-
-/// A finished body of `bytes`.
-pub(crate) fn full(bytes: Bytes) -> ResponseBody {
-    Full::new(bytes)
-        .map_err(|never: Infallible| match never {})
-        .boxed_unsync()
-}
 
 /// The claim a request holds while its handler runs, handed to the handler
 /// as a request extension: pass `key` and `fence` on to whatever performs

@@ -226,7 +226,7 @@ async fn ended_otherwise(
     ending: Ending,
     (status, body_len): (i32, usize),
 ) -> ApiError {
-    let stored = match app.engine().store().get(key).await {
+    let stored = match app.engine().store().records().get(key).await {
         Ok(Some(view)) => view.record.outcome.map(|o| (o.status, o.body.len())),
         _ => None,
     };
@@ -319,7 +319,7 @@ pub(crate) async fn resolve(State(app): State<Arc<App>>, Api(req): Api<ResolveRe
         reason: req.reason.clone(),
         holder,
     };
-    let view = forensics::review::resolve(app.engine().store().as_ref(), request)
+    let view = forensics::review::resolve(app.engine().store(), request)
         .await
         .map_err(store_error)?;
     Ok(Json(json!({
@@ -352,7 +352,7 @@ pub(crate) async fn report(State(app): State<Arc<App>>, Api(req): Api<ReportRequ
         until_ms: req.until_ms,
         ..AttemptFilter::default()
     };
-    let mut entries = forensics::read_log(app.engine().store().as_ref(), filter)
+    let mut entries = forensics::read_log(app.engine().store(), filter)
         .await
         .map_err(store_error)?;
     if let Some(run) = &req.run_id {

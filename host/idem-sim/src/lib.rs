@@ -56,8 +56,6 @@ mod random;
 mod rng;
 mod worker;
 
-use std::sync::Arc;
-
 use idem::engine::EngineError;
 use idem::policy::LoadedPolicy;
 use idem_core::{Operation, OperationLimits, RecordState, Trigger};
@@ -353,7 +351,7 @@ pub enum Guard {
         /// The policy deriving the keys (the runs' default).
         policy: LoadedPolicy,
         /// The store holding the claims.
-        store: Arc<dyn Store>,
+        store: Store,
     },
 }
 

@@ -486,7 +486,7 @@ impl<'a> Sim<'a> {
                         RecordKey::new(keyed.namespace, keyed.key)
                     }
                 };
-                if let Some(view) = store.get(&key).await? {
+                if let Some(view) = store.records().get(&key).await? {
                     let record = view.record;
                     match record.state {
                         RecordState::OutcomeUnknown => self.counters.outcome_unknown += 1,

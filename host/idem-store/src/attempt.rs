@@ -8,8 +8,8 @@
 //! the same transaction as the change (a claim, a take-over, a finish, a
 //! mark-unknown, a resolution, and a refused write that came too late); an
 //! answer that changes no record (a replay, in progress, a conflict, a
-//! rejection) is appended by [`crate::Store::log_answers`]. Entries are
-//! removed with their record by [`crate::Store::gc`].
+//! rejection) is appended by [`crate::Records::log_answers`]. Entries are
+//! removed with their record by [`crate::Records::gc`].
 
 use std::fmt;
 use std::str::FromStr;
@@ -193,7 +193,7 @@ impl AttemptEntry {
         }
     }
 
-    /// An answer to a duplicate (see [`crate::Store::log_answers`]): about
+    /// An answer to a duplicate (see [`crate::Records::log_answers`]): about
     /// the record under `key` at `fence`, by `holder`, given at `at_ms` (the
     /// caller's reading of the store clock, [`crate::Store::clock`]).
     #[allow(clippy::too_many_arguments)]
@@ -222,7 +222,7 @@ impl AttemptEntry {
     }
 }
 
-/// Which entries [`crate::Store::attempts`] returns, oldest first.
+/// Which entries [`crate::Records::attempts`] returns, oldest first.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct AttemptFilter {
     /// Only this namespace.
@@ -283,7 +283,7 @@ impl Resolution {
     }
 }
 
-/// A person's settlement of one record, for [`crate::Store::resolve`].
+/// A person's settlement of one record, for [`crate::Records::resolve`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ResolveRequest {
     /// The record.

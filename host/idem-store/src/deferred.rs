@@ -5,21 +5,22 @@
 //! SQLite file created, no PostgreSQL schema migrated. The job runner is
 //! built over an engine, and the engine over a store; [`Deferred`] lets the
 //! store exist before it is opened: the URL is checked at once, the store
-//! opened at the first call that needs it ([`Store::ready`], which the job
-//! runner calls once its first read is done, or any other).
+//! opened at the first call that needs it ([`Records::ready`], which the
+//! job runner calls once its first read is done, or any other). Every
+//! capability it stands in for opens first, then makes the call.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use std::sync::Arc;
 use tokio::sync::OnceCell;
 
 use crate::attempt::{AttemptEntry, AttemptFilter, ResolveRequest};
-use crate::clock::StoreClock;
 use crate::error::StoreError;
 use crate::holder::Holder;
+use crate::port::{Batching, Ownership, PolicyRegistry, Records, Writes};
 use crate::record::{
-    Claim, ClaimOutcome, ClaimRequest, Finish, JobLeaseAcquire, ListFilter, Membership, Outcome,
+    Claim, ClaimOutcome, ClaimRequest, Finish, JobLeaseAcquire, ListFilter, Membership,
     OwnershipToken, RecordKey, RecordView, StoreOptions, Write, WriteOutcome,
 };
 use crate::registry::{Activation, Registration, Rollback};
@@ -30,18 +31,15 @@ use crate::url::{StoreUrl, redacted_url};
 /// docs. A failed open is that call's error, and the next call tries again.
 pub struct Deferred {
     url: String,
-    shown: String,
     options: StoreOptions,
-    batches_share_commits: bool,
-    concurrent_commits: usize,
-    mixes_writes: bool,
-    store: OnceCell<Arc<dyn Store>>,
+    batching: Batching,
+    store: OnceCell<Store>,
 }
 
 impl std::fmt::Debug for Deferred {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Deferred")
-            .field("url", &self.shown)
+            .field("url", &redacted_url(&self.url))
             .field("open", &self.store.initialized())
             .finish()
     }
@@ -54,20 +52,33 @@ impl Deferred {
         let parsed: StoreUrl = url.parse()?;
         Ok(Deferred {
             url: url.to_string(),
-            shown: redacted_url(url),
             options,
-            // What the store will say (see `Store::batches_share_commits`
-            // and `concurrent_commits`), known from its kind before it is
-            // open.
-            batches_share_commits: !matches!(parsed, StoreUrl::Memory),
-            concurrent_commits: if matches!(parsed, StoreUrl::Postgres(_)) {
-                4
-            } else {
-                1
+            // What the store will say (see `Writes::batching`), known from
+            // its kind before it is open.
+            batching: match parsed {
+                StoreUrl::Memory => Batching::NONE,
+                StoreUrl::Sqlite { .. } => Batching {
+                    shares_commits: true,
+                    in_flight: 1,
+                    one_transaction: true,
+                },
+                StoreUrl::Postgres(_) => Batching {
+                    shares_commits: true,
+                    in_flight: 4,
+                    one_transaction: false,
+                },
             },
-            mixes_writes: matches!(parsed, StoreUrl::Sqlite { .. }),
             store: OnceCell::new(),
         })
+    }
+
+    /// The store `url` names, to be opened on first use, as a [`Store`]
+    /// whose every capability opens it first. Its name is the URL with any
+    /// password hidden; its clock is `options.clock`.
+    pub fn store(url: &str, options: StoreOptions) -> Result<Store, StoreError> {
+        let clock = options.clock.clone();
+        let deferred = Arc::new(Deferred::new(url, options)?);
+        Ok(Store::from_backend(redacted_url(url), clock, deferred))
     }
 
     /// Whether the store has been opened.
@@ -75,7 +86,7 @@ impl Deferred {
         self.store.initialized()
     }
 
-    async fn store(&self) -> Result<&Arc<dyn Store>, StoreError> {
+    async fn open(&self) -> Result<&Store, StoreError> {
         self.store
             .get_or_try_init(|| crate::open(&self.url, self.options.clone()))
             .await
@@ -83,54 +94,48 @@ impl Deferred {
 }
 
 #[async_trait]
-impl Store for Deferred {
-    fn describe(&self) -> String {
-        match self.store.get() {
-            Some(store) => store.describe(),
-            None => self.shown.clone(),
-        }
-    }
-
-    fn clock(&self) -> &StoreClock {
-        // The clock the store will be opened with (a clone shares it).
-        &self.options.clock
-    }
-
-    fn batches_share_commits(&self) -> bool {
-        self.batches_share_commits
-    }
-
-    fn concurrent_commits(&self) -> usize {
-        self.concurrent_commits
-    }
-
-    fn mixes_writes(&self) -> bool {
-        self.mixes_writes
-    }
-
-    async fn ready(&self) -> Result<(), StoreError> {
-        self.store().await?.ready().await
+impl Writes for Deferred {
+    fn batching(&self) -> Batching {
+        self.batching
     }
 
     async fn claim(&self, request: ClaimRequest) -> Result<ClaimOutcome, StoreError> {
-        self.store().await?.claim(request).await
+        self.open().await?.writes().claim(request).await
+    }
+
+    async fn finish(&self, finish: Finish) -> Result<(), StoreError> {
+        self.open().await?.writes().finish(finish).await
     }
 
     async fn claim_many(
         &self,
         requests: Vec<ClaimRequest>,
     ) -> Result<Vec<Result<ClaimOutcome, StoreError>>, StoreError> {
-        self.store().await?.claim_many(requests).await
+        self.open().await?.writes().claim_many(requests).await
+    }
+
+    async fn finish_many(
+        &self,
+        finishes: Vec<Finish>,
+    ) -> Result<Vec<Result<(), StoreError>>, StoreError> {
+        self.open().await?.writes().finish_many(finishes).await
     }
 
     async fn write_many(
         &self,
         writes: Vec<Write>,
     ) -> Result<Vec<Result<WriteOutcome, StoreError>>, StoreError> {
-        self.store().await?.write_many(writes).await
+        self.open().await?.writes().write_many(writes).await
+    }
+}
+
+#[async_trait]
+impl Records for Deferred {
+    async fn ready(&self) -> Result<(), StoreError> {
+        self.open().await?.records().ready().await
     }
 
-    async fn take_over_with(
+    async fn take_over(
         &self,
         key: &RecordKey,
         observed_fence: u64,
@@ -138,43 +143,15 @@ impl Store for Deferred {
         holder: Holder,
         ownership: Option<&OwnershipToken>,
     ) -> Result<Claim, StoreError> {
-        self.store()
-            .await?
-            .take_over_with(key, observed_fence, lease, holder, ownership)
+        let records = self.open().await?.records();
+        records
+            .take_over(key, observed_fence, lease, holder, ownership)
             .await
     }
 
     async fn mark_unknown(&self, key: &RecordKey, observed_fence: u64) -> Result<(), StoreError> {
-        self.store().await?.mark_unknown(key, observed_fence).await
-    }
-
-    async fn complete(
-        &self,
-        key: &RecordKey,
-        fence: u64,
-        outcome: Outcome,
-    ) -> Result<(), StoreError> {
-        self.store().await?.complete(key, fence, outcome).await
-    }
-
-    async fn fail(
-        &self,
-        key: &RecordKey,
-        fence: u64,
-        retryable: bool,
-        outcome: Outcome,
-    ) -> Result<(), StoreError> {
-        self.store()
-            .await?
-            .fail(key, fence, retryable, outcome)
-            .await
-    }
-
-    async fn finish_many(
-        &self,
-        finishes: Vec<Finish>,
-    ) -> Result<Vec<Result<(), StoreError>>, StoreError> {
-        self.store().await?.finish_many(finishes).await
+        let records = self.open().await?.records();
+        records.mark_unknown(key, observed_fence).await
     }
 
     async fn heartbeat(
@@ -183,43 +160,51 @@ impl Store for Deferred {
         fence: u64,
         lease: Duration,
     ) -> Result<u64, StoreError> {
-        self.store().await?.heartbeat(key, fence, lease).await
-    }
-
-    async fn get(&self, key: &RecordKey) -> Result<Option<RecordView>, StoreError> {
-        self.store().await?.get(key).await
-    }
-
-    async fn list(&self, filter: ListFilter) -> Result<Vec<RecordView>, StoreError> {
-        self.store().await?.list(filter).await
-    }
-
-    async fn gc(&self) -> Result<u64, StoreError> {
-        self.store().await?.gc().await
-    }
-
-    async fn log_answers(&self, entries: Vec<AttemptEntry>) -> Result<(), StoreError> {
-        self.store().await?.log_answers(entries).await
-    }
-
-    async fn attempts(&self, filter: AttemptFilter) -> Result<Vec<AttemptEntry>, StoreError> {
-        self.store().await?.attempts(filter).await
+        self.open()
+            .await?
+            .records()
+            .heartbeat(key, fence, lease)
+            .await
     }
 
     async fn resolve(&self, request: ResolveRequest) -> Result<RecordView, StoreError> {
-        self.store().await?.resolve(request).await
+        self.open().await?.records().resolve(request).await
     }
 
+    async fn get(&self, key: &RecordKey) -> Result<Option<RecordView>, StoreError> {
+        self.open().await?.records().get(key).await
+    }
+
+    async fn list(&self, filter: ListFilter) -> Result<Vec<RecordView>, StoreError> {
+        self.open().await?.records().list(filter).await
+    }
+
+    async fn gc(&self) -> Result<u64, StoreError> {
+        self.open().await?.records().gc().await
+    }
+
+    async fn log_answers(&self, entries: Vec<AttemptEntry>) -> Result<(), StoreError> {
+        self.open().await?.records().log_answers(entries).await
+    }
+
+    async fn attempts(&self, filter: AttemptFilter) -> Result<Vec<AttemptEntry>, StoreError> {
+        self.open().await?.records().attempts(filter).await
+    }
+}
+
+#[async_trait]
+impl Ownership for Deferred {
     async fn join_membership(
         &self,
         group: &str,
         members: &[String],
     ) -> Result<Membership, StoreError> {
-        self.store().await?.join_membership(group, members).await
+        let ownership = self.open().await?.ownership();
+        ownership.join_membership(group, members).await
     }
 
     async fn membership(&self, group: &str) -> Result<Option<Membership>, StoreError> {
-        self.store().await?.membership(group).await
+        self.open().await?.ownership().membership(group).await
     }
 
     async fn acquire_job_lease(
@@ -228,10 +213,8 @@ impl Store for Deferred {
         holder: &str,
         lease: Duration,
     ) -> Result<JobLeaseAcquire, StoreError> {
-        self.store()
-            .await?
-            .acquire_job_lease(job, holder, lease)
-            .await
+        let ownership = self.open().await?.ownership();
+        ownership.acquire_job_lease(job, holder, lease).await
     }
 
     async fn heartbeat_job_lease(
@@ -240,41 +223,44 @@ impl Store for Deferred {
         fence: u64,
         lease: Duration,
     ) -> Result<u64, StoreError> {
-        self.store()
-            .await?
-            .heartbeat_job_lease(job, fence, lease)
-            .await
+        let ownership = self.open().await?.ownership();
+        ownership.heartbeat_job_lease(job, fence, lease).await
     }
 
     async fn release_job_lease(&self, job: &str, fence: u64) -> Result<(), StoreError> {
-        self.store().await?.release_job_lease(job, fence).await
+        let ownership = self.open().await?.ownership();
+        ownership.release_job_lease(job, fence).await
     }
+}
 
+#[async_trait]
+impl PolicyRegistry for Deferred {
     async fn registration(&self, namespace: &str) -> Result<Option<Registration>, StoreError> {
-        self.store().await?.registration(namespace).await
+        self.open().await?.registry().registration(namespace).await
     }
 
     async fn registrations(&self) -> Result<Vec<Registration>, StoreError> {
-        self.store().await?.registrations().await
+        self.open().await?.registry().registrations().await
     }
 
     async fn activate_policy(&self, request: Activation) -> Result<Registration, StoreError> {
-        self.store().await?.activate_policy(request).await
+        self.open().await?.registry().activate_policy(request).await
     }
 
     async fn rollback_policy(&self, request: Rollback) -> Result<Registration, StoreError> {
-        self.store().await?.rollback_policy(request).await
+        self.open().await?.registry().rollback_policy(request).await
     }
 
     async fn policy_component(&self, digest: &str) -> Result<Option<Vec<u8>>, StoreError> {
-        self.store().await?.policy_component(digest).await
+        self.open().await?.registry().policy_component(digest).await
     }
 
     async fn requires_registration(&self) -> Result<bool, StoreError> {
-        self.store().await?.requires_registration().await
+        self.open().await?.registry().requires_registration().await
     }
 
     async fn set_require_registration(&self, on: bool) -> Result<(), StoreError> {
-        self.store().await?.set_require_registration(on).await
+        let registry = self.open().await?.registry();
+        registry.set_require_registration(on).await
     }
 }

@@ -3,12 +3,12 @@
 //! A store keeps one record per `(namespace, key)` and decides, atomically and
 //! by its own clock, who may execute an effect:
 //!
-//! - [`Store::claim`] inserts an in-progress record under a new fencing token
+//! - [`Writes::claim`] inserts an in-progress record under a new fencing token
 //!   ("fence"), or reports the existing record ([`Existing`]) so that the
 //!   engine can ask the policy what a duplicate gets;
-//! - [`Store::take_over`] re-executes after a retryable failure, an unknown
+//! - [`Records::take_over`] re-executes after a retryable failure, an unknown
 //!   outcome or an expired lease, under a new, higher fence;
-//! - [`Store::complete`], [`Store::fail`] and [`Store::heartbeat`] are
+//! - [`Writes::complete`], [`Writes::fail`] and [`Records::heartbeat`] are
 //!   conditional on the holder's fence still being current: a deposed holder
 //!   gets [`StoreError::Fenced`] and changes nothing.
 //!
@@ -25,8 +25,8 @@
 //!   take-over gets a fence strictly greater than any fence the store ever
 //!   issued, across garbage collection and reopening.
 //! - **A record past its retention counts as absent**, exactly as if
-//!   [`Store::gc`] had already removed it: [`Store::get`] does not return it,
-//!   [`Store::claim`] replaces it (under a new fence), and writes to it report
+//!   [`Records::gc`] had already removed it: [`Records::get`] does not return it,
+//!   [`Writes::claim`] replaces it (under a new fence), and writes to it report
 //!   [`StoreError::Gone`]. An in-progress record whose lease is live is never
 //!   past its retention.
 //! - **A holder whose lease expired may still write while nobody has taken
@@ -38,35 +38,44 @@
 //! - **Ownership epochs** (partitioned ownership): each group (e.g. a job)
 //!   has a registered membership and an epoch, a store-wide monotonic
 //!   sequence that moves, in the same transaction, exactly when the
-//!   membership changes ([`Store::join_membership`]). A claim or take-over
+//!   membership changes ([`Ownership::join_membership`]). A claim or take-over
 //!   carrying an [`OwnershipToken`] that is not the group's current epoch is
 //!   [`StoreError::StaleEpoch`] and changes nothing. The epoch gates the
 //!   *start* of an effect; the fence still gates every write after it.
-//! - **An attempt log** ([`Store::attempts`]): every claim, take-over, end,
+//! - **An attempt log** ([`Records::attempts`]): every claim, take-over, end,
 //!   mark-unknown, refused late write and resolution appends an entry in
 //!   the same transaction as the change it describes; answers to
-//!   duplicates are appended by [`Store::log_answers`]; entries go with
-//!   their record on [`Store::gc`].
-//! - **Job leases** ([`Store::acquire_job_lease`]): one live holder per job
+//!   duplicates are appended by [`Records::log_answers`]; entries go with
+//!   their record on [`Records::gc`].
+//! - **Job leases** ([`Ownership::acquire_job_lease`]): one live holder per job
 //!   name, by the store clock, fenced from the same fence sequence; an
 //!   efficiency measure, never what correctness rests on.
 //!
 //! This crate knows nothing of WebAssembly or policies.
 //!
-//! Stores are async ([`Store`] is an `async_trait`, usable as
-//! `Arc<dyn Store>` since the store is chosen by URL at run time) and must
-//! be called inside a tokio runtime: the SQLite store runs its blocking
-//! calls in place on a multi-threaded runtime's worker (`block_in_place`)
-//! and on tokio's blocking pool otherwise; the PostgreSQL store (module
-//! `postgres`) is async throughout.
+//! A [`Store`] is four capabilities, each a port of its own: [`Writes`]
+//! (claims and ends, alone or in batches), [`Records`] (the rest of a
+//! record's life, reads, gc, the attempt log), [`Ownership`] (memberships,
+//! epochs, job leases) and [`PolicyRegistry`]. Callers name the one they
+//! use (`store.writes().claim(…)`); a wrapper replaces only the capability
+//! it changes ([`GroupCommit`]: the writes).
 //!
-//! How it is built: every [`Store`] operation is written once
-//! (`operations.rs`) over a small backend port (`backend.rs`): a backend
-//! locks one record in its own way (a mutex, `BEGIN IMMEDIATE`, `SELECT …
-//! FOR UPDATE`), the shared state machine (`machine.rs`) decides, and the
-//! backend saves what was decided. A backend's one-statement fast paths
-//! are checked against the machine in debug builds. Backends are cargo
-//! features: `sqlite` and `postgres`, both on by default.
+//! Stores are async (each port is an `async_trait`, used as a trait object
+//! since the store is chosen by URL at run time) and must be called inside
+//! a tokio runtime: the SQLite store runs its blocking calls in place on a
+//! multi-threaded runtime's worker (`block_in_place`) and on tokio's
+//! blocking pool otherwise; the PostgreSQL store (module `postgres`) is
+//! async throughout.
+//!
+//! How it is built: every store call is written once (`execute/`) over
+//! small backend ports (`backend/`): a backend locks one record in its own
+//! way (a mutex, `BEGIN IMMEDIATE`, `SELECT … FOR UPDATE`), the shared
+//! state machine (`machine.rs`) decides, and the backend saves what was
+//! decided. A backend's one-statement fast paths are checked against the
+//! machine in debug builds. Backends are cargo features: `sqlite` and
+//! `postgres`, both on by default; each is laid out alike (`connection`,
+//! `schema`, `row`, then one file per port: `records`, `ownership`,
+//! `policy_registry`).
 
 #![warn(missing_docs)]
 
@@ -77,6 +86,7 @@ mod clock;
 mod codec;
 mod deferred;
 mod error;
+mod execute;
 mod group_commit;
 mod holder;
 mod machine;
@@ -84,7 +94,7 @@ mod memory;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod migrations;
 mod open;
-mod operations;
+mod port;
 mod postgres;
 mod record;
 mod registry;
@@ -105,6 +115,7 @@ pub use group_commit::{GroupCommit, GroupCommitOptions, GroupCommitStats, LaneSt
 pub use holder::{Holder, HolderToken};
 pub use memory::MemoryStore;
 pub use open::{migrate, open};
+pub use port::{Batching, Ownership, PolicyRegistry, Records, Writes};
 pub use postgres::{DEFAULT_POOL_SIZE, DEFAULT_SCHEMA, PostgresUrl, TlsMode};
 #[cfg(feature = "postgres")]
 pub use postgres::{POSTGRES_SCHEMA_VERSION, PostgresStore};

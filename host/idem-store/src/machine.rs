@@ -451,16 +451,6 @@ pub(crate) fn finish(
     Ok(record)
 }
 
-/// The state a holder's failure leaves: retryable (a take-over may follow)
-/// or permanent (final).
-pub(crate) fn failed_state(retryable: bool) -> RecordState {
-    if retryable {
-        RecordState::FailedRetryable
-    } else {
-        RecordState::FailedPermanent
-    }
-}
-
 /// The record after a heartbeat: lease until `now + lease`.
 pub(crate) fn heartbeat(
     current: Option<Record>,

@@ -8,7 +8,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use crate::attempt::{AttemptEntry, AttemptFilter};
-use crate::backend::{Call, Decide, Fences, RecordBackend};
+use crate::backend::{Call, Decide, Fences, OwnershipBackend, RecordBackend, RegistryBackend};
 use crate::error::StoreError;
 use crate::holder::Holder;
 use crate::machine::{self, JobStep};
@@ -194,7 +194,7 @@ impl RecordBackend for MemoryStore {
             return Ok(());
         }
         // An answer about a record gc removed meanwhile goes with the
-        // record's own entries (`Store::log_answers`).
+        // record's own entries (`Records::log_answers`).
         for entry in entries {
             if state.records.contains_key(&entry.key) {
                 let at = entry.at_ms;
@@ -215,7 +215,10 @@ impl RecordBackend for MemoryStore {
             .cloned()
             .collect())
     }
+}
 
+#[async_trait]
+impl OwnershipBackend for MemoryStore {
     async fn join(&self, group: &str, members: Vec<String>) -> Result<Membership, StoreError> {
         let (mut state, _now) = self.lock();
         let stored = state.memberships.get(group).map(|(_, m)| m.as_slice());
@@ -291,7 +294,10 @@ impl RecordBackend for MemoryStore {
         state.job_leases.remove(job);
         Ok(())
     }
+}
 
+#[async_trait]
+impl RegistryBackend for MemoryStore {
     async fn read_registrations(
         &self,
         namespace: Option<&str>,

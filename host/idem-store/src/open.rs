@@ -1,7 +1,5 @@
 //! Opening a store by URL, and migrating one.
 
-use std::sync::Arc;
-
 use crate::MemoryStore;
 #[cfg(feature = "postgres")]
 use crate::PostgresStore;
@@ -18,16 +16,16 @@ use crate::{SqliteOptions, SqliteStore};
 /// migrates a persistent store's schema. A URL of a backend this build left
 /// out (cargo features `sqlite`, `postgres`) is
 /// [`StoreError::UnsupportedUrl`].
-pub async fn open(url: &str, options: StoreOptions) -> Result<Arc<dyn Store>, StoreError> {
+pub async fn open(url: &str, options: StoreOptions) -> Result<Store, StoreError> {
     match url.parse::<StoreUrl>()? {
-        StoreUrl::Memory => Ok(Arc::new(MemoryStore::new(options))),
+        StoreUrl::Memory => Ok(MemoryStore::new(options).into()),
         #[cfg(feature = "sqlite")]
         StoreUrl::Sqlite {
             path,
             options: sqlite,
-        } => Ok(Arc::new(open_sqlite(path, sqlite, options).await?)),
+        } => Ok(open_sqlite(path, sqlite, options).await?.into()),
         #[cfg(feature = "postgres")]
-        StoreUrl::Postgres(url) => Ok(Arc::new(PostgresStore::open(url, options).await?)),
+        StoreUrl::Postgres(url) => Ok(PostgresStore::open(url, options).await?.into()),
         #[allow(unreachable_patterns)] // Reached only with a backend left out.
         _ => Err(not_built(url)),
     }

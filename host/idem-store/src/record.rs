@@ -9,7 +9,6 @@ use idem_core::{DuplicateContext, Operation, OutcomeSummary};
 
 use crate::clock::StoreClock;
 use crate::holder::Holder;
-use crate::machine;
 
 /// Default cap on an outcome's body: 64 KiB.
 pub const DEFAULT_MAX_OUTCOME_BYTES: usize = 64 * 1024;
@@ -95,10 +94,9 @@ impl KeptOperation {
                 .and_then(|n| n.parse().ok())
                 .map(|bytes| KeptOperation::NotKept(NotKept::TooLarge { bytes }))
                 .ok_or_else(|| {
-                    format!(
-                        "`{}` is not a kept operation",
-                        crate::attempt::bounded_note(text.chars().take(64).collect())
-                    )
+                    // 64 characters are at most 256 bytes: bounded.
+                    let shown: String = text.chars().take(64).collect();
+                    format!("`{shown}` is not a kept operation")
                 }),
         }
     }
@@ -241,7 +239,7 @@ impl Record {
     }
 }
 
-/// How a holder ends its attempt: [`Store::complete`] or [`Store::fail`].
+/// How a holder ends its attempt: [`Writes::complete`](crate::Writes::complete) or [`Writes::fail`](crate::Writes::fail).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Ending {
     /// Completed: the record becomes final.
@@ -258,12 +256,13 @@ impl Ending {
     pub fn state(self) -> RecordState {
         match self {
             Ending::Completed => RecordState::Completed,
-            Ending::Failed { retryable } => machine::failed_state(retryable),
+            Ending::Failed { retryable: true } => RecordState::FailedRetryable,
+            Ending::Failed { retryable: false } => RecordState::FailedPermanent,
         }
     }
 }
 
-/// One holder's end of its attempt, for [`Store::finish_many`].
+/// One holder's end of its attempt, for [`Writes::finish_many`](crate::Writes::finish_many).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Finish {
     /// The record.
@@ -276,15 +275,15 @@ pub struct Finish {
     pub outcome: Outcome,
 }
 
-/// One grouped write, for [`Store::write_many`]: a claim or a holder's end.
+/// One grouped write, for [`Writes::write_many`](crate::Writes::write_many): a claim or a holder's end.
 // Moved once into a group commit's line and out into a batch: boxing the
 // larger variant would cost every claim an allocation for nothing.
 #[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Write {
-    /// [`Store::claim`].
+    /// [`Writes::claim`](crate::Writes::claim).
     Claim(ClaimRequest),
-    /// [`Store::complete`] or [`Store::fail`].
+    /// [`Writes::complete`](crate::Writes::complete) or [`Writes::fail`](crate::Writes::fail).
     Finish(Finish),
 }
 
@@ -333,7 +332,7 @@ pub struct ClaimRequest {
 }
 
 /// Proof of ownership under a membership: the group and the epoch that
-/// [`Store::join_membership`] returned.
+/// [`Ownership::join_membership`](crate::Ownership::join_membership) returned.
 ///
 /// A worker computes what it owns from a membership, then carries the
 /// membership's epoch on every claim and take-over. Once the membership
@@ -387,7 +386,7 @@ pub struct JobLease {
     pub lease_until_ms: u64,
 }
 
-/// What [`Store::acquire_job_lease`] got.
+/// What [`Ownership::acquire_job_lease`](crate::Ownership::acquire_job_lease) got.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum JobLeaseAcquire {
     /// The caller holds the job lease.
@@ -474,7 +473,7 @@ pub enum ClaimOutcome {
     Existing(Box<Existing>),
 }
 
-/// Which records [`Store::list`] returns, most recently updated first.
+/// Which records [`Records::list`](crate::Records::list) returns, most recently updated first.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct ListFilter {
     /// Only this namespace.

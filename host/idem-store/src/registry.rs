@@ -6,7 +6,7 @@
 //! a component (the `idem` library and CLI load them, run the activation
 //! gate and the diff, and then ask the store to record the activation). A
 //! namespace's registration is one document, changed by
-//! [`crate::Store::activate_policy`] and [`crate::Store::rollback_policy`]
+//! [`crate::PolicyRegistry::activate_policy`] and [`crate::PolicyRegistry::rollback_policy`]
 //! conditionally on the active digest the caller checked against: two
 //! operators racing have one winner, the other is told what is active now.
 
@@ -104,7 +104,7 @@ impl Registration {
     }
 }
 
-/// An activation, for [`crate::Store::activate_policy`].
+/// An activation, for [`crate::PolicyRegistry::activate_policy`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Activation {
     /// The namespace the policy writes into.
@@ -129,7 +129,7 @@ pub struct Activation {
     pub dual_read: Option<Duration>,
 }
 
-/// A rollback, for [`crate::Store::rollback_policy`].
+/// A rollback, for [`crate::PolicyRegistry::rollback_policy`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rollback {
     /// The namespace.

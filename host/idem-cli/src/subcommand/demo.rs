@@ -3,7 +3,6 @@
 //! by side.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use clap::Args;
 use idem::forensics;
@@ -111,14 +110,14 @@ pub fn run(args: DemoArgs) -> Result<u8, Failure> {
     let (lock, idem, analysis) = rt
         .block_on(async {
             let lock = simulate(&scenario, &Guard::LockOnly, &clock).await?;
-            let store: Arc<dyn Store> = Arc::new(store);
+            let store = Store::from(store);
             let guard = Guard::Idem {
                 policy,
                 store: store.clone(),
             };
             let idem = simulate(&scenario, &guard, &clock).await?;
             // Why the job ran twice, from the attempt log it left.
-            let log = store.attempts(AttemptFilter::default()).await?;
+            let log = store.records().attempts(AttemptFilter::default()).await?;
             Ok::<_, idem_sim::SimError>((lock, idem, forensics::analyse(&log)))
         })
         .map_err(|e| Failure::input(format!("the simulation failed: {e}")))?;

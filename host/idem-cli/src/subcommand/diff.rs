@@ -61,7 +61,7 @@ pub fn run(args: DiffArgs) -> Result<u8, Failure> {
             };
             let report = runtime()?.block_on(async {
                 let store = store_args.open_existing().await?;
-                diff_store(&old, &new, store.as_ref())
+                diff_store(&old, &new, &store)
                     .await
                     .map_err(|e| Failure::input(format!("reading {}: {e}", store_args.shown())))
             })?;

@@ -17,6 +17,7 @@ pub fn run(args: GcArgs) -> Result<u8, Failure> {
     runtime()?.block_on(async {
         let store = args.store.open().await?;
         let removed = store
+            .records()
             .gc()
             .await
             .map_err(|e| Failure::input(format!("gc failed on {}: {e}", args.store.shown())))?;

@@ -87,7 +87,7 @@ pub fn run(args: InspectArgs) -> Result<u8, Failure> {
             ..ListFilter::default()
         };
         let mut views = store
-            .list(filter)
+            .records().list(filter)
             .await
             .map_err(|e| Failure::input(format!("cannot read {}: {e}", args.store.shown())))?;
         let cut = wanted.is_none() && views.len() > args.limit as usize;

@@ -119,6 +119,7 @@ pub fn run(args: PolicyArgs) -> Result<u8, Failure> {
         PolicyCommand::RequireRegistration(a) => runtime()?.block_on(async {
             let store = a.store.open().await?;
             store
+                .registry()
                 .set_require_registration(a.setting == "on")
                 .await
                 .map_err(|e| Failure::input(format!("{}: {e}", a.store.shown())))?;
@@ -157,7 +158,7 @@ fn activate(args: ActivateArgs) -> Result<u8, Failure> {
     runtime()?.block_on(async {
         let store = args.store.open().await?;
         let failed = |e: idem_store::StoreError| Failure::input(format!("{}: {e}", args.store.shown()));
-        let current = store.registration(&namespace).await.map_err(failed)?;
+        let current = store.registry().registration(&namespace).await.map_err(failed)?;
         let active = current.as_ref().map(|r| r.active.clone());
         // A version that says which one it replaces replaces only that one.
         if let Some(replaces) = &policy.lifecycle().replaces
@@ -174,14 +175,14 @@ fn activate(args: ActivateArgs) -> Result<u8, Failure> {
         let mut diff_json = serde_json::Value::Null;
         if let Some(active) = active.as_ref().filter(|a| *a != policy.digest()) {
             let old_bytes = store
-                .policy_component(active)
+                .registry().policy_component(active)
                 .await
                 .map_err(failed)?
                 .ok_or_else(|| {
                     Failure::input(format!("the store keeps no component for the active {active}"))
                 })?;
             let old = rt.load_bytes(&old_bytes)?;
-            let report = diff_store(&old, &policy, store.as_ref()).await.map_err(failed)?;
+            let report = diff_store(&old, &policy, &store).await.map_err(failed)?;
             key_changes = report.key_changes;
             if !args.json {
                 eprintln!(
@@ -215,7 +216,7 @@ fn activate(args: ActivateArgs) -> Result<u8, Failure> {
             }
         }
         let registration = store
-            .activate_policy(Activation {
+            .registry().activate_policy(Activation {
                 namespace: namespace.clone(),
                 digest: policy.digest().to_string(),
                 component: bytes,
@@ -266,14 +267,19 @@ fn list(args: ListArgs) -> Result<u8, Failure> {
             |e: idem_store::StoreError| Failure::input(format!("{}: {e}", args.store.shown()));
         let all: Vec<Registration> = match &args.namespace {
             Some(n) => store
+                .registry()
                 .registration(n)
                 .await
                 .map_err(failed)?
                 .into_iter()
                 .collect(),
-            None => store.registrations().await.map_err(failed)?,
+            None => store.registry().registrations().await.map_err(failed)?,
         };
-        let required = store.requires_registration().await.map_err(failed)?;
+        let required = store
+            .registry()
+            .requires_registration()
+            .await
+            .map_err(failed)?;
         if args.json {
             println!(
                 "{}",
@@ -332,6 +338,7 @@ fn rollback(args: RollbackArgs) -> Result<u8, Failure> {
         let failed =
             |e: idem_store::StoreError| Failure::input(format!("{}: {e}", args.store.shown()));
         let current = store
+            .registry()
             .registration(&args.namespace)
             .await
             .map_err(failed)?
@@ -342,6 +349,7 @@ fn rollback(args: RollbackArgs) -> Result<u8, Failure> {
                 ))
             })?;
         let r = store
+            .registry()
             .rollback_policy(Rollback {
                 namespace: args.namespace.clone(),
                 expected_active: current.active.clone(),

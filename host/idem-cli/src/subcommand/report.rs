@@ -69,19 +69,15 @@ pub fn run(args: ReportArgs) -> Result<u8, Failure> {
         };
         let focus = match &args.key {
             Some(text) => {
-                let view = record_key::find(
-                    store.as_ref(),
-                    text,
-                    args.namespace.as_deref(),
-                    &args.store.shown(),
-                )
-                .await?;
+                let view =
+                    record_key::find(&store, text, args.namespace.as_deref(), &args.store.shown())
+                        .await?;
                 filter.key = Some(view.record.key.clone());
                 Some(view)
             }
             None => None,
         };
-        let mut entries = forensics::read_log(store.as_ref(), filter)
+        let mut entries = forensics::read_log(&store, filter)
             .await
             .map_err(read_err)?;
         if let Some(run) = &args.run_id {

@@ -86,8 +86,7 @@ pub fn run(args: ResolveArgs) -> Result<u8, Failure> {
     runtime()?.block_on(async {
         let store = args.store.open_existing().await?;
         let shown = args.store.shown();
-        let view =
-            record_key::find(store.as_ref(), &args.key, args.namespace.as_deref(), &shown).await?;
+        let view = record_key::find(&store, &args.key, args.namespace.as_deref(), &shown).await?;
         let key = view.record.key.clone();
         let mut holder = Holder::this_process();
         holder.trigger = Some("manual".into());
@@ -100,6 +99,7 @@ pub fn run(args: ResolveArgs) -> Result<u8, Failure> {
             holder,
         };
         let resolved = store
+            .records()
             .resolve(request)
             .await
             .map_err(|e| refused(&key.to_string(), e))?;

@@ -31,7 +31,7 @@ pub struct ReviewArgs {
 pub fn run(args: ReviewArgs) -> Result<u8, Failure> {
     runtime()?.block_on(async {
         let store = args.store.open_existing().await?;
-        let waiting = waiting_for_review(store.as_ref(), args.namespace.as_deref(), args.limit)
+        let waiting = waiting_for_review(&store, args.namespace.as_deref(), args.limit)
             .await
             .map_err(|e| Failure::input(format!("cannot read {}: {e}", args.store.shown())))?;
         if args.json {

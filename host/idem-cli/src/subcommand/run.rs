@@ -152,7 +152,7 @@ pub fn run(args: RunArgs) -> Result<u8, Failure> {
     };
     runtime()?.block_on(async {
         // Opened once every line is read and derived (the runner's
-        // `Store::ready`): a policy failing on a line leaves no store.
+        // `Records::ready`): a policy failing on a line leaves no store.
         let store = args.store.deferred()?;
         let (started_ms, log_store) = (store.clock().now_ms(), store.clone());
         let namespace = policy.info().namespace.clone();
@@ -199,7 +199,7 @@ pub fn run(args: RunArgs) -> Result<u8, Failure> {
         if !args.json && asked_before > 0 {
             // Why this run found work asked for before: from the log.
             match forensics::explain_this_process(
-                log_store.as_ref(),
+                &log_store,
                 Some(&namespace),
                 started_ms,
                 WHY_KEYS,

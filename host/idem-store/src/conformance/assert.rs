@@ -7,8 +7,8 @@ use std::time::Duration;
 use super::Fixture;
 use crate::{
     Claim, ClaimOutcome, ClaimRequest, Digest, Existing, Holder, KeptOperation, ManualClock,
-    Membership, OwnershipToken, RecordKey, RecordState, RecordView, Store, StoreError,
-    StoreOptions,
+    Membership, OwnershipToken, RecordKey, RecordState, RecordView, Resolution, ResolveRequest,
+    Store, StoreError, StoreOptions,
 };
 
 /// The clock every check starts at (ms since the epoch).
@@ -93,22 +93,22 @@ where
     (fixture, clock)
 }
 
-pub(super) async fn claimed(store: &dyn Store, request: ClaimRequest) -> Claim {
-    match store.claim(request).await {
+pub(super) async fn claimed(store: &Store, request: ClaimRequest) -> Claim {
+    match store.writes().claim(request).await {
         Ok(ClaimOutcome::Claimed(claim)) => claim,
         other => panic!("{}: expected Claimed, got {other:?}", store.describe()),
     }
 }
 
-pub(super) async fn existing(store: &dyn Store, request: ClaimRequest) -> Existing {
-    match store.claim(request).await {
+pub(super) async fn existing(store: &Store, request: ClaimRequest) -> Existing {
+    match store.writes().claim(request).await {
         Ok(ClaimOutcome::Existing(existing)) => *existing,
         other => panic!("{}: expected Existing, got {other:?}", store.describe()),
     }
 }
 
-pub(super) async fn view(store: &dyn Store, key: &RecordKey) -> RecordView {
-    match store.get(key).await {
+pub(super) async fn view(store: &Store, key: &RecordKey) -> RecordView {
+    match store.records().get(key).await {
         Ok(Some(view)) => view,
         other => panic!("{}: expected record {key}, got {other:?}", store.describe()),
     }
@@ -160,8 +160,9 @@ pub(super) fn names(list: &[&str]) -> Vec<String> {
     list.iter().map(|s| s.to_string()).collect()
 }
 
-pub(super) async fn join(store: &dyn Store, group: &str, members: &[&str]) -> Membership {
+pub(super) async fn join(store: &Store, group: &str, members: &[&str]) -> Membership {
     store
+        .ownership()
         .join_membership(group, &names(members))
         .await
         .unwrap_or_else(|e| panic!("{}: join {group}: {e}", store.describe()))
@@ -195,5 +196,24 @@ pub(super) fn assert_stale<T: std::fmt::Debug>(
         other => {
             panic!("expected StaleEpoch {{ epoch: {epoch}, current: {current} }}, got {other:?}")
         }
+    }
+}
+
+/// A person's settlement of `key`, seen at `fence`.
+pub(super) fn resolution(key: &RecordKey, fence: u64, resolution: Resolution) -> ResolveRequest {
+    ResolveRequest {
+        key: key.clone(),
+        observed_fence: fence,
+        resolution,
+        by: "alice".into(),
+        reason: "checked the provider: charge ch_1 exists".into(),
+        holder: Holder {
+            run_id: None,
+            trigger: Some("manual".into()),
+            attempt: None,
+            host: "ops-host".into(),
+            pid: 7,
+            token: None,
+        },
     }
 }

@@ -5,23 +5,24 @@
 use std::future::Future;
 
 use super::Fixture;
+use super::assert::resolution;
 use super::assert::{
     START_MS, assert_fenced, claimed, existing, fixture, holder, key, ms, request, view,
 };
-use super::resolution::resolution;
 use crate::{
     AttemptEntry, AttemptEvent, AttemptFilter, Digest, Ending, Finish, Outcome, RecordKey,
     RecordState, Resolution, Store, StoreError, StoreOptions,
 };
 
-async fn log(store: &dyn Store, filter: AttemptFilter) -> Vec<AttemptEntry> {
+async fn log(store: &Store, filter: AttemptFilter) -> Vec<AttemptEntry> {
     store
+        .records()
         .attempts(filter)
         .await
         .expect("reading the attempt log")
 }
 
-pub(super) async fn log_of(store: &dyn Store, key: &RecordKey) -> Vec<AttemptEntry> {
+pub(super) async fn log_of(store: &Store, key: &RecordKey) -> Vec<AttemptEntry> {
     log(
         store,
         AttemptFilter {
@@ -33,7 +34,7 @@ pub(super) async fn log_of(store: &dyn Store, key: &RecordKey) -> Vec<AttemptEnt
 }
 
 /// The events of `key`'s entries, oldest first.
-pub(super) async fn events_of(store: &dyn Store, key: &RecordKey) -> Vec<(AttemptEvent, u64)> {
+pub(super) async fn events_of(store: &Store, key: &RecordKey) -> Vec<(AttemptEvent, u64)> {
     log_of(store, key)
         .await
         .into_iter()
@@ -60,7 +61,7 @@ fn answer(key: &RecordKey, fence: u64, event: AttemptEvent, who: u32, at: u64) -
 /// holder of its fence), a take-over, a mark-unknown, and a refused late
 /// write (`fenced`, naming only its fence); a claim that found a record
 /// logs nothing (its answer is the caller's to log, with
-/// [`Store::log_answers`], at the time the caller gives). Ids increase in
+/// [`Records::log_answers`](crate::Records::log_answers), at the time the caller gives). Ids increase in
 /// commit order; the filters select by key, namespace, time and id.
 pub async fn attempt_log_follows_every_change<F, Fut>(factory: &F)
 where
@@ -68,13 +69,14 @@ where
     Fut: Future<Output = Fixture>,
 {
     let (fx, clock) = fixture(factory, crate::DEFAULT_MAX_OUTCOME_BYTES).await;
-    let store = fx.store.as_ref();
+    let store = &fx.store;
     let name = store.describe();
 
     // A fresh claim and its completion.
     let a = claimed(store, request(&key(1), 1, 1_000, 60_000, 1)).await;
     clock.advance(ms(5));
     store
+        .writes()
         .complete(&key(1), a.fence, Outcome::new(0, "ok"))
         .await
         .expect("complete");
@@ -105,6 +107,7 @@ where
     assert_eq!(log_of(store, &key(1)).await.len(), 2, "{name}");
     clock.advance(ms(5));
     store
+        .records()
         .log_answers(vec![answer(
             &key(1),
             a.fence,
@@ -124,6 +127,7 @@ where
     assert_eq!(replayed.detail.as_deref(), Some("a reason"), "{name}");
     // Only answers are appended this way.
     let refused = store
+        .records()
         .log_answers(vec![
             answer(&key(1), a.fence, AttemptEvent::Replayed, 2, START_MS),
             answer(&key(1), a.fence, AttemptEvent::Completed, 2, START_MS),
@@ -141,7 +145,8 @@ where
     let b = claimed(store, request(&key(2), 1, 1_000, 60_000, 1)).await;
     clock.advance(ms(1_000));
     let c = store
-        .take_over(&key(2), b.fence, ms(1_000), holder(3))
+        .records()
+        .take_over(&key(2), b.fence, ms(1_000), holder(3), None)
         .await
         .expect("take over");
     // A fence never handed out is refused too, but is no deposed holder:
@@ -149,12 +154,13 @@ where
     let (never, retries) = ([c.fence + 1, c.fence + 1_000], 4);
     for fence in std::iter::repeat_n(b.fence, retries).chain(never) {
         assert_fenced(
-            store.heartbeat(&key(2), fence, ms(1_000)).await,
+            store.records().heartbeat(&key(2), fence, ms(1_000)).await,
             fence,
             c.fence,
         );
         assert_fenced(
             store
+                .writes()
                 .complete(&key(2), fence, Outcome::new(0, "late"))
                 .await,
             fence,
@@ -162,6 +168,7 @@ where
         );
     }
     store
+        .writes()
         .fail(&key(2), c.fence, true, Outcome::error(75, "try later"))
         .await
         .expect("fail");
@@ -194,11 +201,20 @@ where
     // Sent to review, then a permanent failure on another key.
     let d = claimed(store, request(&key(3), 1, 1_000, 60_000, 1)).await;
     clock.advance(ms(1_000));
-    store.mark_unknown(&key(3), d.fence).await.expect("mark");
+    store
+        .records()
+        .mark_unknown(&key(3), d.fence)
+        .await
+        .expect("mark");
     // Marking again changes nothing and logs nothing; the holder's late
     // completion is refused and logged (it was deposed by the review).
-    store.mark_unknown(&key(3), d.fence).await.expect("mark");
+    store
+        .records()
+        .mark_unknown(&key(3), d.fence)
+        .await
+        .expect("mark");
     let late = store
+        .writes()
         .complete(&key(3), d.fence, Outcome::new(0, "late"))
         .await;
     assert!(
@@ -219,6 +235,7 @@ where
     clock.advance(ms(1));
     let since = clock.now_ms();
     let batch = store
+        .writes()
         .claim_many(vec![
             request(&key(4), 1, 1_000, 60_000, 4),
             request(&key(5), 1, 1_000, 60_000, 4),
@@ -234,6 +251,7 @@ where
         })
         .collect();
     let finished = store
+        .writes()
         .finish_many(vec![
             Finish {
                 key: key(4),
@@ -373,10 +391,11 @@ where
     Fut: Future<Output = Fixture>,
 {
     let (fx, clock) = fixture(factory, crate::DEFAULT_MAX_OUTCOME_BYTES).await;
-    let store = fx.store.as_ref();
+    let store = &fx.store;
     let name = store.describe();
     let completed = |k: RecordKey, fence: u64| async move {
         store
+            .writes()
             .complete(&k, fence, Outcome::new(0, "done"))
             .await
             .expect("complete");
@@ -390,7 +409,7 @@ where
     clock.advance(ms(2_000));
     // Expired, not yet collected: a fresh claim replaces it.
     let second = claimed(store, request(&key(3), 1, 100, 1_000, 2)).await;
-    assert_eq!(store.gc().await.expect("gc"), 1, "{name}");
+    assert_eq!(store.records().gc().await.expect("gc"), 1, "{name}");
     assert!(log_of(store, &key(1)).await.is_empty(), "{name}");
     assert_eq!(log_of(store, &key(2)).await.len(), 2, "{name}");
     assert_eq!(
@@ -405,6 +424,7 @@ where
 
     // An answer given about key 1 before it was collected, logged after.
     store
+        .records()
         .log_answers(vec![answer(
             &key(1),
             short.fence,
@@ -423,7 +443,7 @@ where
     // The replacing record collected: the earlier one's entries with it.
     completed(key(3), second.fence).await;
     clock.advance(ms(2_000));
-    assert_eq!(store.gc().await.expect("gc"), 1, "{name}");
+    assert_eq!(store.records().gc().await.expect("gc"), 1, "{name}");
     let left: Vec<RecordKey> = log(store, AttemptFilter::default())
         .await
         .into_iter()
@@ -447,14 +467,16 @@ where
         ..StoreOptions::default()
     })
     .await;
-    let store = fx.store.as_ref();
+    let store = &fx.store;
     let name = store.describe();
     let a = claimed(store, request(&key(1), 1, 1_000, 60_000, 1)).await;
     store
+        .writes()
         .complete(&key(1), a.fence, Outcome::new(0, "ok"))
         .await
         .expect("complete");
     let batch = store
+        .writes()
         .claim_many(vec![
             request(&key(2), 1, 1_000, 60_000, 1),
             request(&key(3), 1, 1_000, 60_000, 1),
@@ -469,6 +491,7 @@ where
         })
         .collect();
     let finished = store
+        .writes()
         .finish_many(vec![
             Finish {
                 key: key(2),
@@ -489,11 +512,13 @@ where
     let b = claimed(store, request(&key(4), 1, 1_000, 60_000, 1)).await;
     clock.advance(ms(1_000));
     let c = store
-        .take_over(&key(4), b.fence, ms(1_000), holder(2))
+        .records()
+        .take_over(&key(4), b.fence, ms(1_000), holder(2), None)
         .await
         .expect("take over");
     assert_fenced(
         store
+            .writes()
             .complete(&key(4), b.fence, Outcome::new(0, "late"))
             .await,
         b.fence,
@@ -501,10 +526,12 @@ where
     );
     clock.advance(ms(1_000));
     store
+        .records()
         .resolve(resolution(&key(4), c.fence, Resolution::Release))
         .await
         .expect("resolve");
     store
+        .records()
         .log_answers(vec![answer(
             &key(1),
             a.fence,

@@ -26,10 +26,11 @@ where
     Fut: Future<Output = Fixture>,
 {
     let (fx, clock) = fixture(factory, crate::DEFAULT_MAX_OUTCOME_BYTES).await;
-    let store = fx.store.as_ref();
+    let store = &fx.store;
     let name = store.describe();
     assert!(
         store
+            .writes()
             .claim_many(Vec::new())
             .await
             .expect("empty batch")
@@ -40,11 +41,13 @@ where
     // once the clock moves), key 6 in progress under a live lease.
     let done = claimed(store, request(&key(3), 1, 1_000, 60_000, 1)).await;
     store
+        .writes()
         .complete(&key(3), done.fence, Outcome::new(200, b"ok".to_vec()))
         .await
         .expect("complete");
     let dead = claimed(store, request(&key(5), 1, 1_000, 0, 1)).await;
     store
+        .writes()
         .fail(&key(5), dead.fence, true, Outcome::error(1, "x"))
         .await
         .expect("fail");
@@ -70,6 +73,7 @@ where
         request(&key(9), 1, 10_000, 60_000, 2),
     ];
     let mut out = store
+        .writes()
         .claim_many(batch)
         .await
         .unwrap_or_else(|e| panic!("{name}: claim_many: {e}"))
@@ -158,12 +162,13 @@ where
     );
     for k in [key(7), key(8)] {
         assert_eq!(
-            store.get(&k).await.expect("get"),
+            store.records().get(&k).await.expect("get"),
             None,
             "{name}: {k} refused, not written"
         );
     }
     store
+        .writes()
         .complete(&key(1), k1.fence, Outcome::new(200, Vec::new()))
         .await
         .unwrap_or_else(|e| panic!("{name}: completing a batch claim: {e}"));
@@ -180,10 +185,11 @@ where
     Fut: Future<Output = Fixture>,
 {
     let (fx, clock) = fixture(factory, 64).await;
-    let store = fx.store.as_ref();
+    let store = &fx.store;
     let name = store.describe();
     assert!(
         store
+            .writes()
             .finish_many(Vec::new())
             .await
             .expect("empty batch")
@@ -200,11 +206,13 @@ where
     // Key 4's holder is deposed: its lease lapses and a take-over follows.
     clock.advance(ms(2_000));
     let taker = store
-        .take_over(&key(4), held[3].fence, ms(60_000), holder(2))
+        .records()
+        .take_over(&key(4), held[3].fence, ms(60_000), holder(2), None)
         .await
         .expect("take over key 4");
     // Key 5 is completed before the batch.
     store
+        .writes()
         .complete(&key(5), held[4].fence, Outcome::new(0, b"first".to_vec()))
         .await
         .expect("complete key 5");
@@ -233,6 +241,7 @@ where
         finish(2, held[1].fence, Ending::Completed, &[b'x'; 65]),
     ];
     let mut out = store
+        .writes()
         .finish_many(batch)
         .await
         .unwrap_or_else(|e| panic!("{name}: finish_many: {e}"))
@@ -281,7 +290,7 @@ where
 /// finding its first claim's record, a finish of a claim made earlier, a
 /// deposed holder's finish fenced, an invalid claim and an oversized
 /// outcome refused alone, the answers in the writes' order. Where the store
-/// mixes writes ([`crate::Store::mixes_writes`]) all of it is one commit;
+/// batches in one transaction ([`crate::Batching::one_transaction`]) all of it is one commit;
 /// elsewhere claims and finishes go as a batch of each.
 pub async fn write_many_is_writes_in_order<F, Fut>(factory: &F)
 where
@@ -291,10 +300,11 @@ where
     use crate::{Write, WriteOutcome};
 
     let (fx, clock) = fixture(factory, 64).await;
-    let store = fx.store.as_ref();
+    let store = &fx.store;
     let name = store.describe();
     assert!(
         store
+            .writes()
             .write_many(Vec::new())
             .await
             .expect("empty batch")
@@ -305,7 +315,8 @@ where
     let deposed = claimed(store, request(&key(2), 1, 1_000, 60_000, 1)).await;
     clock.advance(ms(2_000));
     let taker = store
-        .take_over(&key(2), deposed.fence, ms(60_000), holder(2))
+        .records()
+        .take_over(&key(2), deposed.fence, ms(60_000), holder(2), None)
         .await
         .expect("take over key 2");
     let highest = first.fence.max(taker.fence);
@@ -331,6 +342,7 @@ where
         Write::Claim(request(&key(1), 1, 10_000, 60_000, 2)),
     ];
     let mut out = store
+        .writes()
         .write_many(batch)
         .await
         .unwrap_or_else(|e| panic!("{name}: write_many: {e}"))
@@ -389,7 +401,7 @@ where
         "{name}: key 2 is still the taker's"
     );
     assert!(
-        store.get(&key(9)).await.expect("get").is_none(),
+        store.records().get(&key(9)).await.expect("get").is_none(),
         "{name}: nothing written for the invalid claim"
     );
 }

@@ -25,8 +25,9 @@ fn attempt(key: &RecordKey, fp: u32, lease_ms: u64, who: u32) -> ClaimRequest {
     }
 }
 
-async fn events(store: &dyn crate::Store, key: &RecordKey) -> Vec<(AttemptEvent, u64)> {
+async fn events(store: &crate::Store, key: &RecordKey) -> Vec<(AttemptEvent, u64)> {
     store
+        .records()
         .attempts(AttemptFilter {
             key: Some(key.clone()),
             ..AttemptFilter::default()
@@ -54,7 +55,7 @@ where
     Fut: Future<Output = Fixture>,
 {
     let (fx, clock) = fixture(factory, crate::DEFAULT_MAX_OUTCOME_BYTES).await;
-    let store = fx.store.as_ref();
+    let store = &fx.store;
     let who = store.describe();
 
     // A single claim, sent twice.
@@ -87,6 +88,7 @@ where
 
     // Ended: the same request is a duplicate of the ended record (a replay).
     store
+        .writes()
         .complete(&k, claim.fence, Outcome::new(0, "done"))
         .await
         .expect("complete");
@@ -110,12 +112,13 @@ where
     // twice in one batch is one claim and a duplicate of it.
     let (a, b) = (key(3), key(4));
     let batch = vec![attempt(&a, 1, 5_000, 1), attempt(&b, 1, 5_000, 1)];
-    let made = claims(store.claim_many(batch.clone()).await, &who);
-    let again = claims(store.claim_many(batch.clone()).await, &who);
+    let made = claims(store.writes().claim_many(batch.clone()).await, who);
+    let again = claims(store.writes().claim_many(batch.clone()).await, who);
     assert_eq!(made, again, "{who}: a batch sent again makes no new claim");
     let c = key(5);
     let twice = attempt(&c, 1, 5_000, 1);
     let answers = store
+        .writes()
         .claim_many(vec![twice.clone(), twice])
         .await
         .expect("claim_many");
@@ -137,7 +140,8 @@ where
         ..holder(2)
     };
     let took = store
-        .take_over(&t, lapse.fence, ms(5_000), taker.clone())
+        .records()
+        .take_over(&t, lapse.fence, ms(5_000), taker.clone(), None)
         .await
         .expect("take over");
     assert!(
@@ -145,11 +149,15 @@ where
         "{who}: {took:?}"
     );
     let retook = store
-        .take_over(&t, lapse.fence, ms(5_000), taker)
+        .records()
+        .take_over(&t, lapse.fence, ms(5_000), taker, None)
         .await
         .expect("the same take-over sent again");
     assert_eq!(retook, took, "{who}");
-    let rival = store.take_over(&t, lapse.fence, ms(5_000), holder(3)).await;
+    let rival = store
+        .records()
+        .take_over(&t, lapse.fence, ms(5_000), holder(3), None)
+        .await;
     assert!(
         matches!(rival, Err(StoreError::Fenced { current, .. }) if current == took.fence),
         "{who}: {rival:?}"

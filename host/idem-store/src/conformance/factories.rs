@@ -17,12 +17,12 @@ use crate::{SqliteOptions, SqliteStore, Synchronous};
 pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 
 /// Opens the same data again through a new store (a new connection).
-pub type Reopen = Box<dyn Fn() -> BoxFuture<Arc<dyn Store>> + Send + Sync>;
+pub type Reopen = Box<dyn Fn() -> BoxFuture<Store> + Send + Sync>;
 
 /// A fresh store made by a factory.
 pub struct Fixture {
     /// The store, empty.
-    pub store: Arc<dyn Store>,
+    pub store: Store,
     /// For persistent stores: opens the same data again, with the same
     /// options. `None` for stores whose data dies with them.
     pub reopen: Option<Reopen>,
@@ -34,7 +34,7 @@ pub struct Fixture {
 pub fn memory_factory() -> impl Fn(StoreOptions) -> BoxFuture<Fixture> + Send + Sync + 'static {
     |options| {
         Box::pin(async move {
-            let store: Arc<dyn Store> = Arc::new(MemoryStore::new(options));
+            let store: Store = MemoryStore::new(options).into();
             Fixture {
                 store,
                 reopen: None,
@@ -56,7 +56,7 @@ pub fn sqlite_factory(
             let path = dir.path().join("idem.db");
             let open = {
                 let path = path.clone();
-                move |options: StoreOptions| -> BoxFuture<Arc<dyn Store>> {
+                move |options: StoreOptions| -> BoxFuture<Store> {
                     let path = path.clone();
                     Box::pin(async move {
                         let store = tokio::task::spawn_blocking(move || {
@@ -65,7 +65,7 @@ pub fn sqlite_factory(
                         .await
                         .expect("the open task")
                         .expect("opening the SQLite store");
-                        Arc::new(store) as Arc<dyn Store>
+                        Store::from(store)
                     })
                 }
             };
@@ -200,13 +200,13 @@ pub fn postgres_factory(
                 .expect("a valid schema name");
             let open = {
                 let url = url.clone();
-                move |options: StoreOptions| -> BoxFuture<Arc<dyn Store>> {
+                move |options: StoreOptions| -> BoxFuture<Store> {
                     let url = url.clone();
                     Box::pin(async move {
                         let store = PostgresStore::open(url, options)
                             .await
                             .unwrap_or_else(|e| panic!("opening the PostgreSQL store: {e}"));
-                        Arc::new(store) as Arc<dyn Store>
+                        Store::from(store)
                     })
                 }
             };
@@ -235,14 +235,17 @@ where
         let factory = factory.clone();
         Box::pin(async move {
             let fixture = factory(options).await;
-            let wrap = |store: Arc<dyn Store>| -> Arc<dyn Store> {
+            let wrap = |store: Store| -> Store {
                 // Two calls of a kind in flight: both the waiting line and
                 // batches racing each other are exercised.
                 let options = crate::GroupCommitOptions {
                     max_in_flight: Some(2),
                     ..crate::GroupCommitOptions::default()
                 };
-                Arc::new(crate::GroupCommit::new(store, options))
+                store.with_writes(Arc::new(crate::GroupCommit::new(
+                    store.writes_handle(),
+                    options,
+                )))
             };
             let reopen = fixture.reopen.map(|reopen| -> Reopen {
                 let reopen = Arc::new(reopen);

@@ -11,7 +11,7 @@ use crate::{
     RecordKey, Store, StoreError, StoreOptions,
 };
 
-async fn kept(store: &dyn Store, key: &RecordKey) -> Option<KeptOperation> {
+async fn kept(store: &Store, key: &RecordKey) -> Option<KeptOperation> {
     view(store, key).await.record.operation
 }
 
@@ -43,13 +43,14 @@ where
     Fut: Future<Output = Fixture>,
 {
     let (fx, clock) = fixture(factory, crate::DEFAULT_MAX_OUTCOME_BYTES).await;
-    let store = fx.store.as_ref();
+    let store = &fx.store;
     let name = store.describe();
     let expect = |k: &RecordKey| Some(KeptOperation::Kept(operation_of(k)));
 
     let a = claimed(store, request(&key(1), 1, 1_000, 60_000, 1)).await;
     assert_eq!(kept(store, &key(1)).await, expect(&key(1)), "{name}: claim");
     store
+        .writes()
         .complete(&key(1), a.fence, Outcome::new(0, "ok"))
         .await
         .expect("complete");
@@ -61,12 +62,20 @@ where
 
     let b = claimed(store, request(&key(2), 1, 1_000, 60_000, 1)).await;
     store
+        .writes()
         .fail(&key(2), b.fence, true, Outcome::error(1, "try again"))
         .await
         .expect("fail");
     clock.advance(super::assert::ms(10));
     store
-        .take_over(&key(2), b.fence, super::assert::ms(1_000), super::holder(2))
+        .records()
+        .take_over(
+            &key(2),
+            b.fence,
+            super::assert::ms(1_000),
+            super::holder(2),
+            None,
+        )
         .await
         .expect("take over");
     assert_eq!(
@@ -76,6 +85,7 @@ where
     );
 
     let batch = store
+        .writes()
         .claim_many(vec![
             request(&key(3), 1, 1_000, 60_000, 1),
             with_operation(&key(4), None),
@@ -97,7 +107,11 @@ where
     );
     assert_eq!(kept(store, &key(5)).await, expect(&key(5)), "{name}: batch");
 
-    let listed = store.list(Default::default()).await.expect("list");
+    let listed = store
+        .records()
+        .list(Default::default())
+        .await
+        .expect("list");
     for v in &listed {
         let want = if v.record.key == key(4) {
             None
@@ -109,6 +123,7 @@ where
 
     for bad in ["not json", ""] {
         let refused = store
+            .writes()
             .claim(with_operation(
                 &key(6),
                 Some(KeptOperation::Kept(bad.into())),
@@ -120,7 +135,7 @@ where
         );
     }
     assert_eq!(
-        store.get(&key(6)).await.expect("get"),
+        store.records().get(&key(6)).await.expect("get"),
         None,
         "{name}: nothing written"
     );
@@ -135,7 +150,7 @@ where
     Fut: Future<Output = Fixture>,
 {
     let (fx, _clock) = fixture(factory, crate::DEFAULT_MAX_OUTCOME_BYTES).await;
-    let store = fx.store.as_ref();
+    let store = &fx.store;
     let name = store.describe();
     let at_bound = operation_of_len(MAX_KEPT_OPERATION_BYTES);
     let over = operation_of_len(MAX_KEPT_OPERATION_BYTES + 1);
@@ -156,6 +171,7 @@ where
     .await;
     claimed(store, with_operation(&key(3), by_policy.clone())).await;
     store
+        .writes()
         .claim_many(vec![
             with_operation(&key(4), Some(KeptOperation::Kept(at_bound.clone()))),
             with_operation(&key(5), Some(KeptOperation::Kept(over))),
@@ -196,11 +212,12 @@ where
         ..StoreOptions::default()
     })
     .await;
-    let store = fx.store.as_ref();
+    let store = &fx.store;
     let name = store.describe();
     let off = Some(KeptOperation::NotKept(NotKept::OffByHost));
     claimed(store, request(&key(1), 1, 1_000, 60_000, 1)).await;
     store
+        .writes()
         .claim_many(vec![
             request(&key(2), 1, 1_000, 60_000, 1),
             request(&key(3), 1, 1_000, 60_000, 1),

@@ -21,27 +21,30 @@ where
 {
     let (fx, _clock) = fixture(factory, crate::DEFAULT_MAX_OUTCOME_BYTES).await;
     let store = fx.store.clone();
-    assert_eq!(store.membership("nightly").await.expect("read"), None);
-    let first = join(store.as_ref(), "nightly", &["w-b", "w-a", "w-b"]).await;
+    assert_eq!(
+        store.ownership().membership("nightly").await.expect("read"),
+        None
+    );
+    let first = join(&store, "nightly", &["w-b", "w-a", "w-b"]).await;
     assert!(first.epoch > 0);
     assert_eq!(first.members, names(&["w-a", "w-b"]), "sorted, no repeats");
-    let same = join(store.as_ref(), "nightly", &["w-a", "w-b"]).await;
+    let same = join(&store, "nightly", &["w-a", "w-b"]).await;
     assert_eq!(same, first, "the same members keep the epoch");
-    let other = join(store.as_ref(), "hourly", &["x"]).await;
+    let other = join(&store, "hourly", &["x"]).await;
     assert!(other.epoch > first.epoch, "epochs are store-wide");
-    let grown = join(store.as_ref(), "nightly", &["w-a", "w-b", "w-c"]).await;
+    let grown = join(&store, "nightly", &["w-a", "w-b", "w-c"]).await;
     assert!(grown.epoch > other.epoch, "{grown:?} after {other:?}");
-    let shrunk = join(store.as_ref(), "nightly", &["w-a", "w-b"]).await;
+    let shrunk = join(&store, "nightly", &["w-a", "w-b"]).await;
     assert!(
         shrunk.epoch > grown.epoch,
         "going back to an old membership is a new epoch"
     );
     assert_eq!(
-        store.membership("nightly").await.expect("read"),
+        store.ownership().membership("nightly").await.expect("read"),
         Some(shrunk.clone())
     );
     assert_eq!(
-        store.membership("hourly").await.expect("read"),
+        store.ownership().membership("hourly").await.expect("read"),
         Some(other.clone()),
         "groups are independent"
     );
@@ -51,17 +54,17 @@ where
         names(&["a\nb"]),
         names(&["ok", "tab\t"]),
     ] {
-        match store.join_membership("nightly", &bad).await {
+        match store.ownership().join_membership("nightly", &bad).await {
             Err(StoreError::InvalidRequest(_)) => {}
             other => panic!("members {bad:?}: expected InvalidRequest, got {other:?}"),
         }
     }
     assert!(matches!(
-        store.join_membership("", &names(&["a"])).await,
+        store.ownership().join_membership("", &names(&["a"])).await,
         Err(StoreError::InvalidRequest(_))
     ));
     assert_eq!(
-        store.membership("nightly").await.expect("read"),
+        store.ownership().membership("nightly").await.expect("read"),
         Some(shrunk.clone()),
         "a refused membership changes nothing"
     );
@@ -69,11 +72,11 @@ where
         drop(store);
         let again = reopen().await;
         assert_eq!(
-            again.membership("nightly").await.expect("read"),
+            again.ownership().membership("nightly").await.expect("read"),
             Some(shrunk.clone()),
             "memberships survive reopening"
         );
-        let next = join(again.as_ref(), "nightly", &["w-z"]).await;
+        let next = join(&again, "nightly", &["w-z"]).await;
         assert!(next.epoch > shrunk.epoch, "epochs survive reopening");
     }
 }
@@ -88,16 +91,17 @@ where
     Fut: Future<Output = Fixture>,
 {
     let (fx, clock) = fixture(factory, crate::DEFAULT_MAX_OUTCOME_BYTES).await;
-    let store = fx.store.as_ref();
+    let store = &fx.store;
     // No membership yet: no epoch is current.
     assert_stale(
         store
+            .writes()
             .claim(owned(&key(9), 1_000, token("nightly", 1)))
             .await,
         1,
         0,
     );
-    assert_eq!(store.get(&key(9)).await.expect("get"), None);
+    assert_eq!(store.records().get(&key(9)).await.expect("get"), None);
 
     let old = join(store, "nightly", &["w-a", "w-b"]).await;
     let hourly = join(store, "hourly", &["w-a"]).await;
@@ -108,12 +112,15 @@ where
     assert!(new.epoch > old.epoch);
     // It wakes: a fresh claim under its stale epoch is refused...
     assert_stale(
-        store.claim(owned(&key(2), 1_000, old.token())).await,
+        store
+            .writes()
+            .claim(owned(&key(2), 1_000, old.token()))
+            .await,
         old.epoch,
         new.epoch,
     );
     assert_eq!(
-        store.get(&key(2)).await.expect("get"),
+        store.records().get(&key(2)).await.expect("get"),
         None,
         "nothing written"
     );
@@ -121,7 +128,8 @@ where
     clock.advance(ms(1_000));
     assert_stale(
         store
-            .take_over_with(&key(1), a.fence, ms(1_000), holder(1), Some(&old.token()))
+            .records()
+            .take_over(&key(1), a.fence, ms(1_000), holder(1), Some(&old.token()))
             .await,
         old.epoch,
         new.epoch,
@@ -135,6 +143,7 @@ where
     // An epoch this store never issued to the group is refused too.
     assert_stale(
         store
+            .writes()
             .claim(owned(&key(3), 1_000, token("nightly", new.epoch + 1)))
             .await,
         new.epoch + 1,
@@ -144,13 +153,15 @@ where
     let b = claimed(store, owned(&key(2), 1_000, new.token())).await;
     assert!(b.fence > a.fence);
     let c = store
-        .take_over_with(&key(1), a.fence, ms(1_000), holder(2), Some(&new.token()))
+        .records()
+        .take_over(&key(1), a.fence, ms(1_000), holder(2), Some(&new.token()))
         .await
         .expect("take-over under the current epoch");
     assert!(c.fence > b.fence);
     // The deposed holder's fence no longer writes either.
     assert_fenced(
         store
+            .writes()
             .complete(&key(1), a.fence, Outcome::new(0, Vec::new()))
             .await,
         a.fence,

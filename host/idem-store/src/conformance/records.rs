@@ -20,9 +20,9 @@ where
     Fut: Future<Output = Fixture>,
 {
     let (fx, clock) = fixture(factory, crate::DEFAULT_MAX_OUTCOME_BYTES).await;
-    let store = fx.store.as_ref();
+    let store = &fx.store;
     let k = key(1);
-    assert_eq!(store.get(&k).await.expect("get"), None);
+    assert_eq!(store.records().get(&k).await.expect("get"), None);
     let claim = claimed(store, request(&k, 1, 5_000, 60_000, 1)).await;
     assert_eq!(claim.key, k);
     assert!(claim.fence > 0);
@@ -83,10 +83,10 @@ where
     let mut bad = request(&key(2), 1, 5_000, 60_000, 1);
     bad.policy_digest = "md5:abc".to_string();
     assert!(matches!(
-        store.claim(bad).await,
+        store.writes().claim(bad).await,
         Err(StoreError::InvalidRequest(_))
     ));
-    assert_eq!(store.get(&key(2)).await.expect("get"), None);
+    assert_eq!(store.records().get(&key(2)).await.expect("get"), None);
 }
 
 /// A completed record is final: replayed to duplicates, never overwritten,
@@ -97,11 +97,12 @@ where
     Fut: Future<Output = Fixture>,
 {
     let (fx, clock) = fixture(factory, crate::DEFAULT_MAX_OUTCOME_BYTES).await;
-    let store = fx.store.as_ref();
+    let store = &fx.store;
     let k = key(1);
     let claim = claimed(store, request(&k, 1, 5_000, 60_000, 1)).await;
     clock.advance(ms(300));
     store
+        .writes()
         .complete(&k, claim.fence, Outcome::new(201, b"charged".to_vec()))
         .await
         .expect("complete");
@@ -126,22 +127,25 @@ where
     let before = view(store, &k).await.record;
     assert_not_in_progress(
         store
+            .writes()
             .complete(&k, claim.fence, Outcome::new(500, b"again".to_vec()))
             .await,
         RecordState::Completed,
     );
     assert_not_in_progress(
         store
+            .writes()
             .fail(&k, claim.fence, true, Outcome::error(1, "late"))
             .await,
         RecordState::Completed,
     );
     assert_not_in_progress(
-        store.heartbeat(&k, claim.fence, ms(5_000)).await,
+        store.records().heartbeat(&k, claim.fence, ms(5_000)).await,
         RecordState::Completed,
     );
     assert_fenced(
         store
+            .writes()
             .complete(&k, claim.fence + 1000, Outcome::new(500, Vec::new()))
             .await,
         claim.fence + 1000,
@@ -161,12 +165,13 @@ where
     Fut: Future<Output = Fixture>,
 {
     let (fx, clock) = fixture(factory, crate::DEFAULT_MAX_OUTCOME_BYTES).await;
-    let store = fx.store.as_ref();
+    let store = &fx.store;
     let k = key(1);
     let a = claimed(store, request(&k, 1, 1_000, 60_000, 1)).await;
     clock.advance(ms(1_000));
     let b = store
-        .take_over(&k, a.fence, ms(1_000), holder(2))
+        .records()
+        .take_over(&k, a.fence, ms(1_000), holder(2), None)
         .await
         .expect("take over an expired lease");
     assert!(b.fence > a.fence);
@@ -174,6 +179,7 @@ where
     let before = view(store, &k).await.record;
     assert_fenced(
         store
+            .writes()
             .complete(&k, a.fence, Outcome::new(200, b"stale".to_vec()))
             .await,
         a.fence,
@@ -181,22 +187,30 @@ where
     );
     assert_fenced(
         store
+            .writes()
             .fail(&k, a.fence, false, Outcome::error(1, "stale"))
             .await,
         a.fence,
         b.fence,
     );
     assert_fenced(
-        store.heartbeat(&k, a.fence, ms(60_000)).await,
+        store.records().heartbeat(&k, a.fence, ms(60_000)).await,
         a.fence,
         b.fence,
     );
     assert_fenced(
-        store.take_over(&k, a.fence, ms(1_000), holder(3)).await,
+        store
+            .records()
+            .take_over(&k, a.fence, ms(1_000), holder(3), None)
+            .await,
         a.fence,
         b.fence,
     );
-    assert_fenced(store.mark_unknown(&k, a.fence).await, a.fence, b.fence);
+    assert_fenced(
+        store.records().mark_unknown(&k, a.fence).await,
+        a.fence,
+        b.fence,
+    );
     assert_eq!(
         view(store, &k).await.record,
         before,
@@ -204,11 +218,13 @@ where
     );
 
     store
+        .writes()
         .complete(&k, b.fence, Outcome::new(200, b"fresh".to_vec()))
         .await
         .expect("the current holder completes");
     assert_fenced(
         store
+            .writes()
             .complete(&k, a.fence, Outcome::new(200, b"stale".to_vec()))
             .await,
         a.fence,
@@ -228,17 +244,23 @@ where
     Fut: Future<Output = Fixture>,
 {
     let (fx, clock) = fixture(factory, crate::DEFAULT_MAX_OUTCOME_BYTES).await;
-    let store = fx.store.as_ref();
+    let store = &fx.store;
     let k = key(1);
     let a = claimed(store, request(&k, 1, 1_000, 60_000, 1)).await;
     assert_not_eligible(
-        store.take_over(&k, a.fence, ms(1_000), holder(2)).await,
+        store
+            .records()
+            .take_over(&k, a.fence, ms(1_000), holder(2), None)
+            .await,
         RecordState::InProgress,
     );
     clock.advance(ms(999));
     assert_eq!(view(store, &k).await.lease_remaining_ms, 1);
     assert_not_eligible(
-        store.take_over(&k, a.fence, ms(1_000), holder(2)).await,
+        store
+            .records()
+            .take_over(&k, a.fence, ms(1_000), holder(2), None)
+            .await,
         RecordState::InProgress,
     );
     clock.advance(ms(1));
@@ -248,13 +270,17 @@ where
         "expired exactly at lease_until"
     );
     assert_fenced(
-        store.take_over(&k, a.fence + 1, ms(1_000), holder(2)).await,
+        store
+            .records()
+            .take_over(&k, a.fence + 1, ms(1_000), holder(2), None)
+            .await,
         a.fence + 1,
         a.fence,
     );
 
     let b = store
-        .take_over(&k, a.fence, ms(2_000), holder(2))
+        .records()
+        .take_over(&k, a.fence, ms(2_000), holder(2), None)
         .await
         .expect("take over");
     assert!(b.fence > a.fence);
@@ -272,16 +298,23 @@ where
 
     // Only one of two racing take-overs of the same observation wins.
     assert_not_eligible(
-        store.take_over(&k, b.fence, ms(1_000), holder(3)).await,
+        store
+            .records()
+            .take_over(&k, b.fence, ms(1_000), holder(3), None)
+            .await,
         RecordState::InProgress,
     );
     clock.advance(ms(2_000));
     let c = store
-        .take_over(&k, b.fence, ms(1_000), holder(3))
+        .records()
+        .take_over(&k, b.fence, ms(1_000), holder(3), None)
         .await
         .expect("take over again");
     assert_fenced(
-        store.take_over(&k, b.fence, ms(1_000), holder(4)).await,
+        store
+            .records()
+            .take_over(&k, b.fence, ms(1_000), holder(4), None)
+            .await,
         b.fence,
         c.fence,
     );
@@ -297,17 +330,19 @@ where
     Fut: Future<Output = Fixture>,
 {
     let (fx, clock) = fixture(factory, crate::DEFAULT_MAX_OUTCOME_BYTES).await;
-    let store = fx.store.as_ref();
+    let store = &fx.store;
     let k = key(1);
     let a = claimed(store, request(&k, 1, 1_000, 60_000, 1)).await;
     clock.advance(ms(5_000));
     let until = store
+        .records()
         .heartbeat(&k, a.fence, ms(1_000))
         .await
         .expect("heartbeat after expiry");
     assert_eq!(until, START_MS + 6_000);
     clock.advance(ms(5_000));
     store
+        .writes()
         .complete(&k, a.fence, Outcome::new(0, Vec::new()))
         .await
         .expect("complete after expiry");
@@ -321,29 +356,37 @@ where
     Fut: Future<Output = Fixture>,
 {
     let (fx, clock) = fixture(factory, crate::DEFAULT_MAX_OUTCOME_BYTES).await;
-    let store = fx.store.as_ref();
+    let store = &fx.store;
     let (k1, k2) = (key(1), key(2));
     let a = claimed(store, request(&k1, 1, 1_000, 60_000, 1)).await;
     store
+        .writes()
         .complete(&k1, a.fence, Outcome::new(200, Vec::new()))
         .await
         .expect("complete");
     let b = claimed(store, request(&k2, 1, 1_000, 60_000, 1)).await;
     store
+        .writes()
         .fail(&k2, b.fence, false, Outcome::error(2, "card declined"))
         .await
         .expect("fail permanently");
     clock.advance(ms(10_000));
     assert_not_eligible(
-        store.take_over(&k1, a.fence, ms(1_000), holder(2)).await,
+        store
+            .records()
+            .take_over(&k1, a.fence, ms(1_000), holder(2), None)
+            .await,
         RecordState::Completed,
     );
     assert_not_eligible(
-        store.take_over(&k2, b.fence, ms(1_000), holder(2)).await,
+        store
+            .records()
+            .take_over(&k2, b.fence, ms(1_000), holder(2), None)
+            .await,
         RecordState::FailedPermanent,
     );
     assert_not_eligible(
-        store.mark_unknown(&k1, a.fence).await,
+        store.records().mark_unknown(&k1, a.fence).await,
         RecordState::Completed,
     );
     assert_eq!(view(store, &k1).await.record.fence, a.fence);
@@ -361,11 +404,12 @@ where
     Fut: Future<Output = Fixture>,
 {
     let (fx, clock) = fixture(factory, crate::DEFAULT_MAX_OUTCOME_BYTES).await;
-    let store = fx.store.as_ref();
+    let store = &fx.store;
     let k = key(1);
     let a = claimed(store, request(&k, 1, 1_000, 60_000, 1)).await;
     clock.advance(ms(800));
     let until = store
+        .records()
         .heartbeat(&k, a.fence, ms(1_000))
         .await
         .expect("heartbeat");
@@ -374,17 +418,21 @@ where
     clock.advance(ms(500));
     assert_eq!(view(store, &k).await.lease_remaining_ms, 500);
     assert_not_eligible(
-        store.take_over(&k, a.fence, ms(1_000), holder(2)).await,
+        store
+            .records()
+            .take_over(&k, a.fence, ms(1_000), holder(2), None)
+            .await,
         RecordState::InProgress,
     );
     clock.advance(ms(500));
     let b = store
-        .take_over(&k, a.fence, ms(1_000), holder(2))
+        .records()
+        .take_over(&k, a.fence, ms(1_000), holder(2), None)
         .await
         .expect("take over");
     let before = view(store, &k).await.record;
     assert_fenced(
-        store.heartbeat(&k, a.fence, ms(60_000)).await,
+        store.records().heartbeat(&k, a.fence, ms(60_000)).await,
         a.fence,
         b.fence,
     );
@@ -399,10 +447,11 @@ where
     Fut: Future<Output = Fixture>,
 {
     let (fx, _clock) = fixture(factory, crate::DEFAULT_MAX_OUTCOME_BYTES).await;
-    let store = fx.store.as_ref();
+    let store = &fx.store;
     let k = key(1);
     let a = claimed(store, request(&k, 1, 60_000, 60_000, 1)).await;
     store
+        .writes()
         .fail(&k, a.fence, true, Outcome::error(503, "gateway timeout"))
         .await
         .expect("fail");
@@ -414,6 +463,7 @@ where
     );
     assert_not_in_progress(
         store
+            .writes()
             .complete(&k, a.fence, Outcome::new(200, Vec::new()))
             .await,
         RecordState::FailedRetryable,
@@ -421,7 +471,8 @@ where
 
     // No lease needs to expire: the failure ended the attempt.
     let b = store
-        .take_over(&k, a.fence, ms(60_000), holder(2))
+        .records()
+        .take_over(&k, a.fence, ms(60_000), holder(2), None)
         .await
         .expect("take over a retryable failure");
     assert!(b.fence > a.fence);
@@ -432,11 +483,15 @@ where
         (RecordState::InProgress, None)
     );
     store
+        .writes()
         .fail(&k, b.fence, false, Outcome::error(402, "declined"))
         .await
         .expect("fail permanently");
     assert_not_eligible(
-        store.take_over(&k, b.fence, ms(60_000), holder(3)).await,
+        store
+            .records()
+            .take_over(&k, b.fence, ms(60_000), holder(3), None)
+            .await,
         RecordState::FailedPermanent,
     );
 }
@@ -449,21 +504,26 @@ where
     Fut: Future<Output = Fixture>,
 {
     let (fx, clock) = fixture(factory, crate::DEFAULT_MAX_OUTCOME_BYTES).await;
-    let store = fx.store.as_ref();
+    let store = &fx.store;
     let k = key(1);
     let a = claimed(store, request(&k, 1, 1_000, 60_000, 1)).await;
     assert_not_eligible(
-        store.mark_unknown(&k, a.fence).await,
+        store.records().mark_unknown(&k, a.fence).await,
         RecordState::InProgress,
     );
     clock.advance(ms(1_000));
     assert_fenced(
-        store.mark_unknown(&k, a.fence + 1).await,
+        store.records().mark_unknown(&k, a.fence + 1).await,
         a.fence + 1,
         a.fence,
     );
-    store.mark_unknown(&k, a.fence).await.expect("mark unknown");
     store
+        .records()
+        .mark_unknown(&k, a.fence)
+        .await
+        .expect("mark unknown");
+    store
+        .records()
         .mark_unknown(&k, a.fence)
         .await
         .expect("mark unknown again is a no-op");
@@ -471,15 +531,17 @@ where
     assert_eq!((r.state, r.fence), (RecordState::OutcomeUnknown, a.fence));
     assert_not_in_progress(
         store
+            .writes()
             .complete(&k, a.fence, Outcome::new(200, Vec::new()))
             .await,
         RecordState::OutcomeUnknown,
     );
     assert_eq!(view(store, &k).await.record, r);
     let b = store
-        .take_over(&k, a.fence, ms(1_000), holder(2))
+        .records()
+        .take_over(&k, a.fence, ms(1_000), holder(2), None)
         .await
         .expect("take over an unknown outcome");
     assert!(b.fence > a.fence);
-    assert_gone(store.mark_unknown(&key(9), 1).await);
+    assert_gone(store.records().mark_unknown(&key(9), 1).await);
 }

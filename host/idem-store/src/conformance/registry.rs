@@ -4,7 +4,6 @@
 //! across a reopen.
 
 use std::future::Future;
-use std::sync::Arc;
 
 use super::Fixture;
 use super::assert::{fixture, ms};
@@ -62,15 +61,27 @@ where
     Fut: Future<Output = Fixture>,
 {
     let (fx, clock) = fixture(factory, crate::DEFAULT_MAX_OUTCOME_BYTES).await;
-    let store = fx.store.as_ref();
+    let store = &fx.store;
     let name = store.describe();
-    assert_eq!(store.registration("billing").await.expect("read"), None);
+    assert_eq!(
+        store
+            .registry()
+            .registration("billing")
+            .await
+            .expect("read"),
+        None
+    );
     assert!(
-        !store.requires_registration().await.expect("setting"),
+        !store
+            .registry()
+            .requires_registration()
+            .await
+            .expect("setting"),
         "{name}: off by default"
     );
 
     let first = store
+        .registry()
         .activate_policy(activation(1, None))
         .await
         .expect("first activation");
@@ -85,14 +96,22 @@ where
     );
     assert_eq!(first.history[0].previous, None);
     assert_eq!(
-        store.policy_component(&digest(1)).await.expect("component"),
+        store
+            .registry()
+            .policy_component(&digest(1))
+            .await
+            .expect("component"),
         Some(vec![0, b'a', b's', b'm', 1])
     );
 
     // Checked against no registration, but there is one now.
-    assert_moved(store.activate_policy(activation(2, None)).await, &digest(1));
+    assert_moved(
+        store.registry().activate_policy(activation(2, None)).await,
+        &digest(1),
+    );
     assert_invalid(
         store
+            .registry()
             .activate_policy(Activation {
                 forced: true,
                 ..activation(2, Some(1))
@@ -102,6 +121,7 @@ where
     );
     assert_invalid(
         store
+            .registry()
             .activate_policy(Activation {
                 digest: "md5:00".into(),
                 ..activation(2, Some(1))
@@ -110,17 +130,27 @@ where
         "md5:00",
     );
     assert_eq!(
-        store.registration("billing").await.expect("read").as_ref(),
+        store
+            .registry()
+            .registration("billing")
+            .await
+            .expect("read")
+            .as_ref(),
         Some(&first),
         "{name}: a refusal changes nothing"
     );
     assert_eq!(
-        store.policy_component(&digest(2)).await.expect("read"),
+        store
+            .registry()
+            .policy_component(&digest(2))
+            .await
+            .expect("read"),
         None
     );
 
     clock.advance(ms(1_000));
     let forced = store
+        .registry()
         .activate_policy(Activation {
             forced: true,
             reason: Some("keys move to the new invoice ids; old ones settled".into()),
@@ -151,14 +181,22 @@ where
     assert!(event.reason.as_deref().unwrap().starts_with("keys move"));
     // The active digest again: nothing to record.
     let again = store
+        .registry()
         .activate_policy(activation(2, Some(2)))
         .await
         .expect("again");
     assert_eq!(again, forced, "{name}: activating the active digest");
 
-    assert_moved(store.rollback_policy(rollback(1, "oops")).await, &digest(2));
-    assert_invalid(store.rollback_policy(rollback(2, " ")).await, "reason");
+    assert_moved(
+        store.registry().rollback_policy(rollback(1, "oops")).await,
+        &digest(2),
+    );
+    assert_invalid(
+        store.registry().rollback_policy(rollback(2, " ")).await,
+        "reason",
+    );
     let back = store
+        .registry()
         .rollback_policy(rollback(2, "the new keys broke reconciliation"))
         .await
         .expect("rollback");
@@ -170,33 +208,64 @@ where
     assert_eq!(event.previous.as_deref(), Some(digest(2).as_str()));
     // Version 1 was the first: there is nothing before it.
     assert_invalid(
-        store.rollback_policy(rollback(1, "again")).await,
+        store.registry().rollback_policy(rollback(1, "again")).await,
         "no earlier version",
     );
 
-    store.set_require_registration(true).await.expect("on");
-    assert!(store.requires_registration().await.expect("setting"));
+    store
+        .registry()
+        .set_require_registration(true)
+        .await
+        .expect("on");
+    assert!(
+        store
+            .registry()
+            .requires_registration()
+            .await
+            .expect("setting")
+    );
     assert_eq!(
-        store.registrations().await.expect("all"),
+        store.registry().registrations().await.expect("all"),
         std::slice::from_ref(&back)
     );
 
     if let Some(reopen) = &fx.reopen {
         let again = reopen().await;
         assert_eq!(
-            again.registration("billing").await.expect("read"),
+            again
+                .registry()
+                .registration("billing")
+                .await
+                .expect("read"),
             Some(back)
         );
-        assert!(again.requires_registration().await.expect("setting"));
         assert!(
             again
+                .registry()
+                .requires_registration()
+                .await
+                .expect("setting")
+        );
+        assert!(
+            again
+                .registry()
                 .policy_component(&digest(2))
                 .await
                 .expect("read")
                 .is_some()
         );
-        again.set_require_registration(false).await.expect("off");
-        assert!(!again.requires_registration().await.expect("setting"));
+        again
+            .registry()
+            .set_require_registration(false)
+            .await
+            .expect("off");
+        assert!(
+            !again
+                .registry()
+                .requires_registration()
+                .await
+                .expect("setting")
+        );
     }
 }
 
@@ -208,15 +277,21 @@ where
     Fut: Future<Output = Fixture>,
 {
     let (fx, _clock) = fixture(factory, crate::DEFAULT_MAX_OUTCOME_BYTES).await;
-    let store: Arc<dyn Store> = fx.store.clone();
+    let store: Store = fx.store.clone();
     store
+        .registry()
         .activate_policy(activation(1, None))
         .await
         .expect("first");
     let racers: Vec<_> = (2..=6u8)
         .map(|n| {
             let store = store.clone();
-            tokio::spawn(async move { store.activate_policy(activation(n, Some(1))).await })
+            tokio::spawn(async move {
+                store
+                    .registry()
+                    .activate_policy(activation(n, Some(1)))
+                    .await
+            })
         })
         .collect();
     let mut won = Vec::new();
@@ -228,7 +303,12 @@ where
         }
     }
     assert_eq!(won.len(), 1, "{}: {won:?}", store.describe());
-    let now = store.registration("billing").await.expect("read").unwrap();
+    let now = store
+        .registry()
+        .registration("billing")
+        .await
+        .expect("read")
+        .unwrap();
     assert_eq!(now.active, won[0]);
     assert_eq!(now.history.len(), 2);
     assert_eq!(now.registered.len(), 2);

@@ -6,31 +6,13 @@ use std::future::Future;
 
 use super::Fixture;
 use super::assert::{
-    assert_fenced, assert_not_eligible, claimed, fixture, holder, key, ms, request, view,
+    assert_fenced, assert_not_eligible, claimed, fixture, holder, key, ms, request, resolution,
+    view,
 };
 use super::attempt_log::{events_of, log_of};
 use crate::{
-    AttemptEvent, Holder, Outcome, RecordKey, RecordState, Resolution, ResolveRequest, StoreError,
-    StoreOptions,
+    AttemptEvent, Outcome, RecordState, Resolution, ResolveRequest, StoreError, StoreOptions,
 };
-
-pub(super) fn resolution(key: &RecordKey, fence: u64, resolution: Resolution) -> ResolveRequest {
-    ResolveRequest {
-        key: key.clone(),
-        observed_fence: fence,
-        resolution,
-        by: "alice".into(),
-        reason: "checked the provider: charge ch_1 exists".into(),
-        holder: Holder {
-            run_id: None,
-            trigger: Some("manual".into()),
-            attempt: None,
-            host: "ops-host".into(),
-            pid: 7,
-            token: None,
-        },
-    }
-}
 
 /// A person's resolution: only of a record waiting for review, under a
 /// new fence (a late write of the deposed holder is then refused and
@@ -43,7 +25,7 @@ where
     Fut: Future<Output = Fixture>,
 {
     let (fx, clock) = fixture(factory, 16).await;
-    let store = fx.store.as_ref();
+    let store = &fx.store;
     let name = store.describe();
 
     // In progress with a live lease: not waiting for review.
@@ -51,6 +33,7 @@ where
     let done = Resolution::Completed(Outcome::new(0, "receipt"));
     assert_not_eligible(
         store
+            .records()
             .resolve(resolution(&key(1), a.fence, done.clone()))
             .await,
         RecordState::InProgress,
@@ -77,7 +60,7 @@ where
             Resolution::Completed(Outcome::new(0, vec![0; 17])),
         ),
     ] {
-        let refused = store.resolve(bad).await;
+        let refused = store.records().resolve(bad).await;
         assert!(
             matches!(
                 refused,
@@ -89,6 +72,7 @@ where
     // The fence the person saw must still be the record's.
     assert_fenced(
         store
+            .records()
             .resolve(resolution(&key(1), a.fence + 1_000, done.clone()))
             .await,
         a.fence + 1_000,
@@ -97,6 +81,7 @@ where
     assert_eq!(events_of(store, &key(1)).await.len(), 1, "{name}");
 
     let resolved = store
+        .records()
         .resolve(resolution(&key(1), a.fence, done.clone()))
         .await
         .expect("resolve");
@@ -110,6 +95,7 @@ where
     // record no longer waits.
     assert_fenced(
         store
+            .writes()
             .complete(&key(1), a.fence, Outcome::new(0, "late"))
             .await,
         a.fence,
@@ -117,6 +103,7 @@ where
     );
     assert_not_eligible(
         store
+            .records()
             .resolve(resolution(&key(1), record.fence, Resolution::Release))
             .await,
         RecordState::Completed,
@@ -143,8 +130,13 @@ where
     // Released (from outcome-unknown): the next claim may take over.
     let b = claimed(store, request(&key(2), 1, 1_000, 60_000, 1)).await;
     clock.advance(ms(1_000));
-    store.mark_unknown(&key(2), b.fence).await.expect("mark");
+    store
+        .records()
+        .mark_unknown(&key(2), b.fence)
+        .await
+        .expect("mark");
     let released = store
+        .records()
         .resolve(resolution(&key(2), b.fence, Resolution::Release))
         .await
         .expect("release");
@@ -155,7 +147,8 @@ where
         "{name}: {error:?}"
     );
     let again = store
-        .take_over(&key(2), released.record.fence, ms(1_000), holder(2))
+        .records()
+        .take_over(&key(2), released.record.fence, ms(1_000), holder(2), None)
         .await
         .expect("take over after a release");
     assert!(again.fence > released.record.fence);
@@ -164,6 +157,7 @@ where
     let c = claimed(store, request(&key(3), 1, 1_000, 60_000, 1)).await;
     clock.advance(ms(1_000));
     let rejected = store
+        .records()
         .resolve(resolution(
             &key(3),
             c.fence,
@@ -175,7 +169,8 @@ where
     assert_eq!(rejected.record.outcome.map(|o| o.status), Some(409));
     assert_not_eligible(
         store
-            .take_over(&key(3), rejected.record.fence, ms(1_000), holder(2))
+            .records()
+            .take_over(&key(3), rejected.record.fence, ms(1_000), holder(2), None)
             .await,
         RecordState::FailedPermanent,
     );

@@ -21,11 +21,12 @@ where
     Fut: Future<Output = Fixture>,
 {
     let (fx, clock) = fixture(factory, crate::DEFAULT_MAX_OUTCOME_BYTES).await;
-    let store = fx.store.as_ref();
+    let store = &fx.store;
     let (k1, k2) = (key(1), key(2));
     let a = claimed(store, request(&k1, 1, 1_000, 10_000, 1)).await;
     clock.advance(ms(500));
     store
+        .writes()
         .complete(&k1, a.fence, Outcome::new(200, Vec::new()))
         .await
         .expect("complete");
@@ -37,21 +38,31 @@ where
     // An in-progress record with retention 0 lives as long as its lease.
     let b = claimed(store, request(&k2, 1, 20_000, 0, 2)).await;
     clock.advance(ms(10_000)); // now = retain_until of k1: kept until strictly past.
-    assert_eq!(store.gc().await.expect("gc"), 0);
-    assert!(store.get(&k1).await.expect("get").is_some());
+    assert_eq!(store.records().gc().await.expect("gc"), 0);
+    assert!(store.records().get(&k1).await.expect("get").is_some());
     clock.advance(ms(1));
     assert_eq!(
-        store.get(&k1).await.expect("get"),
+        store.records().get(&k1).await.expect("get"),
         None,
         "past retention counts as absent"
     );
     assert_eq!(
-        store.list(ListFilter::default()).await.expect("list").len(),
+        store
+            .records()
+            .list(ListFilter::default())
+            .await
+            .expect("list")
+            .len(),
         1
     );
-    assert_gone(store.take_over(&k1, a.fence, ms(1_000), holder(3)).await);
-    assert_eq!(store.gc().await.expect("gc"), 1);
-    assert_eq!(store.gc().await.expect("gc"), 0);
+    assert_gone(
+        store
+            .records()
+            .take_over(&k1, a.fence, ms(1_000), holder(3), None)
+            .await,
+    );
+    assert_eq!(store.records().gc().await.expect("gc"), 1);
+    assert_eq!(store.records().gc().await.expect("gc"), 0);
     assert_eq!(
         view(store, &k2).await.record.fence,
         b.fence,
@@ -60,15 +71,16 @@ where
 
     // k2's lease ends at START + 20_500, now is START + 10_501.
     clock.advance(ms(9_999));
-    assert_eq!(store.gc().await.expect("gc"), 0);
+    assert_eq!(store.records().gc().await.expect("gc"), 0);
     clock.advance(ms(1));
     assert_eq!(
-        store.gc().await.expect("gc"),
+        store.records().gc().await.expect("gc"),
         1,
         "an expired lease past retention is collected"
     );
     assert_gone(
         store
+            .writes()
             .complete(&k2, b.fence, Outcome::new(200, Vec::new()))
             .await,
     );
@@ -76,6 +88,7 @@ where
     // An expired record is replaced by a claim without waiting for gc.
     let c = claimed(store, request(&k1, 2, 1_000, 0, 4)).await;
     store
+        .writes()
         .fail(&k1, c.fence, true, Outcome::error(1, "x"))
         .await
         .expect("fail");
@@ -97,17 +110,18 @@ where
     let store = fx.store.clone();
     let mut last = 0;
     for n in 0..3 {
-        let c = claimed(store.as_ref(), request(&key(n), 1, 1_000, 0, 1)).await;
+        let c = claimed(&store, request(&key(n), 1, 1_000, 0, 1)).await;
         assert!(c.fence > last, "fence {} after {last}", c.fence);
         last = c.fence;
         store
+            .writes()
             .complete(&key(n), c.fence, Outcome::new(0, Vec::new()))
             .await
             .expect("complete");
     }
     clock.advance(ms(1));
-    assert_eq!(store.gc().await.expect("gc"), 3);
-    let c = claimed(store.as_ref(), request(&key(0), 1, 1_000, 60_000, 1)).await;
+    assert_eq!(store.records().gc().await.expect("gc"), 3);
+    let c = claimed(&store, request(&key(0), 1, 1_000, 60_000, 1)).await;
     assert!(
         c.fence > last,
         "fence {} after gc, last was {last}",
@@ -118,11 +132,11 @@ where
         drop(store);
         let again = reopen().await;
         assert_eq!(
-            view(again.as_ref(), &key(0)).await.record.fence,
+            view(&again, &key(0)).await.record.fence,
             last,
             "records survive reopening"
         );
-        let d = claimed(again.as_ref(), request(&key(7), 1, 1_000, 60_000, 1)).await;
+        let d = claimed(&again, request(&key(7), 1, 1_000, 60_000, 1)).await;
         assert!(
             d.fence > last,
             "fence {} after reopen, last was {last}",
@@ -139,10 +153,11 @@ where
     Fut: Future<Output = Fixture>,
 {
     let (fx, _clock) = fixture(factory, 16).await;
-    let store = fx.store.as_ref();
+    let store = &fx.store;
     let k = key(1);
     let a = claimed(store, request(&k, 1, 60_000, 60_000, 1)).await;
     match store
+        .writes()
         .complete(&k, a.fence, Outcome::new(200, vec![7; 17]))
         .await
     {
@@ -155,6 +170,7 @@ where
     }
     assert!(matches!(
         store
+            .writes()
             .fail(
                 &k,
                 a.fence,
@@ -170,6 +186,7 @@ where
     ));
     assert_eq!(view(store, &k).await.record.state, RecordState::InProgress);
     store
+        .writes()
         .complete(&k, a.fence, Outcome::new(200, vec![7; 16]))
         .await
         .expect("16 bytes fit");
@@ -181,6 +198,7 @@ where
     let k2 = key(2);
     let b = claimed(store, request(&k2, 1, 60_000, 60_000, 1)).await;
     store
+        .writes()
         .fail(&k2, b.fence, true, Outcome::error(1, "x".repeat(100_000)))
         .await
         .expect("fail");
@@ -205,7 +223,7 @@ where
     Fut: Future<Output = Fixture>,
 {
     let (fx, clock) = fixture(factory, crate::DEFAULT_MAX_OUTCOME_BYTES).await;
-    let store = fx.store.as_ref();
+    let store = &fx.store;
     let mut fences = Vec::new();
     for n in 0..4 {
         let mut req = request(&key(n), 1, 60_000, 60_000, 1);
@@ -218,11 +236,18 @@ where
         clock.advance(ms(10));
     }
     store
+        .writes()
         .complete(&fences[0].0, fences[0].1, Outcome::new(0, Vec::new()))
         .await
         .expect("complete");
     let keys = |views: Vec<RecordView>| views.into_iter().map(|v| v.record.key).collect::<Vec<_>>();
-    let all = keys(store.list(ListFilter::default()).await.expect("list"));
+    let all = keys(
+        store
+            .records()
+            .list(ListFilter::default())
+            .await
+            .expect("list"),
+    );
     let expected: Vec<RecordKey> = [0usize, 3, 2, 1]
         .iter()
         .map(|&i| fences[i].0.clone())
@@ -232,13 +257,16 @@ where
         namespace: Some("conformance".into()),
         ..ListFilter::default()
     };
-    assert_eq!(store.list(ns.clone()).await.expect("list").len(), 3);
+    assert_eq!(
+        store.records().list(ns.clone()).await.expect("list").len(),
+        3
+    );
     let limited = ListFilter {
         limit: Some(2),
         ..ns
     };
     assert_eq!(
-        keys(store.list(limited).await.expect("list")),
+        keys(store.records().list(limited).await.expect("list")),
         vec![fences[0].0.clone(), fences[2].0.clone()]
     );
     let done = ListFilter {
@@ -246,7 +274,7 @@ where
         ..ListFilter::default()
     };
     assert_eq!(
-        keys(store.list(done).await.expect("list")),
+        keys(store.records().list(done).await.expect("list")),
         vec![fences[0].0.clone()]
     );
     let part = ListFilter {
@@ -254,7 +282,7 @@ where
         ..ListFilter::default()
     };
     assert_eq!(
-        keys(store.list(part).await.expect("list")),
+        keys(store.records().list(part).await.expect("list")),
         vec![fences[3].0.clone()]
     );
 }
@@ -268,7 +296,7 @@ where
     Fut: Future<Output = Fixture>,
 {
     let (fx, clock) = fixture(factory, crate::DEFAULT_MAX_OUTCOME_BYTES).await;
-    let store = fx.store.as_ref();
+    let store = &fx.store;
     let name = store.describe();
     // 2,500 short-lived records (more than two gc batches), 50 long-lived,
     // and one in progress under a live lease with no retention at all.
@@ -278,7 +306,11 @@ where
             .iter()
             .map(|&n| request(&key(n), n, 100, 1_000, 1))
             .collect();
-        let claims = store.claim_many(requests).await.expect("claim_many");
+        let claims = store
+            .writes()
+            .claim_many(requests)
+            .await
+            .expect("claim_many");
         assert!(claims.iter().all(|c| c.is_ok()), "{name}");
     }
     for n in 0..50 {
@@ -288,25 +320,37 @@ where
     claimed(store, request(&live, 1, 600_000, 0, 1)).await;
     clock.advance(ms(2_000));
     assert_eq!(
-        store.gc().await.expect("gc"),
+        store.records().gc().await.expect("gc"),
         u64::from(expiring),
         "{name}: every expired record, however many batches it takes"
     );
     for gone in [key(0), key(expiring / 2), key(expiring - 1)] {
-        assert!(store.get(&gone).await.expect("get").is_none(), "{name}");
+        assert!(
+            store.records().get(&gone).await.expect("get").is_none(),
+            "{name}"
+        );
     }
     assert!(
-        store.get(&key(10_000)).await.expect("get").is_some(),
+        store
+            .records()
+            .get(&key(10_000))
+            .await
+            .expect("get")
+            .is_some(),
         "{name}"
     );
-    assert!(store.get(&live).await.expect("get").is_some(), "{name}");
+    assert!(
+        store.records().get(&live).await.expect("get").is_some(),
+        "{name}"
+    );
     let left = store
+        .records()
         .attempts(crate::AttemptFilter::default())
         .await
         .expect("attempts");
     assert_eq!(left.len(), 51, "{name}: only the kept records' entries");
     assert_eq!(
-        store.gc().await.expect("gc"),
+        store.records().gc().await.expect("gc"),
         0,
         "{name}: nothing left to collect"
     );

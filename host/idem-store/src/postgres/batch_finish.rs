@@ -12,26 +12,9 @@ use std::collections::HashMap;
 use tokio_postgres::types::ToSql;
 
 use super::PostgresStore;
-use super::sql::{NOW, finished_values, held_by, log_finished, logged_columns, written_columns};
 use crate::backend::Written;
 use crate::error::StoreError;
 use crate::record::Finish;
-
-/// The batch statement: `$1`/`$2` the clock, `$3..$9` the batch's columns.
-pub(super) fn finish_sql(s: &str, log: bool) -> String {
-    format!(
-        "WITH n AS (SELECT {NOW} AS ms), \
-         b AS (SELECT * FROM unnest($3::text[], $4::bytea[], $5::int8[], $6::text[], $7::int4[], \
-           $8::bytea[], $9::text[]) AS b(namespace, key, fence, state, status, body, error)), \
-         w AS (UPDATE {s}.records AS r SET {} FROM n, b WHERE {} RETURNING {}) \
-         {} SELECT {} FROM w",
-        finished_values("b.state", "b.status", "b.body", "b.error"),
-        held_by("b.namespace", "b.key", "b.fence"),
-        logged_columns("r."),
-        log_finished(s, log),
-        written_columns("", "namespace, key, fence, updated"),
-    )
-}
 
 impl PostgresStore {
     /// Runs the batch statement for `finishes` (distinct keys, checked

@@ -21,7 +21,7 @@
 //!   [`crate::StoreClock::system_with_offset`] shifts the server's clock.
 //! - **Fences**: `nextval` of a sequence in the schema: store-wide,
 //!   monotonic, never reset by gc or reconnecting.
-//! - **Transactions** (`transact.rs`, the backend port): a write runs in
+//! - **Transactions** (`records.rs`, the records port): a write runs in
 //!   two round trips. The first pipelines `BEGIN`, `SELECT … FOR UPDATE` of
 //!   the record and the clock (and a fence); `machine.rs` decides, as for
 //!   every store; the second pipelines the write (conditional on the key and
@@ -48,21 +48,29 @@
 //!   connection (the server rolls back) instead of returning it to the pool
 //!   with a transaction open.
 //!
-//! Files: `store.rs` opens the store (the pool, the schema's statements);
-//! `sql.rs` holds every statement; `schema.rs` migrates; `conn.rs` the
-//! pool's connections, errors and the retry rule; `row.rs` the record rows;
-//! `transact.rs` the backend port; `batch_claim.rs` and `batch_finish.rs`
-//! the batch statements; `registry.rs` namespace registrations, kept
-//! components and settings; `tls.rs` and `url.rs` how to connect.
+//! Files: `open.rs` opens the store (the pool, the schema's statements);
+//! `statements.rs` every statement, built from the pieces in `sql.rs`; `schema.rs` migrates;
+//! `connection.rs` the pool's connections, errors and the retry rule;
+//! `row.rs` the record rows; the backend ports (`crate::backend`):
+//! `records.rs` (records and their log; `batch_claim.rs` and
+//! `batch_finish.rs` its batch statements), `ownership.rs` (memberships and
+//! job leases), `policy_registry.rs` (namespace registrations, kept
+//! components and settings); `tls.rs` and `url.rs` how to connect.
 
 #[cfg(feature = "postgres")]
 mod batch_claim;
 #[cfg(feature = "postgres")]
 mod batch_finish;
 #[cfg(feature = "postgres")]
-mod conn;
+mod connection;
 #[cfg(feature = "postgres")]
-mod registry;
+mod open;
+#[cfg(feature = "postgres")]
+mod ownership;
+#[cfg(feature = "postgres")]
+mod policy_registry;
+#[cfg(feature = "postgres")]
+mod records;
 #[cfg(feature = "postgres")]
 mod row;
 #[cfg(feature = "postgres")]
@@ -70,18 +78,16 @@ mod schema;
 #[cfg(feature = "postgres")]
 mod sql;
 #[cfg(feature = "postgres")]
-mod store;
+mod statements;
 #[cfg(feature = "postgres")]
 mod tls;
-#[cfg(feature = "postgres")]
-mod transact;
 mod url;
 
 #[cfg(feature = "postgres")]
+use open::Inner;
+#[cfg(feature = "postgres")]
+pub use open::PostgresStore;
+#[cfg(feature = "postgres")]
 pub use schema::POSTGRES_SCHEMA_VERSION;
-#[cfg(feature = "postgres")]
-use store::Inner;
-#[cfg(feature = "postgres")]
-pub use store::PostgresStore;
 pub use url::{DEFAULT_POOL_SIZE, DEFAULT_SCHEMA, PostgresUrl, TlsMode};
 pub(crate) use url::{is_postgres, redact};

@@ -2,7 +2,7 @@
 //! from `migrations/postgres/*.sql` in one transaction under an advisory
 //! lock per schema, so racing processes migrate once.
 
-use super::conn::Conn;
+use super::connection::Conn;
 use super::sql::quote;
 use super::{Inner, PostgresStore};
 use crate::error::{ConnectErrorKind, StoreError};

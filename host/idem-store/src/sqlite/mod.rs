@@ -28,26 +28,31 @@
 //!   application's database is refused rather than modified.
 //!
 //! Files: this one holds the SQLite options (`synchronous`, busy timeout,
-//! checkpoint interval); `store.rs` opens the store, holds its connection
-//! and runs its calls; `schema.rs` identifies and migrates a file; `row.rs`
-//! reads and writes rows; `transact.rs` is the backend port
-//! (`crate::backend`).
+//! checkpoint interval); `connection.rs` opens the store, holds its
+//! connection and runs its calls; `schema.rs` identifies and migrates a
+//! file; `row.rs` reads and writes rows; the backend ports
+//! (`crate::backend`): `records.rs` (records and their log),
+//! `ownership.rs` (memberships and job leases), `policy_registry.rs`.
 
+#[cfg(feature = "sqlite")]
+mod connection;
+#[cfg(feature = "sqlite")]
+mod ownership;
+#[cfg(feature = "sqlite")]
+mod policy_registry;
+#[cfg(feature = "sqlite")]
+mod records;
 #[cfg(feature = "sqlite")]
 mod row;
 #[cfg(feature = "sqlite")]
 mod schema;
-#[cfg(feature = "sqlite")]
-mod store;
-#[cfg(feature = "sqlite")]
-mod transact;
 
 use std::time::Duration;
 
 #[cfg(feature = "sqlite")]
-pub use schema::SCHEMA_VERSION;
+pub use connection::SqliteStore;
 #[cfg(feature = "sqlite")]
-pub use store::SqliteStore;
+pub use schema::SCHEMA_VERSION;
 
 /// The `synchronous` setting (see the module docs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -6,7 +6,7 @@ use std::sync::LazyLock;
 
 use rusqlite::{Connection, OptionalExtension};
 
-use super::store::Inner;
+use super::connection::Inner;
 use crate::attempt::{AttemptEntry, AttemptFilter};
 use crate::codec::{self, AttemptRow, ColumnReader, RecordRow, attempt_values, record_values};
 use crate::error::StoreError;

@@ -34,12 +34,12 @@ async fn group_commit_sends_the_waiting_callers_in_one_call() {
         busy_timeout: Duration::from_secs(60),
         ..SqliteOptions::default()
     };
-    let inner = SqliteStore::open(&path, sqlite, StoreOptions::default()).unwrap();
+    let inner = Store::from(SqliteStore::open(&path, sqlite, StoreOptions::default()).unwrap());
     let grouped = Arc::new(GroupCommit::new(
-        Arc::new(inner),
+        inner.writes_handle(),
         GroupCommitOptions::default(),
     ));
-    let store: Arc<dyn Store> = grouped.clone();
+    let store = inner.with_writes(grouped.clone());
     let lock = |c: &rusqlite::Connection| c.execute_batch("BEGIN IMMEDIATE").unwrap();
     let blocker = rusqlite::Connection::open(&path).unwrap();
 
@@ -51,7 +51,7 @@ async fn group_commit_sends_the_waiting_callers_in_one_call() {
     lock(&blocker);
     let claim = |r: ClaimRequest| {
         let store = store.clone();
-        tokio::spawn(async move { store.claim(r).await })
+        tokio::spawn(async move { store.writes().claim(r).await })
     };
     let mut tasks = vec![claim(requests[0].clone())];
     until("the first claim to be sent", || {
@@ -94,6 +94,7 @@ async fn group_commit_sends_the_waiting_callers_in_one_call() {
         let store = store.clone();
         tokio::spawn(async move {
             store
+                .writes()
                 .complete(&key, fence, Outcome::new(0, b"ok".to_vec()))
                 .await
         })
@@ -126,7 +127,14 @@ async fn group_commit_sends_the_waiting_callers_in_one_call() {
     let stats = grouped.stats().finishes;
     assert_eq!((stats.calls, stats.items), (2, 20));
     for (i, c) in claims.iter().enumerate() {
-        let state = store.get(&c.key).await.unwrap().unwrap().record.state;
+        let state = store
+            .records()
+            .get(&c.key)
+            .await
+            .unwrap()
+            .unwrap()
+            .record
+            .state;
         let expected = if i == 3 {
             RecordState::InProgress
         } else {
@@ -148,18 +156,19 @@ async fn group_commit_leaves_out_a_caller_that_gave_up() {
         busy_timeout: Duration::from_secs(60),
         ..SqliteOptions::default()
     };
-    let inner = SqliteStore::open(&path, sqlite, StoreOptions::default()).unwrap();
+    let inner = Store::from(SqliteStore::open(&path, sqlite, StoreOptions::default()).unwrap());
     let grouped = Arc::new(GroupCommit::new(
-        Arc::new(inner),
+        inner.writes_handle(),
         GroupCommitOptions::default(),
     ));
-    let store: Arc<dyn Store> = grouped.clone();
+    let store = inner.with_writes(grouped.clone());
     let blocker = rusqlite::Connection::open(&path).unwrap();
     blocker.execute_batch("BEGIN IMMEDIATE").unwrap();
     let claim = |n: u32| {
         let store = store.clone();
         tokio::spawn(async move {
             store
+                .writes()
                 .claim(request(&conformance::key(n), n, 60_000, 600_000, n))
                 .await
         })
@@ -187,13 +196,18 @@ async fn group_commit_leaves_out_a_caller_that_gave_up() {
         ClaimOutcome::Claimed(_)
     ));
     assert!(
-        store.get(&conformance::key(2)).await.unwrap().is_none(),
+        store
+            .records()
+            .get(&conformance::key(2))
+            .await
+            .unwrap()
+            .is_none(),
         "nothing written for the caller that gave up"
     );
     assert_eq!(grouped.stats().claims.items, 2);
 }
 
-/// On one writer (SQLite: [`Store::mixes_writes`]) claims and finishes
+/// On one writer (SQLite: [`idem_store::Batching::one_transaction`]) claims and finishes
 /// wait in one line (a caller's own small `claim_many` too): those that
 /// queued together while a call was held up go in *one* store call (one
 /// commit), each with its own answer — fresh
@@ -209,17 +223,21 @@ async fn group_commit_sends_waiting_claims_and_finishes_together_on_one_writer()
         busy_timeout: Duration::from_secs(60),
         ..SqliteOptions::default()
     };
-    let inner = SqliteStore::open(&path, sqlite, StoreOptions::default()).unwrap();
-    assert!(inner.mixes_writes(), "SQLite has one writer");
+    let inner = Store::from(SqliteStore::open(&path, sqlite, StoreOptions::default()).unwrap());
+    assert!(
+        inner.writes().batching().one_transaction,
+        "SQLite has one writer"
+    );
     let grouped = Arc::new(GroupCommit::new(
-        Arc::new(inner),
+        inner.writes_handle(),
         GroupCommitOptions::default(),
     ));
-    let store: Arc<dyn Store> = grouped.clone();
+    let store = inner.with_writes(grouped.clone());
     let claim = |n: u32| {
         let store = store.clone();
         tokio::spawn(async move {
             store
+                .writes()
                 .claim(request(&conformance::key(n), n, 60_000, 600_000, n))
                 .await
         })
@@ -249,7 +267,7 @@ async fn group_commit_sends_waiting_claims_and_finishes_together_on_one_writer()
         let requests = (105..107)
             .map(|n| request(&conformance::key(n), n, 60_000, 600_000, n))
             .collect();
-        tokio::spawn(async move { store.claim_many(requests).await })
+        tokio::spawn(async move { store.writes().claim_many(requests).await })
     };
     let finishes: Vec<_> = held
         .iter()
@@ -259,6 +277,7 @@ async fn group_commit_sends_waiting_claims_and_finishes_together_on_one_writer()
             let fence = if i == 2 { c.fence - 1 } else { c.fence };
             tokio::spawn(async move {
                 store
+                    .writes()
                     .complete(&key, fence, Outcome::new(0, b"ok".to_vec()))
                     .await
             })
@@ -293,7 +312,14 @@ async fn group_commit_sends_waiting_claims_and_finishes_together_on_one_writer()
     );
     for (i, task) in finishes.into_iter().enumerate() {
         let result = task.await.unwrap();
-        let state = store.get(&held[i].key).await.unwrap().unwrap().record.state;
+        let state = store
+            .records()
+            .get(&held[i].key)
+            .await
+            .unwrap()
+            .unwrap()
+            .record
+            .state;
         if i == 2 {
             assert!(
                 matches!(result, Err(StoreError::Fenced { .. })),
@@ -367,16 +393,18 @@ async fn group_commit_under_contention_claims_each_key_once() {
             tasks.spawn(async move {
                 let k = conformance::key(caller % keys);
                 let r = request(&k, caller % keys, 600_000, 600_000, caller);
-                match store.claim(r).await.unwrap() {
+                match store.writes().claim(r).await.unwrap() {
                     ClaimOutcome::Claimed(claim) => {
                         // Every third holder first tries a stale fence.
                         if caller % 3 == 0 {
                             let stale = store
+                                .writes()
                                 .complete(&claim.key, claim.fence - 1, Outcome::new(1, "stale"))
                                 .await;
                             assert!(matches!(stale, Err(StoreError::Fenced { .. })), "{stale:?}");
                         }
                         store
+                            .writes()
                             .complete(&claim.key, claim.fence, Outcome::new(0, "ok"))
                             .await
                             .unwrap();
@@ -399,7 +427,12 @@ async fn group_commit_under_contention_claims_each_key_once() {
             "{name}: every key claimed exactly once"
         );
         for k in 0..keys {
-            let view = store.get(&conformance::key(k)).await.unwrap().unwrap();
+            let view = store
+                .records()
+                .get(&conformance::key(k))
+                .await
+                .unwrap()
+                .unwrap();
             assert_eq!(view.record.state, RecordState::Completed, "{name}");
             assert_eq!(view.record.outcome.unwrap().status, 0, "{name}");
         }

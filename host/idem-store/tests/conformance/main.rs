@@ -14,8 +14,9 @@ use std::time::Duration;
 
 use idem_store::conformance::{self, memory_factory, request, sqlite_factory};
 use idem_store::{
-    AttemptFilter, ClaimOutcome, ManualClock, OpenErrorKind, Outcome, RecordState, SqliteOptions,
-    SqliteStore, Store, StoreError, StoreOptions, StoreUrl, Synchronous,
+    AttemptFilter, ClaimOutcome, ManualClock, OpenErrorKind, Outcome, Ownership, RecordState,
+    Records, SqliteOptions, SqliteStore, Store, StoreClock, StoreError, StoreOptions, StoreUrl,
+    Synchronous, Writes,
 };
 
 macro_rules! conformance {

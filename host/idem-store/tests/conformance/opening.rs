@@ -173,8 +173,7 @@ async fn store_urls_open_stores() {
     assert_eq!(memory.describe(), "memory:");
     let err = idem_store::open("redis://localhost", StoreOptions::default())
         .await
-        .err()
-        .expect("an error");
+        .expect_err("an error");
     assert!(err.to_string().contains("`redis://localhost`"), "{err}");
     let dir_url = format!("sqlite:{}", dir.path().display());
     assert!(matches!(
@@ -196,13 +195,15 @@ async fn a_deferred_store_opens_on_first_use() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("idem.db");
     let url = format!("sqlite:{}", path.display());
-    let deferred = Deferred::new(&url, StoreOptions::default()).unwrap();
-    assert!(deferred.batches_share_commits());
-    assert!(deferred.clock().now_ms() > 0);
+    let deferred = Arc::new(Deferred::new(&url, StoreOptions::default()).unwrap());
+    let store = Store::from_backend(url.as_str(), StoreClock::default(), deferred.clone());
+    assert!(store.writes().batching().shares_commits);
+    assert!(store.clock().now_ms() > 0);
     assert!(!path.exists() && !deferred.is_open(), "nothing opened yet");
-    deferred.ready().await.unwrap();
+    store.records().ready().await.unwrap();
     assert!(path.is_file() && deferred.is_open());
-    let claim = deferred
+    let claim = store
+        .writes()
         .claim(request(&conformance::key(1), 1, 60_000, 600_000, 1))
         .await
         .unwrap();
@@ -213,14 +214,16 @@ async fn a_deferred_store_opens_on_first_use() {
         Err(StoreError::UnsupportedUrl { .. })
     ));
     let missing = dir.path().join("no/such/dir/idem.db");
-    let deferred = Deferred::new(
-        &format!("sqlite:{}", missing.display()),
-        StoreOptions::default(),
-    )
-    .unwrap();
+    let deferred = Arc::new(
+        Deferred::new(
+            &format!("sqlite:{}", missing.display()),
+            StoreOptions::default(),
+        )
+        .unwrap(),
+    );
     for _ in 0..2 {
         assert!(matches!(
-            deferred.ready().await,
+            Records::ready(&*deferred).await,
             Err(StoreError::Open { .. })
         ));
     }
@@ -244,7 +247,7 @@ async fn opening_without_migrating_creates_nothing() {
         }
         other => panic!(
             "expected NotMigrated, got {:?}",
-            other.map(|s| s.describe())
+            other.map(|s| s.describe().to_string())
         ),
     }
     assert!(!path.exists());
@@ -256,7 +259,7 @@ async fn opening_without_migrating_creates_nothing() {
         }
         other => panic!(
             "expected NotMigrated, got {:?}",
-            other.map(|s| s.describe())
+            other.map(|s| s.describe().to_string())
         ),
     }
     assert_eq!(std::fs::metadata(&path).unwrap().len(), 0);

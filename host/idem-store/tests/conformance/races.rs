@@ -100,6 +100,7 @@ fn racing_take_overs_have_one_winner() {
                     first.fence,
                     Duration::from_millis(1_000),
                     conformance::holder(who as u32),
+                    None,
                 ))
             })
         })
@@ -147,6 +148,7 @@ async fn two_connections_share_fences() {
             claim.fence,
             Duration::from_millis(1_000),
             conformance::holder(2),
+            None,
         )
         .await
         .expect("take");

@@ -197,6 +197,7 @@ async fn racing_take_overs_and_replacements_have_one_winner() {
                         fence,
                         Duration::from_millis(1_000),
                         conformance::holder(who as u32),
+                        None,
                     )
                     .await
             }
@@ -246,7 +247,7 @@ async fn claims_racing_a_membership_change_never_win_after_it() {
         return;
     };
     let target = fresh(&url);
-    let store: Arc<dyn Store> = Arc::new(
+    let store = Arc::new(
         PostgresStore::open(target.clone(), StoreOptions::default())
             .await
             .expect("open"),

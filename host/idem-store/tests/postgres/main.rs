@@ -14,8 +14,8 @@ use std::time::Duration;
 
 use idem_store::conformance::{self, fresh_schema, postgres_test_url, request};
 use idem_store::{
-    ClaimOutcome, ConnectErrorKind, ManualClock, MemoryStore, PostgresStore, PostgresUrl,
-    RecordKey, Store, StoreClock, StoreError, StoreOptions, StoreUrl,
+    ClaimOutcome, ConnectErrorKind, ManualClock, MemoryStore, Ownership, PostgresStore,
+    PostgresUrl, RecordKey, Records, StoreClock, StoreError, StoreOptions, StoreUrl, Writes,
 };
 use tokio::sync::Barrier;
 
@@ -130,8 +130,7 @@ async fn a_refused_connection_names_the_url_without_the_password() {
         StoreOptions::default(),
     )
     .await
-    .err()
-    .expect("an error");
+    .expect_err("an error");
     assert!(!err.to_string().contains("hunter2"), "{err}");
 }
 

@@ -72,7 +72,7 @@ impl Admission {
     /// `Ok` when `policy` may claim in its namespace in `store`.
     pub(super) async fn check(
         &self,
-        store: &dyn Store,
+        store: &Store,
         policy: &LoadedPolicy,
     ) -> Result<(), EngineError> {
         let remembered = *self.verdict.lock().unwrap_or_else(|p| p.into_inner());
@@ -83,7 +83,7 @@ impl Admission {
         }
         let namespace = &policy.info().namespace;
         let digest = policy.digest();
-        let verdict = match store.registration(namespace).await? {
+        let verdict = match store.registry().registration(namespace).await? {
             Some(r) if r.accepts(digest) => {
                 self.load_dual_read(store, policy, &r).await?;
                 Verdict::Accepted
@@ -95,7 +95,7 @@ impl Admission {
                     accepted: r.registered,
                 })));
             }
-            None if store.requires_registration().await? => {
+            None if store.registry().requires_registration().await? => {
                 return Err(EngineError::Unregistered(Box::new(Unregistered {
                     namespace: namespace.clone(),
                     found: digest.to_string(),
@@ -121,7 +121,7 @@ impl Admission {
     /// the store kept.
     async fn load_dual_read(
         &self,
-        store: &dyn Store,
+        store: &Store,
         policy: &LoadedPolicy,
         registration: &Registration,
     ) -> Result<(), EngineError> {
@@ -131,7 +131,7 @@ impl Admission {
         if registration.active != policy.digest() || window.previous == policy.digest() {
             return Ok(());
         }
-        let Some(bytes) = store.policy_component(&window.previous).await? else {
+        let Some(bytes) = store.registry().policy_component(&window.previous).await? else {
             return Ok(());
         };
         let previous = policy.load_sibling(&bytes).map_err(|e| {

@@ -21,7 +21,7 @@ use tokio::sync::Notify;
 
 /// The queue and its flusher.
 pub(crate) struct AnswerLog {
-    store: Arc<dyn Store>,
+    store: Store,
     state: Mutex<State>,
     progress: Notify,
 }
@@ -38,7 +38,7 @@ struct State {
 }
 
 impl AnswerLog {
-    pub(crate) fn new(store: Arc<dyn Store>) -> Arc<Self> {
+    pub(crate) fn new(store: Store) -> Arc<Self> {
         Arc::new(AnswerLog {
             store,
             state: Mutex::new(State::default()),
@@ -80,7 +80,7 @@ impl AnswerLog {
                 std::mem::take(&mut state.pending)
             };
             let count = batch.len() as u64;
-            if let Err(e) = self.store.log_answers(batch).await {
+            if let Err(e) = self.store.records().log_answers(batch).await {
                 // Forensics only: the answers were given and the records
                 // are intact; say so and carry on.
                 tracing::warn!(error = %e, entries = count, "could not write answers to the attempt log");

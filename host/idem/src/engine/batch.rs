@@ -89,7 +89,7 @@ impl Claimed {
 
 impl Engine {
     /// The first round of [`Engine::begin_derived`] for many operations in
-    /// one store call ([`Store::claim_many`](idem_store::Store::claim_many):
+    /// one store call ([`Writes::claim_many`](idem_store::Writes::claim_many):
     /// one round trip on PostgreSQL, one transaction on SQLite). Each
     /// [`Claimed`] is then finished with [`Engine::begin_claimed`], which
     /// settles a duplicate as `begin` would (asking the policy, waiting,
@@ -161,9 +161,7 @@ impl Engine {
         ),
         EngineError,
     > {
-        self.admission
-            .check(self.store.as_ref(), &self.policy)
-            .await?;
+        self.admission.check(&self.store, &self.policy).await?;
         // During a dual-read window, an operation whose replaced version's
         // record is live settles on it; the rest are claimed together.
         let mut found = Vec::with_capacity(items.len());
@@ -180,7 +178,7 @@ impl Engine {
         let outcomes = if count == 0 {
             Vec::new()
         } else {
-            self.store.claim_many(requests).await?
+            self.store.writes().claim_many(requests).await?
         };
         Ok((found, one_answer_each(outcomes, count, "claims")?))
     }
@@ -198,7 +196,7 @@ impl Engine {
     }
 
     /// Records how many executions ended, in one store call
-    /// ([`Store::finish_many`](idem_store::Store::finish_many): one statement
+    /// ([`Writes::finish_many`](idem_store::Writes::finish_many): one statement
     /// on PostgreSQL, one commit on SQLite): each result is what
     /// [`Execution::finish`] would have answered (a deposed holder gets
     /// [`EngineError::Fenced`]). The error is a failure of the whole store
@@ -224,14 +222,14 @@ impl Engine {
         finishes: &[Finish],
     ) -> Result<Vec<Result<(), EngineError>>, EngineError> {
         let count = finishes.len();
-        let results = self.store.finish_many(finishes.to_vec()).await?;
+        let results = self.store.writes().finish_many(finishes.to_vec()).await?;
         let results = one_answer_each(results, count, "finishes")?;
         let mut answers = Vec::with_capacity(count);
         for (result, finish) in results.into_iter().zip(finishes) {
             let result = match result {
                 Err(e)
                     if in_doubt::already_recorded(
-                        &*self.store,
+                        &self.store,
                         &finish.key,
                         finish.fence,
                         finish.ending,

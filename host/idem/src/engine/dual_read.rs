@@ -76,7 +76,7 @@ impl Engine {
             return Ok(None);
         }
         let key = RecordKey::new(old.namespace.clone(), old.key);
-        let Some(view) = self.store.get(&key).await? else {
+        let Some(view) = self.store.records().get(&key).await? else {
             return Ok(None);
         };
         tracing::debug!(key = %key, "dual read: the replaced version's record");

@@ -1,6 +1,5 @@
 //! A held claim: the right to perform the effect while its fence is current.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use idem_core::KeyedDerivation;
@@ -15,7 +14,7 @@ use super::{EngineError, ExecContext};
 /// in progress until its lease expires; the next duplicate then asks the
 /// policy (the effect may have happened, so it is never re-run blindly).
 pub struct Execution {
-    store: Arc<dyn Store>,
+    store: Store,
     claim: Claim,
     lease: Duration,
     derivation: KeyedDerivation,
@@ -34,7 +33,7 @@ impl std::fmt::Debug for Execution {
 
 impl Execution {
     pub(crate) fn new(
-        store: Arc<dyn Store>,
+        store: Store,
         claim: Claim,
         lease: Duration,
         derivation: KeyedDerivation,
@@ -108,6 +107,7 @@ impl Execution {
     pub async fn heartbeat(&mut self) -> Result<u64, EngineError> {
         let until = self
             .store
+            .records()
             .heartbeat(&self.claim.key, self.claim.fence, self.lease)
             .await?;
         self.claim.lease_until_ms = until;
@@ -137,7 +137,7 @@ impl Execution {
     /// Writes the end under the fence, in a span, counted.
     async fn end(self, ending: Ending, outcome: Outcome) -> Result<(), EngineError> {
         end_fenced(
-            self.store.as_ref(),
+            &self.store,
             &self.claim.key,
             self.claim.fence,
             ending,
@@ -158,7 +158,7 @@ impl Execution {
     }
 
     /// A handle that can heartbeat this claim from another task.
-    pub(crate) fn heartbeat_handle(&self) -> (Arc<dyn Store>, RecordKey, u64, Duration) {
+    pub(crate) fn heartbeat_handle(&self) -> (Store, RecordKey, u64, Duration) {
         (
             self.store.clone(),
             self.claim.key.clone(),
@@ -174,7 +174,7 @@ impl Execution {
 /// refuses a deposed fence and logs the change (or the refused write) in
 /// the same transaction.
 pub(crate) async fn end_fenced(
-    store: &dyn Store,
+    store: &Store,
     key: &RecordKey,
     fence: u64,
     ending: Ending,
@@ -193,8 +193,10 @@ pub(crate) async fn end_fenced(
         // when a retry is refused (see `in_doubt`); a body is small.
         let sent = outcome.clone();
         let result = match ending {
-            Ending::Completed => store.complete(key, fence, outcome).await,
-            Ending::Failed { retryable } => store.fail(key, fence, retryable, outcome).await,
+            Ending::Completed => store.writes().complete(key, fence, outcome).await,
+            Ending::Failed { retryable } => {
+                store.writes().fail(key, fence, retryable, outcome).await
+            }
         };
         let result = match result {
             Err(e)

@@ -28,7 +28,7 @@ impl Engine {
         ending: Ending,
         outcome: Outcome,
     ) -> Result<(), EngineError> {
-        end_fenced(self.store().as_ref(), key, fence, ending, outcome).await
+        end_fenced(self.store(), key, fence, ending, outcome).await
     }
 
     /// Extends the lease of the attempt holding `fence` on `key` to the
@@ -42,6 +42,6 @@ impl Engine {
         fence: u64,
         lease: Duration,
     ) -> Result<u64, EngineError> {
-        Ok(self.store().heartbeat(key, fence, lease).await?)
+        Ok(self.store().records().heartbeat(key, fence, lease).await?)
     }
 }

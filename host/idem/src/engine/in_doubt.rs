@@ -17,7 +17,7 @@ use idem_store::{Ending, Outcome, RecordKey, Store, StoreError};
 /// under `fence`, means the same end was already recorded under that fence
 /// (read back from the store to be sure).
 pub(crate) async fn already_recorded(
-    store: &dyn Store,
+    store: &Store,
     key: &RecordKey,
     fence: u64,
     ending: Ending,
@@ -35,7 +35,7 @@ pub(crate) async fn already_recorded(
     if *current != fence || *state != ending.state() {
         return false;
     }
-    match store.get(key).await {
+    match store.records().get(key).await {
         Ok(Some(view)) => {
             let record = &view.record;
             record.fence == fence

@@ -86,7 +86,7 @@ pub struct EngineOptions {
     /// Group commit: concurrent callers' claims and finishes share store
     /// calls (one transaction on SQLite, one statement on PostgreSQL),
     /// applied where the store gains from it
-    /// ([`Store::batches_share_commits`]). On by default; a lone caller
+    /// ([`Batching::shares_commits`](idem_store::Batching::shares_commits)). On by default; a lone caller
     /// pays nothing for it (see [`idem_store::GroupCommit`]).
     pub group_commit: GroupCommitOptions,
     /// Whether each claim hands the store the canonical operation to keep
@@ -171,7 +171,7 @@ pub struct Replay {
 #[derive(Clone)]
 pub struct Engine {
     policy: LoadedPolicy,
-    store: Arc<dyn Store>,
+    store: Store,
     options: EngineOptions,
     /// Answers to duplicates, on their way to the attempt log (shared by
     /// clones).
@@ -184,8 +184,8 @@ pub struct Engine {
 
 impl Engine {
     /// An engine deduplicating with `policy` against `store`.
-    pub fn new(policy: LoadedPolicy, store: Arc<dyn Store>, options: EngineOptions) -> Self {
-        let store = GroupCommit::wrap_if_useful(store, options.group_commit);
+    pub fn new(policy: LoadedPolicy, store: Store, options: EngineOptions) -> Self {
+        let store = GroupCommit::wrap_if_useful(&store, options.group_commit);
         Engine {
             answers: AnswerLog::new(store.clone()),
             admission: Arc::default(),
@@ -264,7 +264,7 @@ impl Engine {
     }
 
     /// The store.
-    pub fn store(&self) -> &Arc<dyn Store> {
+    pub fn store(&self) -> &Store {
         &self.store
     }
 
@@ -300,9 +300,7 @@ impl Engine {
         op: &Operation,
         keyed: KeyedDerivation,
     ) -> Result<Begin, EngineError> {
-        self.admission
-            .check(self.store.as_ref(), &self.policy)
-            .await?;
+        self.admission.check(&self.store, &self.policy).await?;
         if let Some(found) = self.dual_read_hit(op, &keyed).await? {
             return self
                 .settle_traced(op, found.keyed, found.request, Some(Ok(found.first)))
@@ -392,7 +390,7 @@ impl Engine {
             last_round_waited = false;
             let answer = match first.take() {
                 Some(answer) => answer,
-                None => self.store.claim(request.clone()).await,
+                None => self.store.writes().claim(request.clone()).await,
             };
             let existing = match answer? {
                 ClaimOutcome::Claimed(claim) => {
@@ -461,7 +459,8 @@ impl Engine {
                 }
                 Decision::ReExecute => match self
                     .store
-                    .take_over_with(
+                    .records()
+                    .take_over(
                         &key,
                         record.fence,
                         lease,
@@ -483,25 +482,26 @@ impl Engine {
                     Err(e) if e.is_conflict() => continue,
                     Err(e) => return Err(e.into()),
                 },
-                Decision::MarkUnknown(r) => match self.store.mark_unknown(&key, record.fence).await
-                {
-                    Ok(()) => {
-                        // The store logged the record's change under its
-                        // holder; this logs who found it lost.
-                        let detail = format!("sent to review: {}", r.reason);
-                        let event = AttemptEvent::Rejected;
-                        self.log_answer(&request, record.fence, event, Some(&detail));
-                        return Ok(Begin::Rejected {
-                            key,
-                            status: r.status,
-                            reason: r.reason,
-                            retry_after_ms: r.retry_after_ms,
-                            marked_unknown: true,
-                        });
+                Decision::MarkUnknown(r) => {
+                    match self.store.records().mark_unknown(&key, record.fence).await {
+                        Ok(()) => {
+                            // The store logged the record's change under its
+                            // holder; this logs who found it lost.
+                            let detail = format!("sent to review: {}", r.reason);
+                            let event = AttemptEvent::Rejected;
+                            self.log_answer(&request, record.fence, event, Some(&detail));
+                            return Ok(Begin::Rejected {
+                                key,
+                                status: r.status,
+                                reason: r.reason,
+                                retry_after_ms: r.retry_after_ms,
+                                marked_unknown: true,
+                            });
+                        }
+                        Err(e) if e.is_conflict() => continue,
+                        Err(e) => return Err(e.into()),
                     }
-                    Err(e) if e.is_conflict() => continue,
-                    Err(e) => return Err(e.into()),
-                },
+                }
             }
         }
         // Waited every round and the holder is still at it: say so, rather
@@ -531,7 +531,7 @@ impl Engine {
     ) -> Result<(), EngineError> {
         let deadline = tokio::time::Instant::now() + max;
         loop {
-            match self.store.get(key).await? {
+            match self.store.records().get(key).await? {
                 Some(view)
                     if view.record.fence == fence
                         && view.record.state == RecordState::InProgress

@@ -120,7 +120,7 @@ pub fn heartbeat_loop(
         let (mut wait, mut failing) = (every, false);
         loop {
             tokio::time::sleep(wait).await;
-            match store.heartbeat(&key, fence, lease).await {
+            match store.records().heartbeat(&key, fence, lease).await {
                 Ok(_) => (wait, failing) = (every, false),
                 Err(e) if e.is_unavailable() => {
                     if !failing {

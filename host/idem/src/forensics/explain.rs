@@ -17,7 +17,7 @@ const PAGE: u32 = 10_000;
 /// asked for). The log since `since_ms` read a page at a time until
 /// enough keys are found, then one read per key.
 pub async fn explain_this_process(
-    store: &dyn Store,
+    store: &Store,
     namespace: Option<&str>,
     since_ms: u64,
     max_keys: usize,
@@ -27,7 +27,7 @@ pub async fn explain_this_process(
 
 /// [`explain_this_process`], reading `page` entries per store call.
 async fn explain_paged(
-    store: &dyn Store,
+    store: &Store,
     namespace: Option<&str>,
     since_ms: u64,
     max_keys: usize,
@@ -47,6 +47,7 @@ async fn explain_paged(
     let mut after_id = None;
     'pages: loop {
         let page = store
+            .records()
             .attempts(AttemptFilter {
                 namespace: namespace.map(str::to_string),
                 since_ms: Some(since_ms),
@@ -88,7 +89,7 @@ mod tests {
     /// Two replays each for `keys` keys, answered to this process, and one
     /// for a key another process asked for; each key claimed first by
     /// that other process (an answer is logged about a stored record).
-    async fn asked_twice(store: &MemoryStore, keys: u8) {
+    async fn asked_twice(store: &Store, keys: u8) {
         let answer = |key: u8, holder: Holder| AttemptEntry {
             id: 0,
             key: RecordKey::new("ns", Digest([key; 32])),
@@ -107,6 +108,7 @@ mod tests {
         };
         for key in (0..keys).chain([200]) {
             let claimed = store
+                .writes()
                 .claim(ClaimRequest {
                     key: RecordKey::new("ns", Digest([key; 32])),
                     policy_digest: format!("sha256:{}", "ab".repeat(32)),
@@ -128,14 +130,14 @@ mod tests {
             entries.push(answer(key, Holder::this_process()));
             entries.push(answer(key, Holder::this_process()));
         }
-        store.log_answers(entries).await.unwrap();
+        store.records().log_answers(entries).await.unwrap();
     }
 
     /// Read a page at a time, the analysis is the one a single read gives,
     /// and it stops at `max_keys` keys, the first ones asked for.
     #[tokio::test]
     async fn paging_through_the_log_finds_the_same_keys() {
-        let store = MemoryStore::new(StoreOptions::default());
+        let store = Store::from(MemoryStore::new(StoreOptions::default()));
         asked_twice(&store, 7).await;
         let whole = explain_paged(&store, Some("ns"), 0, 100, 10_000)
             .await

@@ -16,7 +16,7 @@
 //! [`analyse`] is a pure function over entries: no store access, so the
 //! same history gives the same report on every store. [`review`] lists the
 //! records waiting for a person (outcome unknown, or silent past their
-//! lease) with their timelines; `Store::resolve` settles one.
+//! lease) with their timelines; `Records::resolve` settles one.
 
 mod classify;
 mod explain;

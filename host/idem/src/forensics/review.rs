@@ -1,6 +1,6 @@
 //! The review queue: records waiting for a person, with their timelines,
 //! for `idem review` and a service's own admin screen. Settling one is
-//! [`Store::resolve`](idem_store::Store::resolve).
+//! [`Records::resolve`](idem_store::Records::resolve).
 
 use idem_store::{
     AttemptEntry, AttemptFilter, ListFilter, RecordKey, RecordState, RecordView, ResolveRequest,
@@ -36,7 +36,7 @@ pub fn waits_for_review(view: &RecordView) -> Option<&'static str> {
 /// The records waiting for review (in `namespace`, or all), most recently
 /// changed first, at most `limit`, each with its timeline.
 pub async fn waiting_for_review(
-    store: &dyn Store,
+    store: &Store,
     namespace: Option<&str>,
     limit: usize,
 ) -> Result<Vec<Waiting>, StoreError> {
@@ -44,6 +44,7 @@ pub async fn waiting_for_review(
     for state in [RecordState::OutcomeUnknown, RecordState::InProgress] {
         views.extend(
             store
+                .records()
                 .list(ListFilter {
                     namespace: namespace.map(str::to_string),
                     state: Some(state),
@@ -76,14 +77,14 @@ pub async fn waiting_for_review(
 /// `filter.after_id` are the paging's own. What `idem report` and `idem
 /// serve`'s report read before [`analyse`](super::analyse).
 pub async fn read_log(
-    store: &dyn Store,
+    store: &Store,
     mut filter: AttemptFilter,
 ) -> Result<Vec<AttemptEntry>, StoreError> {
     const PAGE: u32 = 10_000;
     filter.limit = Some(PAGE);
     let mut out = Vec::new();
     loop {
-        let page = store.attempts(filter.clone()).await?;
+        let page = store.records().attempts(filter.clone()).await?;
         let full = page.len() == PAGE as usize;
         filter.after_id = page.last().map(|e| e.id).or(filter.after_id);
         out.extend(page);
@@ -94,8 +95,9 @@ pub async fn read_log(
 }
 
 /// One key's attempt-log entries, oldest first.
-pub async fn timeline(store: &dyn Store, key: &RecordKey) -> Result<Vec<AttemptEntry>, StoreError> {
+pub async fn timeline(store: &Store, key: &RecordKey) -> Result<Vec<AttemptEntry>, StoreError> {
     let mut entries = store
+        .records()
         .attempts(AttemptFilter {
             key: Some(key.clone()),
             ..AttemptFilter::default()
@@ -105,12 +107,12 @@ pub async fn timeline(store: &dyn Store, key: &RecordKey) -> Result<Vec<AttemptE
     Ok(entries)
 }
 
-/// Settles a record waiting for review ([`Store::resolve`]) in a span,
+/// Settles a record waiting for review ([`Records::resolve`](idem_store::Records::resolve)) in a span,
 /// counted (`idem_resolution_total{resolution, result}`): what `idem serve`'s
 /// `resolve` and a service's admin screen call (the `idem resolve` command
-/// calls [`Store::resolve`] itself: one process, one settlement, nothing to
+/// calls [`Records::resolve`](idem_store::Records::resolve) itself: one process, one settlement, nothing to
 /// scrape).
-pub async fn resolve(store: &dyn Store, request: ResolveRequest) -> Result<RecordView, StoreError> {
+pub async fn resolve(store: &Store, request: ResolveRequest) -> Result<RecordView, StoreError> {
     use tracing::Instrument;
     let resolution = request.resolution.event().as_str();
     let span = tracing::info_span!(
@@ -120,7 +122,7 @@ pub async fn resolve(store: &dyn Store, request: ResolveRequest) -> Result<Recor
         resolution,
         by = %request.by,
     );
-    let result = store.resolve(request).instrument(span).await;
+    let result = store.records().resolve(request).instrument(span).await;
     let outcome = if result.is_ok() { "ok" } else { "refused" };
     metrics::counter!("idem_resolution_total", "resolution" => resolution, "result" => outcome)
         .increment(1);

@@ -37,7 +37,7 @@ pub enum JobError {
     #[error("cannot read the operations: {0}")]
     Source(String),
     /// Every operation was read and derived, but the store could not be
-    /// opened (see `Store::ready`): nothing was claimed.
+    /// opened (see `Records::ready`): nothing was claimed.
     #[error("{0}")]
     Store(#[source] StoreError),
     /// Another live run holds the job lease: this run did nothing.

@@ -3,7 +3,6 @@
 //! lease) stay correct: every operation is still claimed, fenced and
 //! epoch-checked on its own.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use idem_store::{Holder, JobLease, JobLeaseAcquire, Store};
@@ -43,11 +42,12 @@ impl JobLeaseOptions {
 
 /// Takes the job lease, or says who holds it.
 pub(crate) async fn acquire(
-    store: &Arc<dyn Store>,
+    store: &Store,
     options: &JobLeaseOptions,
 ) -> Result<JobLease, JobError> {
     let name = &options.name;
     match store
+        .ownership()
         .acquire_job_lease(name, &options.holder, options.ttl)
         .await
     {
@@ -72,7 +72,7 @@ pub(crate) async fn acquire(
 /// the per-operation claims keep that safe), so the run goes on and says
 /// so.
 pub(crate) fn spawn_heartbeat(
-    store: &Arc<dyn Store>,
+    store: &Store,
     lease: &JobLease,
     ttl: Duration,
     observer: Observer,
@@ -82,7 +82,11 @@ pub(crate) fn spawn_heartbeat(
         let every = (ttl / 3).max(Duration::from_millis(10));
         loop {
             tokio::time::sleep(every).await;
-            if let Err(e) = store.heartbeat_job_lease(&job, fence, ttl).await {
+            if let Err(e) = store
+                .ownership()
+                .heartbeat_job_lease(&job, fence, ttl)
+                .await
+            {
                 observer(JobEvent::Warning(&format!(
                     "job lease {job} lost ({e}); carrying on, correctness does not depend on it"
                 )));
@@ -93,8 +97,12 @@ pub(crate) fn spawn_heartbeat(
 }
 
 /// Releases the job lease so the next run need not wait for it to expire.
-pub(crate) async fn release(store: &Arc<dyn Store>, lease: &JobLease, observer: &Observer) {
-    if let Err(e) = store.release_job_lease(&lease.job, lease.fence).await {
+pub(crate) async fn release(store: &Store, lease: &JobLease, observer: &Observer) {
+    if let Err(e) = store
+        .ownership()
+        .release_job_lease(&lease.job, lease.fence)
+        .await
+    {
         // Harmless: the lease ends by itself, and nothing depends on it.
         observer(JobEvent::Warning(&format!(
             "could not release job lease {}: {e}",

@@ -238,7 +238,7 @@ impl JobRunner {
         // store opened on first use, `idem_store::Deferred`, is created or
         // migrated only now) and before the job lease is taken: bad input
         // leaves nothing behind and never holds the lease.
-        store.ready().await.map_err(JobError::Store)?;
+        store.records().ready().await.map_err(JobError::Store)?;
         let job_lease = match &self.options.job_lease {
             Some(options) => Some((lease::acquire(&store, options).await?, options.ttl)),
             None => None,

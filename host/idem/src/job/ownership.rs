@@ -6,8 +6,6 @@
 //! while paused cannot start an effect when it wakes. Which worker owns a
 //! partition is rendezvous hashing ([`idem_core::ownership`]).
 
-use std::sync::Arc;
-
 use idem_store::{OwnershipToken, Store};
 
 use super::error::JobError;
@@ -49,12 +47,10 @@ impl Ownership {
 /// it checked the operations; rendezvous hashing ignores order and
 /// repeats, so the share holds exactly when the store registered the same
 /// set, which is checked here.
-pub(crate) async fn join(
-    store: &Arc<dyn Store>,
-    ownership: &Ownership,
-) -> Result<OwnershipToken, JobError> {
+pub(crate) async fn join(store: &Store, ownership: &Ownership) -> Result<OwnershipToken, JobError> {
     let group = &ownership.group;
     let joined = store
+        .ownership()
         .join_membership(group, &ownership.members)
         .await
         .map_err(|error| JobError::Membership {

@@ -7,7 +7,6 @@
 //! The waiting operation holds no concurrency slot while it waits: the run
 //! goes on with the others.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use idem_store::{RecordKey, RecordState, Store, StoreError};
@@ -23,14 +22,14 @@ const MAX_POLL: Duration = Duration::from_secs(1);
 /// waiting up to `max`: `false` once it ended (or its lease lapsed, or it
 /// is gone), `true` if `max` passed first.
 pub(crate) async fn still_held_after(
-    store: &Arc<dyn Store>,
+    store: &Store,
     key: &RecordKey,
     max: Duration,
 ) -> Result<bool, StoreError> {
     let deadline = Instant::now().checked_add(max);
     let mut pause = FIRST_POLL;
     loop {
-        let held = match store.get(key).await? {
+        let held = match store.records().get(key).await? {
             Some(view) => {
                 view.record.state == RecordState::InProgress && view.lease_remaining_ms > 0
             }

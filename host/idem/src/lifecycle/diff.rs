@@ -343,9 +343,10 @@ impl<'a> Differ<'a> {
 pub async fn diff_store(
     old: &LoadedPolicy,
     new: &LoadedPolicy,
-    store: &dyn Store,
+    store: &Store,
 ) -> Result<DiffReport, StoreError> {
     let records = store
+        .records()
         .list(ListFilter {
             namespace: Some(old.info().namespace.clone()),
             ..ListFilter::default()

@@ -125,7 +125,7 @@ impl HotEngine {
         }
         run_golden_vectors(&policy, check.cases.as_deref())?;
         let mut diff = if check.diff_store {
-            diff_store(old, &policy, current.store().as_ref()).await?
+            diff_store(old, &policy, current.store()).await?
         } else {
             Differ::new(old, &policy).finish()
         };

@@ -11,7 +11,6 @@
 
 use std::collections::BTreeMap;
 use std::future::Future;
-use std::sync::Arc;
 use std::time::Duration;
 
 use proptest::prelude::*;
@@ -135,8 +134,8 @@ where
         ..StoreOptions::default()
     })
     .await;
-    let store = fx.store.as_ref();
-    let mut stores: Vec<Arc<dyn Store>> = Vec::with_capacity(workers);
+    let store = &fx.store;
+    let mut stores: Vec<Store> = Vec::with_capacity(workers);
     for _ in 0..workers {
         stores.push(match (&fx.reopen, connection_per_worker) {
             (Some(reopen), true) => reopen().await,
@@ -171,6 +170,7 @@ where
                     who as u32,
                 );
                 let got = store
+                    .writes()
                     .claim(req)
                     .await
                     .map_err(|e| format!("step {step}: claim: {e}"))?;
@@ -201,6 +201,7 @@ where
                     })
                     .collect();
                 let got = store
+                    .writes()
                     .claim_many(requests)
                     .await
                     .map_err(|e| format!("step {step}: claim_many: {e}"))?;
@@ -235,6 +236,7 @@ where
                         };
                         (
                             store
+                                .writes()
                                 .fail(&key(u32::from(k)), fence, *retryable, outcome.clone())
                                 .await,
                             to,
@@ -242,6 +244,7 @@ where
                     }
                     _ => (
                         store
+                            .writes()
                             .complete(&key(u32::from(k)), fence, outcome.clone())
                             .await,
                         RecordState::Completed,
@@ -279,6 +282,7 @@ where
                     })
                     .collect();
                 let got = store
+                    .writes()
                     .finish_many(
                         planned
                             .iter()
@@ -328,6 +332,7 @@ where
                 let mem = model.workers[who][usize::from(k)];
                 let fence = mem.held.or(mem.observed).unwrap_or(1);
                 let result = store
+                    .records()
                     .heartbeat(&key(u32::from(k)), fence, Duration::from_millis(lease_ms))
                     .await;
                 let expected = holder_write(&model, k, fence, now);
@@ -355,11 +360,13 @@ where
                 let mem = model.workers[who][usize::from(k)];
                 let observed = mem.observed.or(mem.held).unwrap_or(1);
                 let result = store
+                    .records()
                     .take_over(
                         &key(u32::from(k)),
                         observed,
                         Duration::from_millis(lease_ms),
                         holder(who as u32),
+                        None,
                     )
                     .await;
                 let expected = match model.live(k, now) {
@@ -414,7 +421,10 @@ where
                 let who = w(worker);
                 let mem = model.workers[who][usize::from(k)];
                 let observed = mem.observed.or(mem.held).unwrap_or(1);
-                let result = stores[who].mark_unknown(&key(u32::from(k)), observed).await;
+                let result = stores[who]
+                    .records()
+                    .mark_unknown(&key(u32::from(k)), observed)
+                    .await;
                 let expected = match model.live(k, now) {
                     None => Expect::Gone,
                     Some(r) if r.fence != observed => Expect::Fenced(r.fence),
@@ -448,6 +458,7 @@ where
             }
             Op::Gc => {
                 let removed = store
+                    .records()
                     .gc()
                     .await
                     .map_err(|e| format!("step {step}: gc: {e}"))?;

@@ -157,10 +157,11 @@ pub(super) fn expect_claim(
     Ok(())
 }
 
-pub(super) async fn snapshot(store: &dyn crate::Store) -> Result<BTreeMap<u8, Record>, String> {
+pub(super) async fn snapshot(store: &crate::Store) -> Result<BTreeMap<u8, Record>, String> {
     let mut out = BTreeMap::new();
     for k in 0..KEYS {
         if let Some(v) = store
+            .records()
             .get(&key(u32::from(k)))
             .await
             .map_err(|e| format!("get: {e}"))?

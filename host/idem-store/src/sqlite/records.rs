@@ -2,23 +2,18 @@
 //! `BEGIN IMMEDIATE` write transaction (the clock read after the write lock
 //! is held), and a batch shares one (one commit, one fsync).
 
-use std::time::Duration;
-
 use async_trait::async_trait;
-use rusqlite::{Connection, OptionalExtension, Transaction};
+use rusqlite::{Connection, Transaction};
 
+use super::connection::{Inner, SqliteStore};
 use super::row::{EXPIRED, int};
-use super::store::{Inner, SqliteStore};
 use crate::attempt::{AttemptEntry, AttemptFilter};
 use crate::backend::{Call, Decide, Fences, RecordBackend};
 use crate::codec;
 use crate::error::StoreError;
-use crate::machine::{self, JobStep};
-use crate::record::{
-    JobLease, JobLeaseAcquire, ListFilter, Membership, OwnershipToken, Record, RecordKey,
-    RecordState, StoreOptions,
-};
-use crate::registry::{self, Change, Registration};
+use crate::machine::{self};
+use crate::port::Batching;
+use crate::record::{ListFilter, OwnershipToken, Record, RecordKey, RecordState, StoreOptions};
 
 /// Records one gc transaction deletes on SQLite (see
 /// `RecordBackend::gc_batch`).
@@ -149,8 +144,14 @@ impl RecordBackend for SqliteStore {
     }
 
     /// One write transaction for a batch: one commit, one fsync.
-    fn batches_share_commits(&self) -> bool {
-        true
+    /// One writer, and one write transaction carries any number of claims
+    /// and finishes: one fsync for all of them.
+    fn batching(&self) -> Batching {
+        Batching {
+            shares_commits: true,
+            in_flight: 1,
+            one_transaction: true,
+        }
     }
 
     /// One writer: every claim waits for the gc batch in progress, so a
@@ -300,7 +301,7 @@ impl RecordBackend for SqliteStore {
             inner.write("logging answers", |tx, _now| {
                 for entry in &entries {
                     // An answer about a record gc removed meanwhile goes
-                    // with the record's own entries (`Store::log_answers`).
+                    // with the record's own entries (`Records::log_answers`).
                     if let Some(anchor) = inner.anchor_of(tx, &entry.key)? {
                         inner.append_entry(tx, entry, entry.at_ms, anchor)?;
                     }
@@ -315,229 +316,5 @@ impl RecordBackend for SqliteStore {
         let filter = filter.clone();
         self.blocking(move |inner| inner.read(|conn, _now| inner.load_attempts(conn, &filter)))
             .await
-    }
-
-    async fn join(&self, group: &str, members: Vec<String>) -> Result<Membership, StoreError> {
-        let group = group.to_string();
-        self.blocking(move |inner| {
-            inner.write("joining a membership", |tx, now| {
-                let stored = inner.load_membership(tx, &group)?;
-                let epoch = match &stored {
-                    Some((epoch, stored))
-                        if !machine::membership_changes(Some(stored), &members) =>
-                    {
-                        *epoch
-                    }
-                    // The new epoch and the new members commit together.
-                    _ => {
-                        let epoch = inner.next_epoch(tx)?;
-                        inner.save_membership(tx, &group, epoch, &members, now)?;
-                        epoch
-                    }
-                };
-                Ok(Membership {
-                    group,
-                    epoch,
-                    members,
-                })
-            })
-        })
-        .await
-    }
-
-    async fn read_membership(&self, group: &str) -> Result<Option<Membership>, StoreError> {
-        let group = group.to_string();
-        self.blocking(move |inner| {
-            inner.read(|conn, _now| {
-                Ok(inner
-                    .load_membership(conn, &group)?
-                    .map(|(epoch, members)| Membership {
-                        group,
-                        epoch,
-                        members,
-                    }))
-            })
-        })
-        .await
-    }
-
-    async fn acquire_job(
-        &self,
-        job: &str,
-        holder: &str,
-        lease: Duration,
-    ) -> Result<JobLeaseAcquire, StoreError> {
-        let (job, holder) = (job.to_string(), holder.to_string());
-        self.blocking(move |inner| {
-            inner.write(
-                "acquiring a job lease",
-                |tx, now| match machine::acquire_job(inner.load_job(tx, &job)?, now) {
-                    JobStep::Held(current, remaining_ms) => Ok(JobLeaseAcquire::Held {
-                        current,
-                        remaining_ms,
-                    }),
-                    JobStep::Take => {
-                        let taken = JobLease {
-                            fence: inner.next_fence(tx)?,
-                            lease_until_ms: machine::after(now, lease),
-                            job,
-                            holder,
-                        };
-                        inner.save_job(tx, &taken)?;
-                        Ok(JobLeaseAcquire::Acquired(taken))
-                    }
-                },
-            )
-        })
-        .await
-    }
-
-    async fn heartbeat_job(
-        &self,
-        job: &str,
-        fence: u64,
-        lease: Duration,
-    ) -> Result<u64, StoreError> {
-        let job = job.to_string();
-        self.blocking(move |inner| {
-            inner.write("heartbeating a job lease", |tx, now| {
-                let mut held = machine::job_held(inner.load_job(tx, &job)?, &job, fence)?;
-                held.lease_until_ms = machine::after(now, lease);
-                inner.save_job(tx, &held)?;
-                Ok(held.lease_until_ms)
-            })
-        })
-        .await
-    }
-
-    async fn release_job(&self, job: &str, fence: u64) -> Result<(), StoreError> {
-        let job = job.to_string();
-        self.blocking(move |inner| {
-            inner.write("releasing a job lease", |tx, _now| {
-                machine::job_held(inner.load_job(tx, &job)?, &job, fence)?;
-                tx.execute("DELETE FROM job_leases WHERE job = ?1", [&job])
-                    .map_err(|e| inner.err("releasing a job lease", e))?;
-                Ok(())
-            })
-        })
-        .await
-    }
-
-    async fn read_registrations(
-        &self,
-        namespace: Option<&str>,
-    ) -> Result<Vec<Registration>, StoreError> {
-        let namespace = namespace.map(str::to_string);
-        self.blocking(move |inner| {
-            inner.read(|conn, _now| {
-                let err = |e| inner.err("reading registrations", e);
-                let mut stmt = conn
-                    .prepare_cached(
-                        "SELECT document FROM registrations WHERE ?1 IS NULL OR namespace = ?1 \
-                         ORDER BY namespace",
-                    )
-                    .map_err(err)?;
-                let docs = stmt
-                    .query_map([&namespace], |row| row.get::<_, String>(0))
-                    .map_err(err)?
-                    .collect::<Result<Vec<_>, _>>()
-                    .map_err(err)?;
-                docs.iter()
-                    .map(|d| registry::decode(d, &inner.name))
-                    .collect()
-            })
-        })
-        .await
-    }
-
-    async fn update_registration(
-        &self,
-        namespace: &str,
-        component: Option<(String, Vec<u8>)>,
-        change: Change,
-    ) -> Result<Registration, StoreError> {
-        let namespace = namespace.to_string();
-        self.blocking(move |inner| {
-            inner.write("changing a registration", |tx, now| {
-                let err = |e| inner.err("changing a registration", e);
-                let current: Option<String> = tx
-                    .query_row(
-                        "SELECT document FROM registrations WHERE namespace = ?1",
-                        [&namespace],
-                        |row| row.get(0),
-                    )
-                    .optional()
-                    .map_err(err)?;
-                let current = current
-                    .map(|d| registry::decode(&d, &inner.name))
-                    .transpose()?;
-                let next = change(current, now)?;
-                if let Some((digest, bytes)) = &component {
-                    tx.execute(
-                        "INSERT INTO policy_components (digest, component) VALUES (?1, ?2) \
-                         ON CONFLICT (digest) DO NOTHING",
-                        rusqlite::params![digest, bytes],
-                    )
-                    .map_err(err)?;
-                }
-                let revision = i64::try_from(next.revision).unwrap_or(i64::MAX);
-                tx.execute(
-                    "INSERT INTO registrations (namespace, revision, document) VALUES (?1, ?2, ?3) \
-                     ON CONFLICT (namespace) DO UPDATE SET revision = ?2, document = ?3",
-                    rusqlite::params![namespace, revision, registry::encode(&next)],
-                )
-                .map_err(err)?;
-                Ok(next)
-            })
-        })
-        .await
-    }
-
-    async fn read_component(&self, digest: &str) -> Result<Option<Vec<u8>>, StoreError> {
-        let digest = digest.to_string();
-        self.blocking(move |inner| {
-            inner.read(|conn, _now| {
-                conn.query_row(
-                    "SELECT component FROM policy_components WHERE digest = ?1",
-                    [&digest],
-                    |row| row.get(0),
-                )
-                .optional()
-                .map_err(|e| inner.err("reading a policy component", e))
-            })
-        })
-        .await
-    }
-
-    async fn read_setting(&self, name: &str) -> Result<Option<String>, StoreError> {
-        let name = name.to_string();
-        self.blocking(move |inner| {
-            inner.read(|conn, _now| {
-                conn.query_row(
-                    "SELECT value FROM settings WHERE name = ?1",
-                    [&name],
-                    |row| row.get(0),
-                )
-                .optional()
-                .map_err(|e| inner.err("reading a setting", e))
-            })
-        })
-        .await
-    }
-
-    async fn write_setting(&self, name: &str, value: &str) -> Result<(), StoreError> {
-        let (name, value) = (name.to_string(), value.to_string());
-        self.blocking(move |inner| {
-            inner.write("writing a setting", |tx, _now| {
-                tx.execute(
-                    "INSERT INTO settings (name, value) VALUES (?1, ?2) \
-                     ON CONFLICT (name) DO UPDATE SET value = ?2",
-                    [&name, &value],
-                )
-                .map_err(|e| inner.err("writing a setting", e))?;
-                Ok(())
-            })
-        })
-        .await
     }
 }

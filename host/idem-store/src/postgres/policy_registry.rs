@@ -9,96 +9,13 @@
 use async_trait::async_trait;
 
 use super::PostgresStore;
-use super::sql::NOW;
+use crate::backend::RegistryBackend;
 use crate::error::StoreError;
 use crate::registry::{self, Change, Registration};
 
-/// The statements, for the quoted schema `s`.
-#[derive(Debug)]
-pub(super) struct RegistrySql {
-    read_one: String,
-    read_all: String,
-    insert: String,
-    update: String,
-    component: String,
-    setting: String,
-    set_setting: String,
-}
-
-impl RegistrySql {
-    pub(super) fn new(s: &str) -> Self {
-        // The clock at $2/$3.
-        let now23 = NOW.replace("$2", "$3").replace("$1", "$2");
-        // Keeps the component ($4 digest, $5 bytes; NULL: none) only when
-        // the registration write `w` happened.
-        let keep = format!(
-            "c AS (INSERT INTO {s}.policy_components (digest, component) \
-             SELECT $4::text, $5::bytea FROM w WHERE $4::text IS NOT NULL \
-             ON CONFLICT (digest) DO NOTHING)"
-        );
-        RegistrySql {
-            read_one: format!(
-                "SELECT n.ms, r.revision, r.document FROM (SELECT {now23} AS ms) n \
-                 LEFT JOIN {s}.registrations r ON r.namespace = $1::text"
-            ),
-            read_all: format!(
-                "SELECT document FROM {s}.registrations ORDER BY namespace COLLATE \"C\""
-            ),
-            insert: format!(
-                "WITH w AS (INSERT INTO {s}.registrations (namespace, revision, document) \
-                   VALUES ($1::text, $2::int8, $3::text) ON CONFLICT (namespace) DO NOTHING \
-                   RETURNING 1), {keep} SELECT count(*)::int8 FROM w"
-            ),
-            update: format!(
-                "WITH w AS (UPDATE {s}.registrations SET revision = $2::int8, document = $3::text \
-                   WHERE namespace = $1::text AND revision = $6::int8 RETURNING 1), {keep} \
-                 SELECT count(*)::int8 FROM w"
-            ),
-            component: format!("SELECT component FROM {s}.policy_components WHERE digest = $1"),
-            setting: format!("SELECT value FROM {s}.settings WHERE name = $1"),
-            set_setting: format!(
-                "INSERT INTO {s}.settings (name, value) VALUES ($1, $2) \
-                 ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value"
-            ),
-        }
-    }
-
-    /// Every statement, named (for the schema-interpolation test).
-    #[cfg(test)]
-    pub(super) fn statements(&self) -> Vec<(&'static str, &str)> {
-        vec![
-            ("registry.read_one", self.read_one.as_str()),
-            ("registry.read_all", self.read_all.as_str()),
-            ("registry.insert", self.insert.as_str()),
-            ("registry.update", self.update.as_str()),
-            ("registry.component", self.component.as_str()),
-            ("registry.setting", self.setting.as_str()),
-            ("registry.set_setting", self.set_setting.as_str()),
-        ]
-    }
-}
-
-/// The backend's registry calls (see `RecordBackend`).
 #[async_trait]
-pub(super) trait RegistryCalls {
-    async fn registrations_pg(
-        &self,
-        namespace: Option<&str>,
-    ) -> Result<Vec<Registration>, StoreError>;
-    async fn update_pg(
-        &self,
-        namespace: &str,
-        component: Option<(String, Vec<u8>)>,
-        change: Change,
-    ) -> Result<Registration, StoreError>;
-    async fn component_pg(&self, digest: &str) -> Result<Option<Vec<u8>>, StoreError>;
-    async fn setting_pg(&self, name: &str) -> Result<Option<String>, StoreError>;
-    async fn set_setting_pg(&self, name: &str, value: &str) -> Result<(), StoreError>;
-}
-
-#[async_trait]
-impl RegistryCalls for PostgresStore {
-    async fn registrations_pg(
+impl RegistryBackend for PostgresStore {
+    async fn read_registrations(
         &self,
         namespace: Option<&str>,
     ) -> Result<Vec<Registration>, StoreError> {
@@ -130,7 +47,7 @@ impl RegistryCalls for PostgresStore {
             .collect()
     }
 
-    async fn update_pg(
+    async fn update_registration(
         &self,
         namespace: &str,
         component: Option<(String, Vec<u8>)>,
@@ -199,7 +116,7 @@ impl RegistryCalls for PostgresStore {
         }
     }
 
-    async fn component_pg(&self, digest: &str) -> Result<Option<Vec<u8>>, StoreError> {
+    async fn read_component(&self, digest: &str) -> Result<Option<Vec<u8>>, StoreError> {
         let inner = &self.inner;
         let rows = inner
             .query(
@@ -211,7 +128,7 @@ impl RegistryCalls for PostgresStore {
         Ok(rows.first().map(|r| r.get(0)))
     }
 
-    async fn setting_pg(&self, name: &str) -> Result<Option<String>, StoreError> {
+    async fn read_setting(&self, name: &str) -> Result<Option<String>, StoreError> {
         let inner = &self.inner;
         let rows = inner
             .query("reading a setting", &inner.sql.registry.setting, &[&name])
@@ -219,7 +136,7 @@ impl RegistryCalls for PostgresStore {
         Ok(rows.first().map(|r| r.get(0)))
     }
 
-    async fn set_setting_pg(&self, name: &str, value: &str) -> Result<(), StoreError> {
+    async fn write_setting(&self, name: &str, value: &str) -> Result<(), StoreError> {
         let inner = &self.inner;
         inner
             .query(

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 
-use super::sql::Sql;
+use super::statements::Sql;
 use super::{PostgresUrl, tls};
 use crate::error::{ConnectErrorKind, StoreError};
 use crate::record::StoreOptions;

@@ -1,14 +1,10 @@
-//! The PostgreSQL backend of the store port: the two-round-trip record
-//! transaction, the one-statement fast paths, the reads, memberships and
-//! job leases.
-
-use std::time::Duration;
+//! The PostgreSQL records backend: the two-round-trip record transaction,
+//! the one-statement fast paths, the reads, gc and the attempt log.
 
 use async_trait::async_trait;
 use tokio_postgres::types::ToSql;
 
-use super::conn::Attempt;
-use super::registry::RegistryCalls;
+use super::connection::Attempt;
 use super::row::values;
 use super::{Inner, PostgresStore};
 use crate::attempt::{AttemptEntry, AttemptFilter};
@@ -16,11 +12,11 @@ use crate::backend::{BatchClaim, Call, Decide, Fences, RecordBackend, Written};
 use crate::codec::{self, AttemptRow, RecordRow, attempt_values};
 use crate::error::StoreError;
 use crate::machine;
+use crate::port::Batching;
 use crate::record::{
-    ClaimRequest, Finish, JobLease, JobLeaseAcquire, KeptOperation, ListFilter, Membership,
-    Outcome, Record, RecordKey, RecordState, StoreOptions,
+    ClaimRequest, Finish, KeptOperation, ListFilter, Outcome, Record, RecordKey, RecordState,
+    StoreOptions,
 };
-use crate::registry::{Change, Registration};
 
 /// The fence drawn in the transaction's first round trip (when the call
 /// asked for one), handed to the decision at most once.
@@ -239,20 +235,18 @@ impl RecordBackend for PostgresStore {
         &self.inner.options
     }
 
-    fn batches_share_a_transaction(&self) -> bool {
-        false
-    }
-
     /// One statement for a batch of claims or finishes: one round trip and
-    /// one commit for all of them.
-    fn batches_share_commits(&self) -> bool {
-        true
-    }
-
-    /// The server flushes concurrent commits' WAL together: a few batch
-    /// statements in flight keep it as busy as many single ones.
-    fn concurrent_commits(&self) -> usize {
-        4
+    /// one commit for all of them. The server flushes concurrent commits'
+    /// WAL together: a few batch statements in flight keep it as busy as
+    /// many single ones. What a batch statement leaves goes one call at a
+    /// time, with its fast paths: a shared transaction would hold its row
+    /// locks across round trips for nothing.
+    fn batching(&self) -> Batching {
+        Batching {
+            shares_commits: true,
+            in_flight: 4,
+            one_transaction: false,
+        }
     }
 
     async fn transact<T: Send + 'static>(
@@ -535,173 +529,5 @@ impl RecordBackend for PostgresStore {
         rows.iter()
             .map(|row| codec::decode_attempt(row, &inner.name))
             .collect()
-    }
-
-    async fn join(&self, group: &str, members: Vec<String>) -> Result<Membership, StoreError> {
-        let inner = &self.inner;
-        let (manual, offset) = inner.clock();
-        let rows = inner
-            .query(
-                "joining a membership",
-                &inner.sql.join,
-                &[&group, &members, &manual, &offset],
-            )
-            .await?;
-        let row = rows
-            .first()
-            .ok_or_else(|| inner.corrupt("the membership upsert returned no row".into()))?;
-        Ok(Membership {
-            group: group.to_string(),
-            epoch: inner.unsigned(row.get(0), "an epoch")?,
-            members: row.get(1),
-        })
-    }
-
-    async fn read_membership(&self, group: &str) -> Result<Option<Membership>, StoreError> {
-        let inner = &self.inner;
-        let rows = inner
-            .query("reading a membership", &inner.sql.membership, &[&group])
-            .await?;
-        rows.first()
-            .map(|row| {
-                Ok(Membership {
-                    group: group.to_string(),
-                    epoch: inner.unsigned(row.get(0), "an epoch")?,
-                    members: row.get(1),
-                })
-            })
-            .transpose()
-    }
-
-    async fn acquire_job(
-        &self,
-        job: &str,
-        holder: &str,
-        lease: Duration,
-    ) -> Result<JobLeaseAcquire, StoreError> {
-        let inner = &self.inner;
-        let (manual, offset) = inner.clock();
-        let lease_ms = i64::try_from(machine::millis(lease)).unwrap_or(i64::MAX);
-        // Take it, else read who holds it; between the two statements the
-        // holder may release it or its lease may end: then try again.
-        let mut retries = inner.retries("acquiring a job lease", "attempts racing other holders");
-        loop {
-            let rows = inner
-                .query(
-                    "acquiring a job lease",
-                    &inner.sql.job_acquire,
-                    &[&job, &holder, &manual, &offset, &lease_ms],
-                )
-                .await?;
-            if let Some(row) = rows.first() {
-                return Ok(JobLeaseAcquire::Acquired(JobLease {
-                    job: job.to_string(),
-                    holder: holder.to_string(),
-                    fence: inner.unsigned(row.get(0), "a job-lease fence")?,
-                    lease_until_ms: inner.unsigned(row.get(1), "a job lease's end")?,
-                }));
-            }
-            let rows = inner
-                .query(
-                    "reading a job lease",
-                    &inner.sql.job_get,
-                    &[&job, &manual, &offset],
-                )
-                .await?;
-            let row = rows
-                .first()
-                .ok_or_else(|| inner.corrupt("the clock query returned no row".into()))?;
-            let now = inner.unsigned(row.get(0), "the clock")?;
-            if let Some(holder) = row.get::<_, Option<String>>(1) {
-                let current = JobLease {
-                    job: job.to_string(),
-                    holder,
-                    fence: inner.unsigned(row.get(2), "a job-lease fence")?,
-                    lease_until_ms: inner.unsigned(row.get(3), "a job lease's end")?,
-                };
-                if let machine::JobStep::Held(current, remaining_ms) =
-                    machine::acquire_job(Some(current), now)
-                {
-                    return Ok(JobLeaseAcquire::Held {
-                        current,
-                        remaining_ms,
-                    });
-                }
-            }
-            retries.again()?;
-        }
-    }
-
-    async fn heartbeat_job(
-        &self,
-        job: &str,
-        fence: u64,
-        lease: Duration,
-    ) -> Result<u64, StoreError> {
-        let inner = &self.inner;
-        let (manual, offset) = inner.clock();
-        let lease_ms = i64::try_from(machine::millis(lease)).unwrap_or(i64::MAX);
-        let fence_param = i64::try_from(fence).unwrap_or(i64::MAX);
-        let rows = inner
-            .query(
-                "heartbeating a job lease",
-                &inner.sql.job_heartbeat,
-                &[&job, &fence_param, &manual, &offset, &lease_ms],
-            )
-            .await?;
-        match rows.first() {
-            Some(row) => inner.unsigned(row.get(0), "a job lease's end"),
-            None => Err(StoreError::JobLeaseLost {
-                job: job.to_string(),
-                fence,
-            }),
-        }
-    }
-
-    async fn release_job(&self, job: &str, fence: u64) -> Result<(), StoreError> {
-        let inner = &self.inner;
-        let fence_param = i64::try_from(fence).unwrap_or(i64::MAX);
-        let fail = |e| inner.err("releasing a job lease", e);
-        let conn = inner.conn().await?;
-        let statement = conn
-            .prepare_cached(&inner.sql.job_release)
-            .await
-            .map_err(fail)?;
-        match conn.execute(&statement, &[&job, &fence_param]).await {
-            Ok(0) => Err(StoreError::JobLeaseLost {
-                job: job.to_string(),
-                fence,
-            }),
-            Ok(_) => Ok(()),
-            Err(e) => Err(fail(e)),
-        }
-    }
-
-    async fn read_registrations(
-        &self,
-        namespace: Option<&str>,
-    ) -> Result<Vec<Registration>, StoreError> {
-        self.registrations_pg(namespace).await
-    }
-
-    async fn update_registration(
-        &self,
-        namespace: &str,
-        component: Option<(String, Vec<u8>)>,
-        change: Change,
-    ) -> Result<Registration, StoreError> {
-        self.update_pg(namespace, component, change).await
-    }
-
-    async fn read_component(&self, digest: &str) -> Result<Option<Vec<u8>>, StoreError> {
-        self.component_pg(digest).await
-    }
-
-    async fn read_setting(&self, name: &str) -> Result<Option<String>, StoreError> {
-        self.setting_pg(name).await
-    }
-
-    async fn write_setting(&self, name: &str, value: &str) -> Result<(), StoreError> {
-        self.set_setting_pg(name, value).await
     }
 }

@@ -1,0 +1,214 @@
+//! [`Records`] for every backend.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use super::plain_call;
+use crate::attempt::{AttemptEntry, AttemptEvent, AttemptFilter, ResolveRequest, bounded_note};
+use crate::backend::{Call, RecordBackend, Step};
+use crate::error::StoreError;
+use crate::holder::Holder;
+use crate::machine;
+use crate::port::Records;
+use crate::record::{Claim, ListFilter, OwnershipToken, RecordKey, RecordState, RecordView};
+
+#[async_trait]
+impl<B: RecordBackend> Records for B {
+    async fn take_over(
+        &self,
+        key: &RecordKey,
+        observed_fence: u64,
+        lease: Duration,
+        holder: Holder,
+        ownership: Option<&OwnershipToken>,
+    ) -> Result<Claim, StoreError> {
+        let call = Call {
+            context: "taking over",
+            key: key.clone(),
+            draws_fence: true,
+            ownership: ownership.cloned(),
+        };
+        let key = key.clone();
+        self.transact(
+            call,
+            Box::new(move |current, now, fences| {
+                // Sent again after its answer was lost: already taken over.
+                if let Some(claim) = machine::held_by_attempt(current.as_ref(), &holder, now) {
+                    return Ok(Step::done(claim));
+                }
+                let record = machine::take_over_check(current, &key, observed_fence, now)?;
+                let fence = fences.next_fence()?;
+                let record = machine::taken_over(record, fence, lease, holder.clone(), now);
+                let claim = machine::claim_of(&record);
+                let entry = AttemptEntry::of_record(&record, AttemptEvent::TakenOver, now);
+                Ok(Step::put(record, claim).logging(entry))
+            }),
+        )
+        .await
+    }
+
+    async fn mark_unknown(&self, key: &RecordKey, observed_fence: u64) -> Result<(), StoreError> {
+        let call = plain_call("marking outcome-unknown", key);
+        let key = key.clone();
+        self.transact(
+            call,
+            Box::new(move |current, now, _| {
+                Ok(
+                    match machine::mark_unknown(current, &key, observed_fence, now)? {
+                        Some(record) => {
+                            let entry =
+                                AttemptEntry::of_record(&record, AttemptEvent::MarkedUnknown, now);
+                            Step::put(record, ()).logging(entry)
+                        }
+                        None => Step::done(()),
+                    },
+                )
+            }),
+        )
+        .await
+    }
+
+    async fn heartbeat(
+        &self,
+        key: &RecordKey,
+        fence: u64,
+        lease: Duration,
+    ) -> Result<u64, StoreError> {
+        let call = plain_call("heartbeating", key);
+        let key = key.clone();
+        self.transact(
+            call,
+            Box::new(move |current, now, _| {
+                match machine::heartbeat(current, &key, fence, lease, now) {
+                    Ok(record) => {
+                        let until = record.lease_until_ms;
+                        Ok(Step::put(record, until))
+                    }
+                    Err(refused) => logged_if_fenced(refused, "heartbeating", now),
+                }
+            }),
+        )
+        .await
+    }
+
+    async fn resolve(&self, request: ResolveRequest) -> Result<RecordView, StoreError> {
+        machine::check_resolution(&request, self.options().max_outcome_bytes)?;
+        let call = Call {
+            context: "resolving a record",
+            key: request.key.clone(),
+            draws_fence: true,
+            ownership: None,
+        };
+        self.transact(
+            call,
+            Box::new(move |current, now, fences| {
+                let record =
+                    machine::resolve_check(current, &request.key, request.observed_fence, now)?;
+                let fence = fences.next_fence()?;
+                let record = machine::resolved(record, fence, &request, now);
+                let mut entry = AttemptEntry::of_record(&record, request.resolution.event(), now);
+                entry.actor = Some(bounded_note(request.by.clone()));
+                entry.detail = Some(bounded_note(request.reason.clone()));
+                let view = RecordView::at(record.clone(), now);
+                Ok(Step::put(record, view).logging(entry))
+            }),
+        )
+        .await
+    }
+
+    async fn get(&self, key: &RecordKey) -> Result<Option<RecordView>, StoreError> {
+        let (record, now) = self.read(key).await?;
+        Ok(machine::live(record, now).map(|r| RecordView::at(r, now)))
+    }
+
+    async fn list(&self, filter: ListFilter) -> Result<Vec<RecordView>, StoreError> {
+        let (records, now) = self.read_many(&filter).await?;
+        Ok(records
+            .into_iter()
+            .map(|r| RecordView::at(r, now))
+            .collect())
+    }
+
+    async fn gc(&self) -> Result<u64, StoreError> {
+        let mut removed = 0;
+        loop {
+            let limit = self.gc_batch();
+            let batch = self.collect_garbage(limit).await?;
+            removed += batch;
+            if batch < u64::from(limit) {
+                return Ok(removed);
+            }
+        }
+    }
+
+    async fn log_answers(&self, entries: Vec<AttemptEntry>) -> Result<(), StoreError> {
+        if let Some(entry) = entries.iter().find(|e| !e.event.is_answer()) {
+            return Err(StoreError::InvalidRequest(format!(
+                "`{}` is written by the record change it describes, not appended as an answer",
+                entry.event
+            )));
+        }
+        if entries.is_empty() {
+            return Ok(());
+        }
+        self.append(entries).await
+    }
+
+    async fn attempts(&self, filter: AttemptFilter) -> Result<Vec<AttemptEntry>, StoreError> {
+        // A key outside the filter's namespace selects nothing (as
+        // `AttemptFilter::selects` says); a backend reads a key's timeline
+        // by its key alone.
+        if let (Some(key), Some(namespace)) = (&filter.key, &filter.namespace)
+            && &key.namespace != namespace
+        {
+            return Ok(Vec::new());
+        }
+        self.read_attempts(&filter).await
+    }
+}
+
+/// A refused holder write: a fenced one (the holder was deposed by a
+/// take-over or a resolution, or its record was sent to review) is refused
+/// *and* logged, so the log shows that a paused holder came back too late;
+/// any other refusal writes nothing. A fence above the record's was never
+/// handed out: that is a wrong request, not a deposed holder, and logging
+/// it would let any caller grow the log without end.
+pub(super) fn logged_if_fenced<T>(
+    refused: StoreError,
+    doing: &str,
+    now: u64,
+) -> Result<Step<T>, StoreError> {
+    let (key, fence, why) = match &refused {
+        StoreError::Fenced {
+            key,
+            fence,
+            current,
+        } if fence < current => (key, fence, format!("the record is at fence {current}")),
+        // Sent to review while its holder was away: the holder is deposed
+        // just the same.
+        StoreError::NotInProgress {
+            key,
+            fence,
+            state: RecordState::OutcomeUnknown,
+        } => (
+            key,
+            fence,
+            "the record was sent to review (outcome-unknown)".into(),
+        ),
+        _ => return Err(refused),
+    };
+    let entry = AttemptEntry {
+        id: 0,
+        key: key.clone(),
+        fence: *fence,
+        event: AttemptEvent::Fenced,
+        holder: None,
+        at_ms: now,
+        policy_digest: None,
+        operation_digest: None,
+        actor: None,
+        detail: Some(format!("{doing} refused: {why}")),
+    };
+    Ok(Step::refuse(refused).logging(entry))
+}

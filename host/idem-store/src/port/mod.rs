@@ -1,0 +1,27 @@
+//! The store's ports, one per capability: what the engine, the job runner
+//! and the faces ask of a store, each small enough to read on one screen.
+//!
+//! - [`Writes`]: the writes every operation makes, its claim and its end,
+//!   one at a time or many per call. The capability a group commit shares.
+//! - [`Records`]: the rest of a record's life (take-over, heartbeat,
+//!   mark-unknown, a person's resolution), reading records, gc and the
+//!   attempt log.
+//! - [`Ownership`]: partitioned ownership (memberships and their epochs)
+//!   and job leases.
+//! - [`PolicyRegistry`]: which policy each namespace runs.
+//!
+//! A [`crate::Store`] holds one implementation of each. A backend
+//! implements all four (through the backend ports, `crate::backend`); a
+//! wrapper implements only what it changes ([`crate::GroupCommit`]:
+//! [`Writes`]) and takes the store's place for that capability alone.
+
+mod ownership;
+mod policy_registry;
+mod records;
+mod writes;
+
+pub use ownership::Ownership;
+pub use policy_registry::PolicyRegistry;
+pub use records::Records;
+pub(crate) use writes::write_by_kind;
+pub use writes::{Batching, Writes};

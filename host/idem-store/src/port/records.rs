@@ -1,0 +1,97 @@
+//! [`Records`]: a record's life after its claim, reading records, and the
+//! attempt log.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use crate::attempt::{AttemptEntry, AttemptFilter, ResolveRequest};
+use crate::error::StoreError;
+use crate::holder::Holder;
+use crate::record::{Claim, ListFilter, OwnershipToken, RecordKey, RecordView};
+
+/// The records a store keeps, beyond their claim and end ([`crate::Writes`]):
+/// re-execution, leases, review, reads, retention and the attempt log.
+///
+/// Every call is one atomic transaction that reads the store's own clock;
+/// a conflict ([`StoreError::Fenced`], [`StoreError::NotInProgress`],
+/// [`StoreError::NotEligible`], [`StoreError::Gone`]) changes nothing.
+#[async_trait]
+pub trait Records: Send + Sync + 'static {
+    /// Makes sure the store is open and usable, changing nothing: a store
+    /// opened on first use ([`crate::Deferred`]) opens here. A caller that
+    /// prepares work before touching the store (the job runner reads and
+    /// derives every operation first) calls it before the first write, so
+    /// that a store that cannot be opened stops the work before anything
+    /// is claimed. Default: nothing to do.
+    async fn ready(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+
+    /// Re-executes under a new, higher fence (attempts + 1), after the policy
+    /// decided `re-execute`. Succeeds only while the record still carries
+    /// `observed_fence` and is failed-retryable, outcome-unknown, or
+    /// in-progress with its lease expired by the store clock. Under
+    /// partitioned ownership, refused with [`StoreError::StaleEpoch`]
+    /// (changing nothing) unless `ownership` is the group's current epoch;
+    /// `None` checks nothing.
+    async fn take_over(
+        &self,
+        key: &RecordKey,
+        observed_fence: u64,
+        lease: Duration,
+        holder: Holder,
+        ownership: Option<&OwnershipToken>,
+    ) -> Result<Claim, StoreError>;
+
+    /// Marks an in-progress record whose lease expired as outcome-unknown,
+    /// if it still carries `observed_fence`. Idempotent: a record already
+    /// outcome-unknown under `observed_fence` is left as it is.
+    async fn mark_unknown(&self, key: &RecordKey, observed_fence: u64) -> Result<(), StoreError>;
+
+    /// Extends the lease of the attempt holding `fence` to store-now +
+    /// `lease`; returns the new `lease_until_ms`.
+    async fn heartbeat(
+        &self,
+        key: &RecordKey,
+        fence: u64,
+        lease: Duration,
+    ) -> Result<u64, StoreError>;
+
+    /// A person settles a record waiting for review: outcome-unknown, or in
+    /// progress with its lease expired by the store clock. Under a new,
+    /// higher fence (a late write of the deposed holder is then refused as
+    /// fenced), conditional on `request.observed_fence` still being the
+    /// record's ([`StoreError::Fenced`] otherwise: a resolution racing a late
+    /// completion has one winner), and logged with who and why in the same
+    /// transaction. A record not waiting for review is
+    /// [`StoreError::NotEligible`] and nothing changes. Returns the record
+    /// as resolved.
+    async fn resolve(&self, request: ResolveRequest) -> Result<RecordView, StoreError>;
+
+    /// The live record under `key`, if any.
+    async fn get(&self, key: &RecordKey) -> Result<Option<RecordView>, StoreError>;
+
+    /// Live records matching `filter`, most recently updated first.
+    async fn list(&self, filter: ListFilter) -> Result<Vec<RecordView>, StoreError>;
+
+    /// Removes the records past their retention (never an in-progress record
+    /// whose lease is live), and their attempt-log entries; returns how many
+    /// records were removed.
+    async fn gc(&self) -> Result<u64, StoreError>;
+
+    /// Appends answers to duplicates to the attempt log (a replay, in
+    /// progress, a conflict, a rejection: answers that change no record),
+    /// in one transaction. Each keeps its `at_ms`: when the answer was
+    /// given, by the caller's reading of the store's clock (an answer may be
+    /// written a little after it was given; its time is when it happened).
+    /// An answer about a record that is no longer stored (gc removed it
+    /// after the answer was given) is not written: it would outlive the
+    /// record's other entries, which gc removed with it. Entries that
+    /// describe a record change are written by the change itself; passing
+    /// one here is [`StoreError::InvalidRequest`].
+    async fn log_answers(&self, entries: Vec<AttemptEntry>) -> Result<(), StoreError>;
+
+    /// The attempt-log entries `filter` selects, oldest first.
+    async fn attempts(&self, filter: AttemptFilter) -> Result<Vec<AttemptEntry>, StoreError>;
+}
