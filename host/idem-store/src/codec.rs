@@ -5,10 +5,10 @@
 
 use std::borrow::Cow;
 
-use crate::attempt::{AttemptEntry, AttemptEvent};
-use crate::error::StoreError;
-use crate::holder::{Holder, HolderToken};
-use crate::record::{Digest, KeptOperation, Outcome, Record, RecordKey, RecordState};
+use crate::vocabulary::StoreError;
+use crate::vocabulary::{AttemptEntry, AttemptEvent};
+use crate::vocabulary::{Digest, KeptOperation, Outcome, Record, RecordKey, RecordState};
+use crate::vocabulary::{Holder, HolderToken};
 
 /// The `records` columns, in the order every statement lists them. Both
 /// dialects' schemas use these names.

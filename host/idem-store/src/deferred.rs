@@ -15,17 +15,17 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio::sync::OnceCell;
 
-use crate::attempt::{AttemptEntry, AttemptFilter, ResolveRequest};
-use crate::error::StoreError;
-use crate::holder::Holder;
 use crate::port::{Batching, Ownership, PolicyRegistry, Records, Writes};
-use crate::record::{
+use crate::store::Store;
+use crate::url::{StoreUrl, redacted_url};
+use crate::vocabulary::Holder;
+use crate::vocabulary::StoreError;
+use crate::vocabulary::{Activation, Registration, Rollback};
+use crate::vocabulary::{AttemptEntry, AttemptFilter, ResolveRequest};
+use crate::vocabulary::{
     Claim, ClaimOutcome, ClaimRequest, Finish, JobLeaseAcquire, ListFilter, Membership,
     OwnershipToken, RecordKey, RecordView, StoreOptions, Write, WriteOutcome,
 };
-use crate::registry::{Activation, Registration, Rollback};
-use crate::store::Store;
-use crate::url::{StoreUrl, redacted_url};
 
 /// A store by URL, opened (created, migrated) on first use; see the module
 /// docs. A failed open is that call's error, and the next call tries again.

@@ -70,7 +70,7 @@
 //! How it is built: every store call is written once (`execute/`) over
 //! small backend ports (`backend/`): a backend locks one record in its own
 //! way (a mutex, `BEGIN IMMEDIATE`, `SELECT … FOR UPDATE`), the shared
-//! state machine (`machine.rs`) decides, and the backend saves what was
+//! state machine (`machine/`) decides, and the backend saves what was
 //! decided. A backend's one-statement fast paths are checked against the
 //! machine in debug builds. Backends are cargo features: `sqlite` and
 //! `postgres`, both on by default; each is laid out alike (`connection`,
@@ -79,16 +79,12 @@
 
 #![warn(missing_docs)]
 
-mod attempt;
 mod backend;
-mod clock;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod codec;
 mod deferred;
-mod error;
 mod execute;
 mod group_commit;
-mod holder;
 mod machine;
 mod memory;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
@@ -96,40 +92,33 @@ mod migrations;
 mod open;
 mod port;
 mod postgres;
-mod record;
-mod registry;
 mod sqlite;
 mod store;
 mod url;
+mod vocabulary;
 
 #[cfg(feature = "conformance")]
 pub mod conformance;
 
-pub use attempt::{
-    AttemptEntry, AttemptEvent, AttemptFilter, MAX_NOTE_BYTES, Resolution, ResolveRequest,
-};
-pub use clock::{ManualClock, StoreClock};
 pub use deferred::Deferred;
-pub use error::{ConnectErrorKind, OpenErrorKind, StoreError};
 pub use group_commit::{GroupCommit, GroupCommitOptions, GroupCommitStats, LaneStats};
-pub use holder::{Holder, HolderToken};
 pub use memory::MemoryStore;
 pub use open::{migrate, open};
 pub use port::{Batching, Ownership, PolicyRegistry, Records, Writes};
 pub use postgres::{DEFAULT_POOL_SIZE, DEFAULT_SCHEMA, PostgresUrl, TlsMode};
 #[cfg(feature = "postgres")]
 pub use postgres::{POSTGRES_SCHEMA_VERSION, PostgresStore};
-pub use record::{
-    Claim, ClaimOutcome, ClaimRequest, DEFAULT_MAX_OUTCOME_BYTES, Digest, Ending, Existing, Finish,
-    JobLease, JobLeaseAcquire, KeptOperation, ListFilter, MAX_ERROR_BYTES,
-    MAX_KEPT_OPERATION_BYTES, Membership, NotKept, Outcome, OwnershipToken, Record, RecordKey,
-    RecordState, RecordView, StoreOptions, TRUNCATION_MARK, Write, WriteOutcome,
-};
-pub use registry::{
-    Activation, DualRead, MAX_HISTORY, Registration, RegistryAction, RegistryEvent, Rollback,
-};
 #[cfg(feature = "sqlite")]
 pub use sqlite::{SCHEMA_VERSION, SqliteStore};
 pub use sqlite::{SqliteOptions, Synchronous};
 pub use store::Store;
 pub use url::{StoreUrl, redacted_url};
+pub use vocabulary::{
+    Activation, AttemptEntry, AttemptEvent, AttemptFilter, Claim, ClaimOutcome, ClaimRequest,
+    ConnectErrorKind, DEFAULT_MAX_OUTCOME_BYTES, Digest, DualRead, Ending, ErrorClass, Existing,
+    Finish, Holder, HolderToken, JobLease, JobLeaseAcquire, KeptOperation, ListFilter,
+    MAX_ERROR_BYTES, MAX_HISTORY, MAX_KEPT_OPERATION_BYTES, MAX_NOTE_BYTES, ManualClock,
+    Membership, NotKept, OpenErrorKind, Outcome, OwnershipToken, Record, RecordKey, RecordState,
+    RecordView, Registration, RegistryAction, RegistryEvent, Resolution, ResolveRequest, Rollback,
+    StoreClock, StoreError, StoreOptions, TRUNCATION_MARK, Write, WriteOutcome,
+};

@@ -7,16 +7,17 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use crate::attempt::{AttemptEntry, AttemptFilter};
 use crate::backend::{Call, Decide, Fences, OwnershipBackend, RecordBackend, RegistryBackend};
-use crate::error::StoreError;
-use crate::holder::Holder;
+use crate::machine::Change;
 use crate::machine::{self, JobStep};
-use crate::record::{
+use crate::vocabulary::Holder;
+use crate::vocabulary::Registration;
+use crate::vocabulary::StoreError;
+use crate::vocabulary::{AttemptEntry, AttemptFilter};
+use crate::vocabulary::{
     JobLease, JobLeaseAcquire, ListFilter, Membership, OwnershipToken, Record, RecordKey,
     StoreOptions,
 };
-use crate::registry::{Change, Registration};
 
 /// A store in a mutex. Each call holds the lock for the whole call (reading
 /// the clock included), which makes it one atomic transaction.

@@ -3,10 +3,10 @@
 use crate::MemoryStore;
 #[cfg(feature = "postgres")]
 use crate::PostgresStore;
-use crate::error::StoreError;
-use crate::record::StoreOptions;
 use crate::store::Store;
 use crate::url::StoreUrl;
+use crate::vocabulary::StoreError;
+use crate::vocabulary::StoreOptions;
 #[cfg(feature = "sqlite")]
 use crate::{SqliteOptions, SqliteStore};
 

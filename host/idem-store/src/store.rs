@@ -3,8 +3,8 @@
 use std::sync::Arc;
 
 use crate::backend::{OwnershipBackend, RecordBackend, RegistryBackend};
-use crate::clock::StoreClock;
 use crate::port::{Ownership, PolicyRegistry, Records, Writes};
+use crate::vocabulary::StoreClock;
 
 /// A record store: one implementation of each capability (see the `port`
 /// docs), where it is, and the clock it decides leases by.

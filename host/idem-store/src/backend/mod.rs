@@ -6,7 +6,7 @@
 //! lock one record (its own mutex, `BEGIN IMMEDIATE`, `SELECT … FOR
 //! UPDATE`), read the store clock after the lock is held, refuse a stale
 //! ownership epoch, hand the record and the clock to a decision (a
-//! `machine.rs` transition, chosen by the executor), and save what it
+//! `machine/` transition, chosen by the executor), and save what it
 //! decided, conditional on what was read. It also supplies its reads, its
 //! log, and, where it has them, fast paths: a fresh claim or a holder's
 //! finish in one statement, many claims or finishes in one round trip. A

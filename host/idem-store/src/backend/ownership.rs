@@ -4,8 +4,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use crate::error::StoreError;
-use crate::record::{JobLeaseAcquire, Membership};
+use crate::vocabulary::StoreError;
+use crate::vocabulary::{JobLeaseAcquire, Membership};
 
 /// How a backend keeps memberships and job leases. [`crate::Ownership`] is
 /// implemented once for every `OwnershipBackend` (`execute/ownership.rs`),

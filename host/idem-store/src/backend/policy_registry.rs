@@ -2,13 +2,14 @@
 
 use async_trait::async_trait;
 
-use crate::error::StoreError;
-use crate::registry::{Change, Registration};
+use crate::machine::Change;
+use crate::vocabulary::Registration;
+use crate::vocabulary::StoreError;
 
 /// How a backend keeps registrations, components and store-wide settings.
 /// [`crate::PolicyRegistry`] is implemented once for every
 /// `RegistryBackend` (`execute/policy_registry.rs`), which decides each
-/// change (`registry.rs`) before the backend saves it.
+/// change (`machine/activation.rs`) before the backend saves it.
 #[async_trait]
 pub trait RegistryBackend: Send + Sync + 'static {
     /// The registration of `namespace` (every one when `None`), by

@@ -3,10 +3,10 @@
 use async_trait::async_trait;
 
 use super::{BatchClaim, Call, Decide, Written};
-use crate::attempt::{AttemptEntry, AttemptFilter};
-use crate::error::StoreError;
 use crate::port::Batching;
-use crate::record::{
+use crate::vocabulary::StoreError;
+use crate::vocabulary::{AttemptEntry, AttemptFilter};
+use crate::vocabulary::{
     ClaimRequest, Finish, ListFilter, Outcome, Record, RecordKey, RecordState, StoreOptions,
 };
 

@@ -1,9 +1,9 @@
 //! One record transaction, as the executor hands it to a backend: the call,
 //! the decision, what the decision does, and what a fast path wrote.
 
-use crate::attempt::AttemptEntry;
-use crate::error::StoreError;
-use crate::record::{OwnershipToken, Record, RecordKey};
+use crate::vocabulary::AttemptEntry;
+use crate::vocabulary::StoreError;
+use crate::vocabulary::{OwnershipToken, Record, RecordKey};
 
 /// What a decision does once it has seen the record: write a record or
 /// not, append an attempt-log entry or not, and answer (a refusal may

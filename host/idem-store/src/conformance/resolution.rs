@@ -51,7 +51,7 @@ where
         },
         // A reason past what the log keeps is refused, not cut short.
         ResolveRequest {
-            reason: "r".repeat(crate::attempt::MAX_NOTE_BYTES + 1),
+            reason: "r".repeat(crate::vocabulary::MAX_NOTE_BYTES + 1),
             ..resolution(&key(1), a.fence, done.clone())
         },
         resolution(

@@ -3,7 +3,7 @@
 
 use crate::backend::Written;
 use crate::machine;
-use crate::record::{Claim, ClaimRequest, Outcome, Record, RecordKey, RecordState};
+use crate::vocabulary::{Claim, ClaimRequest, Outcome, Record, RecordKey, RecordState};
 
 /// The claim a fast path made, as the machine makes it; in debug builds
 /// the row the backend wrote must be exactly the machine's record.

@@ -6,12 +6,12 @@ use std::collections::HashMap;
 
 use super::checked::fresh_claim;
 use super::{Prepared, Slot, first_occurrences, in_one_transaction, one_at_a_time};
-use crate::attempt::{AttemptEntry, AttemptEvent};
 use crate::backend::{BatchClaim, Call, Decide, RecordBackend, Step};
-use crate::error::StoreError;
 use crate::machine::{self, ClaimStep};
 use crate::port::Writes;
-use crate::record::{ClaimOutcome, ClaimRequest, Record};
+use crate::vocabulary::StoreError;
+use crate::vocabulary::{AttemptEntry, AttemptEvent};
+use crate::vocabulary::{ClaimOutcome, ClaimRequest, Record};
 
 /// One claim (the request valid and kept as the store keeps operations):
 /// the backend's fast path when it has one and no record exists, else the

@@ -6,11 +6,11 @@ use super::checked::check_finished;
 use super::{
     Prepared, Slot, first_occurrences, in_one_transaction, mapped, one_at_a_time, plain_call,
 };
-use crate::attempt::{AttemptEntry, AttemptEvent};
 use crate::backend::{Decide, RecordBackend, Step};
-use crate::error::StoreError;
 use crate::machine;
-use crate::record::{Finish, Outcome, RecordKey, RecordState};
+use crate::vocabulary::StoreError;
+use crate::vocabulary::{AttemptEntry, AttemptEvent};
+use crate::vocabulary::{Finish, Outcome, RecordKey, RecordState};
 
 /// A holder's completion or failure, its outcome checked: the fast path
 /// when the backend has one, else (and whenever the fast path wrote

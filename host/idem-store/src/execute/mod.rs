@@ -1,5 +1,5 @@
 //! Every store call, written once over the backend ports
-//! (`crate::backend`): validate, pick the decision (`machine.rs`), run it in
+//! (`crate::backend`): validate, pick the decision (`machine/`), run it in
 //! the backend's record transaction or on its fast path, and check a fast
 //! path's write against the machine's answer (debug builds).
 //!
@@ -23,8 +23,8 @@ mod writes;
 use std::collections::HashMap;
 
 use crate::backend::{Call, Decide, RecordBackend};
-use crate::error::StoreError;
-use crate::record::RecordKey;
+use crate::vocabulary::RecordKey;
+use crate::vocabulary::StoreError;
 
 /// A call that draws no fence and carries no ownership token.
 fn plain_call(context: &'static str, key: &RecordKey) -> Call {

@@ -5,10 +5,10 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use crate::backend::OwnershipBackend;
-use crate::error::StoreError;
 use crate::machine;
 use crate::port::Ownership;
-use crate::record::{JobLeaseAcquire, Membership};
+use crate::vocabulary::StoreError;
+use crate::vocabulary::{JobLeaseAcquire, Membership};
 
 #[async_trait]
 impl<B: OwnershipBackend> Ownership for B {

@@ -1,12 +1,12 @@
 //! [`PolicyRegistry`] for every backend: each change decided
-//! (`registry.rs`), then saved by the backend in one transaction.
+//! (`machine/activation.rs`), then saved by the backend in one transaction.
 
 use async_trait::async_trait;
 
 use crate::backend::RegistryBackend;
-use crate::error::StoreError;
 use crate::port::PolicyRegistry;
-use crate::registry::{self, Activation, Registration, Rollback};
+use crate::vocabulary::StoreError;
+use crate::vocabulary::{Activation, Registration, Rollback};
 
 /// The store-wide setting behind [`PolicyRegistry::requires_registration`].
 const REQUIRE_REGISTRATION: &str = "require-registration";
@@ -22,14 +22,14 @@ impl<B: RegistryBackend> PolicyRegistry for B {
     }
 
     async fn activate_policy(&self, request: Activation) -> Result<Registration, StoreError> {
-        let change = registry::activate(&request)?;
+        let change = crate::machine::activate(&request)?;
         let component = Some((request.digest.clone(), request.component));
         self.update_registration(&request.namespace, component, change)
             .await
     }
 
     async fn rollback_policy(&self, request: Rollback) -> Result<Registration, StoreError> {
-        let change = registry::rollback(&request)?;
+        let change = crate::machine::rollback(&request)?;
         self.update_registration(&request.namespace, None, change)
             .await
     }

@@ -5,13 +5,13 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use super::plain_call;
-use crate::attempt::{AttemptEntry, AttemptEvent, AttemptFilter, ResolveRequest, bounded_note};
 use crate::backend::{Call, RecordBackend, Step};
-use crate::error::StoreError;
-use crate::holder::Holder;
 use crate::machine;
 use crate::port::Records;
-use crate::record::{Claim, ListFilter, OwnershipToken, RecordKey, RecordState, RecordView};
+use crate::vocabulary::Holder;
+use crate::vocabulary::StoreError;
+use crate::vocabulary::{AttemptEntry, AttemptEvent, AttemptFilter, ResolveRequest, bounded_note};
+use crate::vocabulary::{Claim, ListFilter, OwnershipToken, RecordKey, RecordState, RecordView};
 
 #[async_trait]
 impl<B: RecordBackend> Records for B {

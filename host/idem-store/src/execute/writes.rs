@@ -6,10 +6,10 @@ use super::claims::{self, prepared_claim};
 use super::finishes::{self, prepared_finish};
 use super::in_one_transaction;
 use crate::backend::RecordBackend;
-use crate::error::StoreError;
 use crate::machine;
 use crate::port::{Batching, Writes, write_by_kind};
-use crate::record::{ClaimOutcome, ClaimRequest, Finish, Write, WriteOutcome};
+use crate::vocabulary::StoreError;
+use crate::vocabulary::{ClaimOutcome, ClaimRequest, Finish, Write, WriteOutcome};
 
 #[async_trait]
 impl<B: RecordBackend> Writes for B {

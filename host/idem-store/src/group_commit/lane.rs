@@ -8,9 +8,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::oneshot;
 
 use super::LaneStats;
-use crate::error::StoreError;
 use crate::port::Writes;
-use crate::record::{Write, WriteOutcome};
+use crate::vocabulary::StoreError;
+use crate::vocabulary::{Write, WriteOutcome};
 
 /// The two kinds of grouped writes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -41,11 +41,11 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
-use crate::error::StoreError;
 use crate::machine;
 use crate::port::{Batching, Writes};
-use crate::record::{ClaimOutcome, ClaimRequest, Finish, Write, WriteOutcome};
 use crate::store::Store;
+use crate::vocabulary::StoreError;
+use crate::vocabulary::{ClaimOutcome, ClaimRequest, Finish, Write, WriteOutcome};
 use lane::{Kind, Lane};
 
 /// How [`GroupCommit`] groups.

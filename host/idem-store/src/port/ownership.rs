@@ -4,8 +4,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use crate::error::StoreError;
-use crate::record::{JobLeaseAcquire, Membership};
+use crate::vocabulary::StoreError;
+use crate::vocabulary::{JobLeaseAcquire, Membership};
 
 /// Partitioned ownership and job leases.
 ///

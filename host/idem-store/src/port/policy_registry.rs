@@ -2,8 +2,8 @@
 
 use async_trait::async_trait;
 
-use crate::error::StoreError;
-use crate::registry::{Activation, Registration, Rollback};
+use crate::vocabulary::StoreError;
+use crate::vocabulary::{Activation, Registration, Rollback};
 
 /// The policy registry: each namespace's active policy, the digests it
 /// accepts claims from, its dual-read window and its history.

@@ -5,10 +5,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use crate::attempt::{AttemptEntry, AttemptFilter, ResolveRequest};
-use crate::error::StoreError;
-use crate::holder::Holder;
-use crate::record::{Claim, ListFilter, OwnershipToken, RecordKey, RecordView};
+use crate::vocabulary::Holder;
+use crate::vocabulary::StoreError;
+use crate::vocabulary::{AttemptEntry, AttemptFilter, ResolveRequest};
+use crate::vocabulary::{Claim, ListFilter, OwnershipToken, RecordKey, RecordView};
 
 /// The records a store keeps, beyond their claim and end ([`crate::Writes`]):
 /// re-execution, leases, review, reads, retention and the attempt log.

@@ -2,8 +2,8 @@
 
 use async_trait::async_trait;
 
-use crate::error::StoreError;
-use crate::record::{
+use crate::vocabulary::StoreError;
+use crate::vocabulary::{
     ClaimOutcome, ClaimRequest, Ending, Finish, Outcome, RecordKey, Write, WriteOutcome,
 };
 

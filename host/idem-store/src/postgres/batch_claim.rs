@@ -17,9 +17,9 @@ use tokio_postgres::types::ToSql;
 
 use super::PostgresStore;
 use crate::backend::{BatchClaim, Written};
-use crate::error::StoreError;
 use crate::machine;
-use crate::record::{ClaimRequest, KeptOperation};
+use crate::vocabulary::StoreError;
+use crate::vocabulary::{ClaimRequest, KeptOperation};
 
 impl PostgresStore {
     /// Runs the batch statement for `requests` (distinct keys, all valid,

@@ -13,8 +13,8 @@ use tokio_postgres::types::ToSql;
 
 use super::PostgresStore;
 use crate::backend::Written;
-use crate::error::StoreError;
-use crate::record::Finish;
+use crate::vocabulary::Finish;
+use crate::vocabulary::StoreError;
 
 impl PostgresStore {
     /// Runs the batch statement for `finishes` (distinct keys, checked

@@ -8,7 +8,7 @@ use tokio_postgres::error::SqlState;
 use tokio_postgres::types::{FromSql, ToSql};
 
 use super::Inner;
-use crate::error::{ConnectErrorKind, StoreError};
+use crate::vocabulary::{ConnectErrorKind, StoreError};
 
 /// How often a call is retried after a serialization failure, a deadlock
 /// or a lost race before it gives up.
@@ -71,7 +71,10 @@ impl Retries<'_> {
         Err(StoreError::Backend {
             store: self.inner.name.clone(),
             context: self.context,
-            cause: format!("gave up after {MAX_ATTEMPTS} {}", self.conflict).into(),
+            cause: crate::vocabulary::cause(format!(
+                "gave up after {MAX_ATTEMPTS} {}",
+                self.conflict
+            )),
         })
     }
 }
@@ -197,7 +200,7 @@ impl Inner {
         StoreError::Backend {
             store: self.name.clone(),
             context,
-            cause: Box::new(e),
+            cause: std::sync::Arc::new(e),
         }
     }
 

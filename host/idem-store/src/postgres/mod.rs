@@ -23,7 +23,7 @@
 //!   monotonic, never reset by gc or reconnecting.
 //! - **Transactions** (`records.rs`, the records port): a write runs in
 //!   two round trips. The first pipelines `BEGIN`, `SELECT … FOR UPDATE` of
-//!   the record and the clock (and a fence); `machine.rs` decides, as for
+//!   the record and the clock (and a fence); `machine/` decides, as for
 //!   every store; the second pipelines the write (conditional on the key and
 //!   the fence it read) and `COMMIT`. A fresh claim (no row under the key,
 //!   the common case) takes one round trip: a single

@@ -7,8 +7,8 @@ use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 
 use super::statements::Sql;
 use super::{PostgresUrl, tls};
-use crate::error::{ConnectErrorKind, StoreError};
-use crate::record::StoreOptions;
+use crate::vocabulary::StoreOptions;
+use crate::vocabulary::{ConnectErrorKind, StoreError};
 
 /// A store in a PostgreSQL database. Cheap to clone (clones share the
 /// pool).

@@ -6,9 +6,9 @@ use async_trait::async_trait;
 
 use super::PostgresStore;
 use crate::backend::OwnershipBackend;
-use crate::error::StoreError;
 use crate::machine;
-use crate::record::{JobLease, JobLeaseAcquire, Membership};
+use crate::vocabulary::StoreError;
+use crate::vocabulary::{JobLease, JobLeaseAcquire, Membership};
 
 #[async_trait]
 impl OwnershipBackend for PostgresStore {

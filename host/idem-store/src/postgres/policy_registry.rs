@@ -10,8 +10,9 @@ use async_trait::async_trait;
 
 use super::PostgresStore;
 use crate::backend::RegistryBackend;
-use crate::error::StoreError;
-use crate::registry::{self, Change, Registration};
+use crate::machine::Change;
+use crate::vocabulary::Registration;
+use crate::vocabulary::StoreError;
 
 #[async_trait]
 impl RegistryBackend for PostgresStore {
@@ -43,7 +44,7 @@ impl RegistryBackend for PostgresStore {
                 .collect(),
         };
         docs.iter()
-            .map(|d| registry::decode(d, &inner.name))
+            .map(|d| crate::vocabulary::decode(d, &inner.name))
             .collect()
     }
 
@@ -76,11 +77,11 @@ impl RegistryBackend for PostgresStore {
             let revision: Option<i64> = row.get(1);
             let current = row
                 .get::<_, Option<String>>(2)
-                .map(|d| registry::decode(&d, &inner.name))
+                .map(|d| crate::vocabulary::decode(&d, &inner.name))
                 .transpose()?;
             let next = change(current, now)?;
             let next_revision = i64::try_from(next.revision).unwrap_or(i64::MAX);
-            let document = registry::encode(&next);
+            let document = crate::vocabulary::encode(&next);
             let written = match revision {
                 None => {
                     inner

@@ -7,13 +7,13 @@ use tokio_postgres::types::ToSql;
 use super::connection::Attempt;
 use super::row::values;
 use super::{Inner, PostgresStore};
-use crate::attempt::{AttemptEntry, AttemptFilter};
 use crate::backend::{BatchClaim, Call, Decide, Fences, RecordBackend, Written};
 use crate::codec::{self, AttemptRow, RecordRow, attempt_values};
-use crate::error::StoreError;
 use crate::machine;
 use crate::port::Batching;
-use crate::record::{
+use crate::vocabulary::StoreError;
+use crate::vocabulary::{AttemptEntry, AttemptFilter};
+use crate::vocabulary::{
     ClaimRequest, Finish, KeptOperation, ListFilter, Outcome, Record, RecordKey, RecordState,
     StoreOptions,
 };
@@ -30,7 +30,7 @@ impl Fences for Drawn<'_> {
         self.fence.take().ok_or_else(|| StoreError::Backend {
             store: self.inner.name.clone(),
             context: "issuing a fence",
-            cause: "the decision asked for a fence its call did not draw".into(),
+            cause: crate::vocabulary::cause("the decision asked for a fence its call did not draw"),
         })
     }
 }

@@ -7,8 +7,8 @@ use tokio_postgres::types::ToSql;
 
 use super::Inner;
 use crate::codec::{self, ColumnReader, RecordRow, record_values};
-use crate::error::StoreError;
-use crate::record::Record;
+use crate::vocabulary::Record;
+use crate::vocabulary::StoreError;
 
 impl ColumnReader for Row {
     fn opt_text(&self, column: &str) -> Result<Option<String>, String> {

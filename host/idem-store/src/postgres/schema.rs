@@ -5,8 +5,8 @@
 use super::connection::Conn;
 use super::sql::quote;
 use super::{Inner, PostgresStore};
-use crate::error::{ConnectErrorKind, StoreError};
 use crate::migrations;
+use crate::vocabulary::{ConnectErrorKind, StoreError};
 
 /// The newest PostgreSQL schema version this build knows: 1 records and
 /// fences; 2 memberships with their epochs, and job leases; 3 the records'

@@ -11,8 +11,8 @@ use parking_lot::{Mutex, MutexGuard};
 use rusqlite::{Connection, ErrorCode, OpenFlags, Transaction, TransactionBehavior};
 
 use super::{SqliteOptions, Synchronous, schema};
-use crate::error::{OpenErrorKind, StoreError};
-use crate::record::StoreOptions;
+use crate::vocabulary::StoreOptions;
+use crate::vocabulary::{OpenErrorKind, StoreError};
 
 /// A store in a SQLite file. Cheap to clone (clones share the connection).
 #[derive(Debug, Clone)]
@@ -224,7 +224,7 @@ impl Inner {
             _ => StoreError::Backend {
                 store: self.name.clone(),
                 context,
-                cause: Box::new(e),
+                cause: std::sync::Arc::new(e),
             },
         }
     }
@@ -262,7 +262,7 @@ impl Inner {
         Err(StoreError::Backend {
             store: self.name.clone(),
             context,
-            cause: why.into(),
+            cause: crate::vocabulary::cause(why),
         })
     }
 

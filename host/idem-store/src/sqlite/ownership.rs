@@ -6,9 +6,9 @@ use async_trait::async_trait;
 
 use super::connection::SqliteStore;
 use crate::backend::OwnershipBackend;
-use crate::error::StoreError;
 use crate::machine::{self, JobStep};
-use crate::record::{JobLease, JobLeaseAcquire, Membership};
+use crate::vocabulary::StoreError;
+use crate::vocabulary::{JobLease, JobLeaseAcquire, Membership};
 
 #[async_trait]
 impl OwnershipBackend for SqliteStore {

@@ -5,8 +5,9 @@ use rusqlite::OptionalExtension;
 
 use super::connection::SqliteStore;
 use crate::backend::RegistryBackend;
-use crate::error::StoreError;
-use crate::registry::{self, Change, Registration};
+use crate::machine::Change;
+use crate::vocabulary::Registration;
+use crate::vocabulary::StoreError;
 
 #[async_trait]
 impl RegistryBackend for SqliteStore {
@@ -30,7 +31,7 @@ impl RegistryBackend for SqliteStore {
                     .collect::<Result<Vec<_>, _>>()
                     .map_err(err)?;
                 docs.iter()
-                    .map(|d| registry::decode(d, &inner.name))
+                    .map(|d| crate::vocabulary::decode(d, &inner.name))
                     .collect()
             })
         })
@@ -56,7 +57,7 @@ impl RegistryBackend for SqliteStore {
                     .optional()
                     .map_err(err)?;
                 let current = current
-                    .map(|d| registry::decode(&d, &inner.name))
+                    .map(|d| crate::vocabulary::decode(&d, &inner.name))
                     .transpose()?;
                 let next = change(current, now)?;
                 if let Some((digest, bytes)) = &component {
@@ -71,7 +72,7 @@ impl RegistryBackend for SqliteStore {
                 tx.execute(
                     "INSERT INTO registrations (namespace, revision, document) VALUES (?1, ?2, ?3) \
                      ON CONFLICT (namespace) DO UPDATE SET revision = ?2, document = ?3",
-                    rusqlite::params![namespace, revision, registry::encode(&next)],
+                    rusqlite::params![namespace, revision, crate::vocabulary::encode(&next)],
                 )
                 .map_err(err)?;
                 Ok(next)

@@ -7,13 +7,13 @@ use rusqlite::{Connection, Transaction};
 
 use super::connection::{Inner, SqliteStore};
 use super::row::{EXPIRED, int};
-use crate::attempt::{AttemptEntry, AttemptFilter};
 use crate::backend::{Call, Decide, Fences, RecordBackend};
 use crate::codec;
-use crate::error::StoreError;
 use crate::machine::{self};
 use crate::port::Batching;
-use crate::record::{ListFilter, OwnershipToken, Record, RecordKey, RecordState, StoreOptions};
+use crate::vocabulary::StoreError;
+use crate::vocabulary::{AttemptEntry, AttemptFilter};
+use crate::vocabulary::{ListFilter, OwnershipToken, Record, RecordKey, RecordState, StoreOptions};
 
 /// Records one gc transaction deletes on SQLite (see
 /// `RecordBackend::gc_batch`).

@@ -7,10 +7,10 @@ use std::sync::LazyLock;
 use rusqlite::{Connection, OptionalExtension};
 
 use super::connection::Inner;
-use crate::attempt::{AttemptEntry, AttemptFilter};
 use crate::codec::{self, AttemptRow, ColumnReader, RecordRow, attempt_values, record_values};
-use crate::error::StoreError;
-use crate::record::{JobLease, Record, RecordKey};
+use crate::vocabulary::StoreError;
+use crate::vocabulary::{AttemptEntry, AttemptFilter};
+use crate::vocabulary::{JobLease, Record, RecordKey};
 
 impl ColumnReader for rusqlite::Row<'_> {
     fn opt_text(&self, column: &str) -> Result<Option<String>, String> {

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use rusqlite::{Connection, ErrorCode};
 
-use crate::error::{OpenErrorKind, StoreError};
 use crate::migrations;
+use crate::vocabulary::{OpenErrorKind, StoreError};
 
 /// The newest schema version this build knows: 1 records and fences; 2
 /// memberships with their epochs, and job leases.
@@ -128,7 +128,7 @@ pub(super) fn open_error(path: &Path, context: &'static str, e: rusqlite::Error)
             return StoreError::Backend {
                 store: format!("sqlite:{}", path.display()),
                 context,
-                cause: Box::new(e),
+                cause: std::sync::Arc::new(e),
             };
         }
     };

@@ -16,43 +16,12 @@ use idem_store::{Registration, Store, StoreError};
 
 use super::EngineError;
 use super::dual_read::DualRead;
+pub use super::error::Unregistered;
 use crate::policy::LoadedPolicy;
 
 /// How long an open (unregistered, not required) namespace is taken as
 /// open before the store is asked again.
 pub const OPEN_RECHECK: Duration = Duration::from_secs(10);
-
-/// Why a policy may not claim in its namespace.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Unregistered {
-    /// The namespace.
-    pub namespace: String,
-    /// The digest of the policy that tried.
-    pub found: String,
-    /// The digests the namespace accepts (empty when nobody registered it
-    /// and the store requires registration).
-    pub accepted: Vec<String>,
-}
-
-impl std::fmt::Display for Unregistered {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        if self.accepted.is_empty() {
-            write!(
-                f,
-                "policy {} may not claim in namespace `{}`: the store requires a registered policy and none is (register one with `idem policy activate`); nothing was written",
-                self.found, self.namespace
-            )
-        } else {
-            write!(
-                f,
-                "policy {} may not claim in namespace `{}`: its digest is not registered there (accepted: {}); a foreign or tampered policy is refused, a new version is activated with `idem policy activate`; nothing was written",
-                self.found,
-                self.namespace,
-                self.accepted.join(", ")
-            )
-        }
-    }
-}
 
 #[derive(Debug, Clone, Copy)]
 enum Verdict {

@@ -6,7 +6,6 @@ use idem_core::{OpError, PolicyError};
 use idem_store::StoreError;
 use thiserror::Error;
 
-use super::admission;
 use crate::policy::EvalError;
 
 /// Why the engine could not proceed.
@@ -30,7 +29,7 @@ pub enum EngineError {
     /// The policy's digest is not registered for its namespace (see
     /// [`admission`](super::admission)): nothing was written.
     #[error("{0}")]
-    Unregistered(Box<admission::Unregistered>),
+    Unregistered(Box<Unregistered>),
 }
 
 impl EngineError {
@@ -49,6 +48,38 @@ impl From<StoreError> for EngineError {
             | StoreError::NotInProgress { .. }
             | StoreError::Gone { .. } => EngineError::Fenced(e),
             other => EngineError::Store(other),
+        }
+    }
+}
+
+/// Why a policy may not claim in its namespace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unregistered {
+    /// The namespace.
+    pub namespace: String,
+    /// The digest of the policy that tried.
+    pub found: String,
+    /// The digests the namespace accepts (empty when nobody registered it
+    /// and the store requires registration).
+    pub accepted: Vec<String>,
+}
+
+impl std::fmt::Display for Unregistered {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.accepted.is_empty() {
+            write!(
+                f,
+                "policy {} may not claim in namespace `{}`: the store requires a registered policy and none is (register one with `idem policy activate`); nothing was written",
+                self.found, self.namespace
+            )
+        } else {
+            write!(
+                f,
+                "policy {} may not claim in namespace `{}`: its digest is not registered there (accepted: {}); a foreign or tampered policy is refused, a new version is activated with `idem policy activate`; nothing was written",
+                self.found,
+                self.namespace,
+                self.accepted.join(", ")
+            )
         }
     }
 }

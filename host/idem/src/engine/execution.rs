@@ -5,7 +5,23 @@ use std::time::Duration;
 use idem_core::KeyedDerivation;
 use idem_store::{Claim, Ending, Finish, Outcome, RecordKey, Store};
 
-use super::{EngineError, ExecContext};
+use super::EngineError;
+
+/// What an effect is handed (by [`super::Engine::run_once`] or a
+/// [`crate::job::JobRunner`]): the key and fence to pass downstream.
+#[derive(Debug, Clone)]
+pub struct ExecContext {
+    /// The idempotency key (64 hex).
+    pub key: String,
+    /// The fencing token.
+    pub fence: u64,
+    /// Which attempt under this key (1 for the first).
+    pub attempt: u32,
+    /// Whether an earlier attempt may have performed the effect.
+    pub take_over: bool,
+    /// Who owns the effect, as the policy derived it (e.g. the customer).
+    pub partition: String,
+}
 
 /// The right to perform an effect. Every write is conditional on the fence:
 /// a deposed holder gets [`EngineError::Fenced`] and changes nothing.

@@ -42,6 +42,7 @@ pub mod admission;
 mod answer_log;
 mod batch;
 pub mod dual_read;
+mod duplicate;
 mod error;
 mod execution;
 mod fenced;
@@ -65,8 +66,8 @@ use answer_log::AnswerLog;
 pub use batch::Claimed;
 pub(crate) use batch::ToClaim;
 pub use error::EngineError;
-pub use execution::Execution;
-pub use run_once::{ExecContext, Failed, RunResult, heartbeat_loop, spawn_heartbeat};
+pub use execution::{ExecContext, Execution};
+pub use run_once::{Failed, RunResult, heartbeat_loop, spawn_heartbeat};
 
 /// Settings of an [`Engine`].
 #[derive(Debug, Clone)]
@@ -410,46 +411,8 @@ impl Engine {
             let decision = self.policy.on_duplicate(&ctx, self.policy_now_ms())?.value;
             tracing::debug!(key = %key, state = record.state.as_str(), decision = decision.name(), "duplicate");
             match decision {
-                Decision::Replay => {
-                    self.log_answer(&request, record.fence, AttemptEvent::Replayed, None);
-                    return Ok(Begin::Replay(Replay {
-                        key,
-                        state: record.state,
-                        outcome: record.outcome.clone().unwrap_or_default(),
-                        fence: record.fence,
-                    }));
-                }
-                Decision::Reject(r) => {
-                    let event = if !existing.fingerprint_matches {
-                        AttemptEvent::Conflict
-                    } else if record.state == RecordState::InProgress {
-                        AttemptEvent::InProgress
-                    } else {
-                        AttemptEvent::Rejected
-                    };
-                    self.log_answer(&request, record.fence, event, Some(&r.reason));
-                    return Ok(if !existing.fingerprint_matches {
-                        Begin::Conflict {
-                            key,
-                            status: r.status,
-                            reason: r.reason,
-                        }
-                    } else if record.state == RecordState::InProgress {
-                        Begin::InProgress {
-                            key,
-                            retry_after_ms: r.retry_after_ms,
-                            reason: r.reason,
-                        }
-                    } else {
-                        Begin::Rejected {
-                            key,
-                            status: r.status,
-                            reason: r.reason,
-                            retry_after_ms: r.retry_after_ms,
-                            marked_unknown: false,
-                        }
-                    });
-                }
+                Decision::Replay => return Ok(self.replay(&request, key, record)),
+                Decision::Reject(r) => return Ok(self.refuse(&request, key, &existing, r)),
                 Decision::Wait { max_ms } => {
                     waits += 1;
                     last_round_waited = true;

@@ -5,23 +5,7 @@ use std::future::Future;
 use idem_core::Operation;
 use idem_store::{Outcome, RecordKey};
 
-use super::{Begin, Engine, EngineError};
-
-/// What an effect is handed (by [`Engine::run_once`] or a
-/// [`crate::job::JobRunner`]): the key and fence to pass downstream.
-#[derive(Debug, Clone)]
-pub struct ExecContext {
-    /// The idempotency key (64 hex).
-    pub key: String,
-    /// The fencing token.
-    pub fence: u64,
-    /// Which attempt under this key (1 for the first).
-    pub attempt: u32,
-    /// Whether an earlier attempt may have performed the effect.
-    pub take_over: bool,
-    /// Who owns the effect, as the policy derived it (e.g. the customer).
-    pub partition: String,
-}
+use super::{Begin, Engine, EngineError, ExecContext};
 
 /// A failed effect, as the closure reports it.
 #[derive(Debug, Clone)]

@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use idem_core::RecordState;
 use thiserror::Error;
@@ -75,9 +76,12 @@ impl fmt::Display for ConnectErrorKind {
     }
 }
 
-/// A store error. The first four variants are conflicts (see
-/// [`StoreError::is_conflict`]): the call was refused and changed nothing.
-#[derive(Debug, Error)]
+/// A store error: a refusal (the call changed nothing) or a failure of the
+/// store, as [`StoreError::class`] says. The first four variants are
+/// conflicts, the next ones refused requests, the rest failures.
+/// Cloned for a failure several callers share (a group commit's batch call
+/// failed: each caller in it gets the error).
+#[derive(Debug, Clone, Error)]
 #[non_exhaustive]
 pub enum StoreError {
     /// The caller's fence is not the record's current fence: the caller was
@@ -277,185 +281,90 @@ pub enum StoreError {
         /// The backend's error, shown in the message. Not also exposed as
         /// [`std::error::Error::source`]: a report that prints the chain
         /// (`{:#}`) would show it twice.
-        cause: Box<dyn std::error::Error + Send + Sync>,
+        cause: Arc<dyn std::error::Error + Send + Sync>,
     },
     /// The blocking task running a store call panicked or was cancelled.
     #[error("store task failed: {0}")]
     Task(String),
 }
 
-/// A copy of the error, for a failure several callers share (a group
-/// commit's batch call failed: each caller in it gets the error). Every
-/// variant is copied as it is, except that a backend's cause is kept as its
-/// message (the cause itself is not `Clone`).
-impl Clone for StoreError {
-    fn clone(&self) -> Self {
-        use StoreError::*;
-        match self {
-            Fenced {
-                key,
-                fence,
-                current,
-            } => Fenced {
-                key: key.clone(),
-                fence: *fence,
-                current: *current,
-            },
-            NotInProgress { key, fence, state } => NotInProgress {
-                key: key.clone(),
-                fence: *fence,
-                state: *state,
-            },
-            NotEligible {
-                key,
-                action,
-                state,
-                why,
-            } => NotEligible {
-                key: key.clone(),
-                action,
-                state: *state,
-                why,
-            },
-            Gone { key } => Gone { key: key.clone() },
-            StaleEpoch {
-                group,
-                epoch,
-                current,
-            } => StaleEpoch {
-                group: group.clone(),
-                epoch: *epoch,
-                current: *current,
-            },
-            JobLeaseLost { job, fence } => JobLeaseLost {
-                job: job.clone(),
-                fence: *fence,
-            },
-            OutcomeTooLarge { key, size, limit } => OutcomeTooLarge {
-                key: key.clone(),
-                size: *size,
-                limit: *limit,
-            },
-            RegistryMoved {
-                namespace,
-                expected,
-                found,
-            } => RegistryMoved {
-                namespace: namespace.clone(),
-                expected: expected.clone(),
-                found: found.clone(),
-            },
-            InvalidRequest(why) => InvalidRequest(why.clone()),
-            UnsupportedUrl { url, why } => UnsupportedUrl {
-                url: url.clone(),
-                why: why.clone(),
-            },
-            Open { path, kind, detail } => Open {
-                path: path.clone(),
-                kind: *kind,
-                detail: detail.clone(),
-            },
-            Connect { url, kind, detail } => Connect {
-                url: url.clone(),
-                kind: *kind,
-                detail: detail.clone(),
-            },
-            DatabaseSchemaTooNew {
-                store,
-                found,
-                supported,
-            } => DatabaseSchemaTooNew {
-                store: store.clone(),
-                found: *found,
-                supported: *supported,
-            },
-            NotMigrated {
-                store,
-                found,
-                wanted,
-            } => NotMigrated {
-                store: store.clone(),
-                found: *found,
-                wanted: *wanted,
-            },
-            SchemaTooNew {
-                path,
-                found,
-                supported,
-            } => SchemaTooNew {
-                path: path.clone(),
-                found: *found,
-                supported: *supported,
-            },
-            Busy { store, context } => Busy {
-                store: store.clone(),
-                context,
-            },
-            Corrupt { store, what } => Corrupt {
-                store: store.clone(),
-                what: what.clone(),
-            },
-            Backend {
-                store,
-                context,
-                cause,
-            } => Backend {
-                store: store.clone(),
-                context,
-                cause: cause.to_string().into(),
-            },
-            Task(why) => Task(why.clone()),
-        }
-    }
+/// A backend failure's cause from a message or an error.
+pub(crate) fn cause(
+    cause: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+) -> Arc<dyn std::error::Error + Send + Sync> {
+    Arc::from(cause.into())
+}
+
+/// Whose an error is, and whether waiting can change it: a refusal (the
+/// store refused the call and changed nothing) or a failure (the store's
+/// own). Every [`StoreError`] has exactly one ([`StoreError::class`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ErrorClass {
+    /// Refused because of the record's state or fence: a lost race, a
+    /// deposed holder, a record gone. Nothing changed; look again.
+    Conflict,
+    /// Refused because of the request itself: invalid, too large, a stale
+    /// ownership epoch, a job lease no longer held, a registry that moved.
+    /// Nothing changed; sending it again gets the same answer.
+    Refused,
+    /// The store could not serve the call just now: unreachable, a
+    /// connection dropped, the disk full or failing, the database locked
+    /// past the busy timeout. The call may or may not have been applied (a
+    /// commit whose answer was lost), and the same call may succeed once
+    /// the store is back: a caller that can wait (a job) retries it, every
+    /// write still conditional on its fence.
+    Unavailable,
+    /// The store failed in a way waiting does not change: it cannot be
+    /// opened, its schema is not one this idem knows, a row is corrupt.
+    Failed,
 }
 
 impl StoreError {
-    /// Whether the store refused the call (nothing changed) as opposed to
-    /// failing: a conflict, a request it will not take (invalid, too large,
-    /// a stale epoch), or a job lease no longer held.
-    #[cfg(feature = "sqlite")]
-    pub(crate) fn is_refusal(&self) -> bool {
-        self.is_conflict()
-            || matches!(
-                self,
-                StoreError::OutcomeTooLarge { .. }
-                    | StoreError::InvalidRequest(_)
-                    | StoreError::StaleEpoch { .. }
-                    | StoreError::JobLeaseLost { .. }
-            )
-    }
-
-    /// Whether the store itself could not serve the call just now: it is
-    /// unreachable, a connection dropped, the disk is full or failed, the
-    /// database is locked past the busy timeout. Such a call may or may
-    /// not have been applied (a commit whose answer was lost), and the same
-    /// call may succeed once the store is back: a caller that can wait
-    /// (a job) retries it, every write still conditional on its fence. A
-    /// refusal, a corrupt record or a schema this idem does not know is
-    /// never "unavailable": waiting would not change the answer.
-    pub fn is_unavailable(&self) -> bool {
+    /// Whose this error is, and whether waiting can change it. A match
+    /// without a catch-all: a new variant must say which it is.
+    pub fn class(&self) -> ErrorClass {
+        use StoreError::*;
         match self {
-            StoreError::Backend { .. } | StoreError::Busy { .. } | StoreError::Task(_) => true,
-            StoreError::Connect { kind, .. } => {
-                matches!(
-                    kind,
-                    ConnectErrorKind::Unreachable | ConnectErrorKind::Other
-                )
+            Fenced { .. } | NotInProgress { .. } | NotEligible { .. } | Gone { .. } => {
+                ErrorClass::Conflict
             }
-            _ => false,
+            StaleEpoch { .. }
+            | JobLeaseLost { .. }
+            | OutcomeTooLarge { .. }
+            | RegistryMoved { .. }
+            | InvalidRequest(_)
+            | UnsupportedUrl { .. } => ErrorClass::Refused,
+            Backend { .. } | Busy { .. } | Task(_) => ErrorClass::Unavailable,
+            Connect { kind, .. } => match kind {
+                ConnectErrorKind::Unreachable | ConnectErrorKind::Other => ErrorClass::Unavailable,
+                _ => ErrorClass::Failed,
+            },
+            Open { .. }
+            | DatabaseSchemaTooNew { .. }
+            | NotMigrated { .. }
+            | SchemaTooNew { .. }
+            | Corrupt { .. } => ErrorClass::Failed,
         }
     }
 
+    /// Whether the store refused the call (nothing changed) as opposed to
+    /// failing: a conflict or a refused request.
+    pub fn is_refusal(&self) -> bool {
+        matches!(self.class(), ErrorClass::Conflict | ErrorClass::Refused)
+    }
+
+    /// Whether the store itself could not serve the call just now
+    /// ([`ErrorClass::Unavailable`]): waiting may change the answer. A
+    /// refusal, a corrupt record or a schema this idem does not know is
+    /// never "unavailable".
+    pub fn is_unavailable(&self) -> bool {
+        self.class() == ErrorClass::Unavailable
+    }
+
     /// Whether the call was refused because of the record's state or fence
-    /// (nothing changed), as opposed to a failure of the store itself.
+    /// ([`ErrorClass::Conflict`]): nothing changed.
     pub fn is_conflict(&self) -> bool {
-        matches!(
-            self,
-            StoreError::Fenced { .. }
-                | StoreError::NotInProgress { .. }
-                | StoreError::NotEligible { .. }
-                | StoreError::Gone { .. }
-        )
+        self.class() == ErrorClass::Conflict
     }
 }
 
@@ -468,7 +377,7 @@ mod tests {
         let e = StoreError::Backend {
             store: "sqlite:x.db".into(),
             context: "claiming",
-            cause: "disk I/O error".into(),
+            cause: cause("disk I/O error"),
         };
         assert_eq!(
             e.to_string(),

@@ -2,16 +2,12 @@
 //! what a call returns. Plain data; no I/O.
 
 use std::fmt;
-use std::time::Duration;
 
+use idem_core::OutcomeSummary;
 pub use idem_core::{Digest, RecordState};
-use idem_core::{DuplicateContext, Operation, OutcomeSummary};
 
-use crate::clock::StoreClock;
-use crate::holder::Holder;
-
-/// Default cap on an outcome's body: 64 KiB.
-pub const DEFAULT_MAX_OUTCOME_BYTES: usize = 64 * 1024;
+use super::Holder;
+use super::StoreOptions;
 
 /// Longest stored error text; longer text is cut (on a character boundary)
 /// and marked with [`TRUNCATION_MARK`]. Error text is diagnostic, so cutting
@@ -239,180 +235,6 @@ impl Record {
     }
 }
 
-/// How a holder ends its attempt: [`Writes::complete`](crate::Writes::complete) or [`Writes::fail`](crate::Writes::fail).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Ending {
-    /// Completed: the record becomes final.
-    Completed,
-    /// Failed: retryable (a take-over may follow) or permanent (final).
-    Failed {
-        /// Whether a take-over may follow.
-        retryable: bool,
-    },
-}
-
-impl Ending {
-    /// The state the record takes.
-    pub fn state(self) -> RecordState {
-        match self {
-            Ending::Completed => RecordState::Completed,
-            Ending::Failed { retryable: true } => RecordState::FailedRetryable,
-            Ending::Failed { retryable: false } => RecordState::FailedPermanent,
-        }
-    }
-}
-
-/// One holder's end of its attempt, for [`Writes::finish_many`](crate::Writes::finish_many).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Finish {
-    /// The record.
-    pub key: RecordKey,
-    /// The fence the holder claimed under.
-    pub fence: u64,
-    /// Completed or failed.
-    pub ending: Ending,
-    /// What is stored.
-    pub outcome: Outcome,
-}
-
-/// One grouped write, for [`Writes::write_many`](crate::Writes::write_many): a claim or a holder's end.
-// Moved once into a group commit's line and out into a batch: boxing the
-// larger variant would cost every claim an allocation for nothing.
-#[allow(clippy::large_enum_variant)]
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Write {
-    /// [`Writes::claim`](crate::Writes::claim).
-    Claim(ClaimRequest),
-    /// [`Writes::complete`](crate::Writes::complete) or [`Writes::fail`](crate::Writes::fail).
-    Finish(Finish),
-}
-
-/// What one [`Write`] got.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum WriteOutcome {
-    /// A claim's outcome.
-    Claim(ClaimOutcome),
-    /// A finish was written.
-    Finished,
-}
-
-/// What the engine asks a store to claim.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ClaimRequest {
-    /// Namespace and key.
-    pub key: RecordKey,
-    /// `sha256:<64 lowercase hex>`: the policy that derived the key.
-    pub policy_digest: String,
-    /// The operation's fingerprint.
-    pub fingerprint: Digest,
-    /// Who owns the effect.
-    pub partition: String,
-    /// How long the claim holds before its lease expires (store clock).
-    pub lease: Duration,
-    /// How long the record is kept after its last write (store clock).
-    pub retention: Duration,
-    /// Who is claiming.
-    pub holder: Holder,
-    /// The host's digest of the canonical business operation, for the
-    /// attempt log (see [`crate::AttemptEntry::operation_digest`]); `None`
-    /// when the caller has none.
-    pub operation_digest: Option<Digest>,
-    /// The canonical operation to keep with the record (see
-    /// [`KeptOperation`]); the store keeps it only within
-    /// [`MAX_KEPT_OPERATION_BYTES`] and while
-    /// [`StoreOptions::keep_operations`] is on, and says why not otherwise.
-    /// A text that is not a JSON object is refused
-    /// ([`StoreError::InvalidRequest`]).
-    pub operation: Option<KeptOperation>,
-    /// The claimer's ownership epoch, when it works under partitioned
-    /// ownership: the store refuses the claim
-    /// ([`StoreError::StaleEpoch`]) unless it is the group's current epoch.
-    /// `None` (the default) checks nothing.
-    pub ownership: Option<OwnershipToken>,
-}
-
-/// Proof of ownership under a membership: the group and the epoch that
-/// [`Ownership::join_membership`](crate::Ownership::join_membership) returned.
-///
-/// A worker computes what it owns from a membership, then carries the
-/// membership's epoch on every claim and take-over. Once the membership
-/// changes, the epoch moves on and the store refuses the old one: a worker
-/// that was deposed while paused cannot start an effect when it wakes.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct OwnershipToken {
-    /// The group (e.g. the job name).
-    pub group: String,
-    /// The epoch the worker's view of the membership has.
-    pub epoch: u64,
-}
-
-/// A group's registered membership.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Membership {
-    /// The group.
-    pub group: String,
-    /// The group's current epoch: a value of a store-wide sequence, so it
-    /// only ever increases, and it changes exactly when the members do.
-    pub epoch: u64,
-    /// The members, sorted and without repeats.
-    pub members: Vec<String>,
-}
-
-impl Membership {
-    /// The token that proves a claim is made under this membership.
-    pub fn token(&self) -> OwnershipToken {
-        OwnershipToken {
-            group: self.group.clone(),
-            epoch: self.epoch,
-        }
-    }
-}
-
-/// A job-level lease: who runs a whole job right now.
-///
-/// An efficiency measure only (two whole runs need not both do the work);
-/// correctness never depends on it: every operation is still claimed and
-/// fenced on its own.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct JobLease {
-    /// The job's name.
-    pub job: String,
-    /// Who holds it (free text, e.g. host, pid and run id).
-    pub holder: String,
-    /// The lease's fence, from the store-wide fence sequence; hand it back
-    /// to heartbeat or release.
-    pub fence: u64,
-    /// When the lease ends, store clock (ms since the epoch).
-    pub lease_until_ms: u64,
-}
-
-/// What [`Ownership::acquire_job_lease`](crate::Ownership::acquire_job_lease) got.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum JobLeaseAcquire {
-    /// The caller holds the job lease.
-    Acquired(JobLease),
-    /// Another holder's lease is live.
-    Held {
-        /// The live lease.
-        current: JobLease,
-        /// How long it has left, store clock.
-        remaining_ms: u64,
-    },
-}
-
-/// A claim: the right to execute the effect, as long as `fence` is current.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Claim {
-    /// Namespace and key.
-    pub key: RecordKey,
-    /// The fencing token; hand it back on every write.
-    pub fence: u64,
-    /// When the lease ends, store clock.
-    pub lease_until_ms: u64,
-    /// Which attempt this is under the key (1 for the first).
-    pub attempt: u32,
-}
-
 /// A record as the store saw it, with store-clock times.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RecordView {
@@ -438,41 +260,6 @@ impl RecordView {
     }
 }
 
-/// The record a claim collided with: what the engine needs to ask the
-/// policy what the duplicate gets.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Existing {
-    /// The record and its store-clock times.
-    pub view: RecordView,
-    /// Whether the claim's fingerprint equals the stored one.
-    pub fingerprint_matches: bool,
-}
-
-impl Existing {
-    /// The duplicate context a policy's `on-duplicate` receives.
-    pub fn duplicate_context(&self, operation: Operation) -> DuplicateContext {
-        let record = &self.view.record;
-        DuplicateContext {
-            operation,
-            state: record.state,
-            fingerprint_matches: self.fingerprint_matches,
-            attempts: record.attempts,
-            age_ms: self.view.age_ms,
-            lease_remaining_ms: self.view.lease_remaining_ms,
-            outcome: record.outcome.as_ref().map(Outcome::summary),
-        }
-    }
-}
-
-/// What a claim got.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ClaimOutcome {
-    /// No live record existed: the caller holds the key and executes.
-    Claimed(Claim),
-    /// A live record exists: ask the policy what the duplicate gets.
-    Existing(Box<Existing>),
-}
-
 /// Which records [`Records::list`](crate::Records::list) returns, most recently updated first.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct ListFilter {
@@ -484,48 +271,4 @@ pub struct ListFilter {
     pub state: Option<RecordState>,
     /// At most this many records (all when `None`).
     pub limit: Option<u32>,
-}
-
-/// Options every store takes.
-#[derive(Debug, Clone)]
-pub struct StoreOptions {
-    /// The store clock: the system clock unless a test injects one.
-    pub clock: StoreClock,
-    /// Largest outcome body accepted (default 64 KiB).
-    pub max_outcome_bytes: usize,
-    /// Whether this process writes the attempt log (default: yes). Off, its
-    /// claims, ends and answers leave no entries: `idem report` cannot say
-    /// why they ran twice, and `idem review` shows their records without a
-    /// timeline. For a caller that cannot spare the log's cost (two
-    /// entries per begin+complete, written in the same transactions; see
-    /// `docs/benchmarks.md`); the records and their guarantees are the
-    /// same.
-    pub attempt_log: bool,
-    /// Whether opening may create the store or bring an older schema up to
-    /// date (default: yes). Off — for commands that only read — a store
-    /// that does not exist (a SQLite file, a PostgreSQL schema) or whose
-    /// schema is older than this build's is refused with
-    /// [`crate::StoreError::NotMigrated`] and nothing is created: a
-    /// mistyped `?idem_schema=` is an error, not a new empty store.
-    pub migrate: bool,
-    /// Whether records keep the canonical operation their claim carried
-    /// (default: yes). Off, every record says
-    /// [`NotKept::OffByHost`] instead: for a service whose operations carry
-    /// fields that must not sit in the store. Its records cannot be diffed
-    /// (`idem diff --store` cannot derive their keys again with another
-    /// policy version, and says so), and an activation cannot prove that
-    /// an upgrade keeps their keys.
-    pub keep_operations: bool,
-}
-
-impl Default for StoreOptions {
-    fn default() -> Self {
-        StoreOptions {
-            clock: StoreClock::system(),
-            max_outcome_bytes: DEFAULT_MAX_OUTCOME_BYTES,
-            attempt_log: true,
-            migrate: true,
-            keep_operations: true,
-        }
-    }
 }

@@ -14,8 +14,8 @@
 use std::fmt;
 use std::str::FromStr;
 
-use crate::holder::Holder;
-use crate::record::{Digest, Outcome, Record, RecordKey};
+use super::Holder;
+use super::{Digest, Outcome, Record, RecordKey};
 
 /// Longest resolution reason or actor name kept, in bytes; longer text is
 /// cut like an outcome's error text.

@@ -1,0 +1,38 @@
+//! The store's vocabulary: plain data, no I/O. Keys, records and outcomes
+//! (`record.rs`), what a claim asks and gets (`claim.rs`), a holder's end
+//! (`finish.rs`), who holds a record (`holder.rs`), memberships and job
+//! leases (`ownership.rs`), the attempt log (`attempt.rs`), a namespace's
+//! registration (`registration.rs`), the store clock (`clock.rs`), what a
+//! store is opened with (`options.rs`) and what can go wrong (`error.rs`).
+
+mod attempt;
+mod claim;
+mod clock;
+mod error;
+mod finish;
+mod holder;
+mod options;
+mod ownership;
+mod record;
+mod registration;
+
+pub(crate) use attempt::bounded_note;
+pub use attempt::{
+    AttemptEntry, AttemptEvent, AttemptFilter, MAX_NOTE_BYTES, Resolution, ResolveRequest,
+};
+pub use claim::{Claim, ClaimOutcome, ClaimRequest, Existing};
+pub use clock::{ManualClock, StoreClock};
+pub(crate) use error::cause;
+pub use error::{ConnectErrorKind, ErrorClass, OpenErrorKind, StoreError};
+pub use finish::{Ending, Finish, Write, WriteOutcome};
+pub use holder::{Holder, HolderToken};
+pub use options::{DEFAULT_MAX_OUTCOME_BYTES, StoreOptions};
+pub use ownership::{JobLease, JobLeaseAcquire, Membership, OwnershipToken};
+pub use record::{
+    Digest, KeptOperation, ListFilter, MAX_ERROR_BYTES, MAX_KEPT_OPERATION_BYTES, NotKept, Outcome,
+    Record, RecordKey, RecordState, RecordView, TRUNCATION_MARK,
+};
+pub use registration::{
+    Activation, DualRead, MAX_HISTORY, Registration, RegistryAction, RegistryEvent, Rollback,
+};
+pub(crate) use registration::{decode, encode};
