@@ -267,7 +267,7 @@ fn main() {
                 println!("gc of {backlog} expired records on PostgreSQL, claims meanwhile:");
                 gc_stall(&place, backlog, samples).await;
             }
-            idem::store::conformance::drop_postgres_schema(&place.url(false));
+            idem_store_conformance::drop_postgres_schema(&place.url(false));
         }
     });
 }

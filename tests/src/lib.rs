@@ -92,7 +92,7 @@ pub fn tool_available(test: &str, program: &str) -> bool {
 /// Without it the test says clearly that it was skipped — unless `CI=true`,
 /// where a missing database is a failure, never a silent skip.
 pub fn postgres_url(test: &str) -> Option<String> {
-    idem_store::conformance::postgres_test_url(test)
+    idem_store_conformance::postgres_test_url(test)
 }
 
 /// Runs `command` and returns its output, failing the test with its stderr
@@ -132,7 +132,7 @@ impl TestStore {
     /// A fresh schema in the PostgreSQL database `url` names.
     pub fn postgres(url: &str) -> TestStore {
         let sep = if url.contains('?') { '&' } else { '?' };
-        let schema = idem_store::conformance::fresh_schema();
+        let schema = idem_store_conformance::fresh_schema();
         TestStore {
             dir: tempfile::tempdir().unwrap(),
             store: format!("{url}{sep}idem_schema={schema}&idem_pool_size=2"),
@@ -144,7 +144,7 @@ impl TestStore {
 impl Drop for TestStore {
     fn drop(&mut self) {
         if self.postgres {
-            idem_store::conformance::drop_postgres_schema(&self.store);
+            idem_store_conformance::drop_postgres_schema(&self.store);
         }
     }
 }

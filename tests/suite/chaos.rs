@@ -12,7 +12,7 @@ use idem_sim::{
     Fault, Guarantee, Guard, Job, LEASE_MS, LedgerMode, LedgerReply, PausePoint, Report, RunSpec,
     Scenario, key_drift, simulate,
 };
-use idem_store::conformance::fresh_schema;
+use idem_store_conformance::fresh_schema;
 use idem_tests::{load, postgres_url};
 
 const START_MS: u64 = 1_800_000_000_000;
@@ -80,7 +80,7 @@ async fn postgres_store(url: &str, schema: &str, clock: &ManualClock) -> Store {
 /// A failure is reported, not raised: it leaves a stray schema, not a wrong
 /// result.
 fn drop_schema(url: &str, schema: &str) {
-    idem_store::conformance::drop_postgres_schema(&schema_url(url, schema));
+    idem_store_conformance::drop_postgres_schema(&schema_url(url, schema));
 }
 
 fn sqlite_with(synchronous: Synchronous) -> Fixture {

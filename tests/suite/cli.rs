@@ -228,7 +228,7 @@ fn migrate_on_postgres_never_prints_the_password() {
     let sep = if host.contains('?') { '&' } else { '?' };
     let store = format!("{scheme}://{user}:{secret}@{host}{sep}idem_schema={schema}");
     let out = idem(&["migrate", "--store", &store], "", cache.path());
-    idem_store::conformance::drop_postgres_schema(&store);
+    idem_store_conformance::drop_postgres_schema(&store);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let said = text(&out.stdout);
     assert!(said.contains(&format!("{user}:***@")), "{said}");

@@ -81,7 +81,7 @@ struct DropStoreOnExit<'a>(&'a str);
 
 impl Drop for DropStoreOnExit<'_> {
     fn drop(&mut self) {
-        idem_store::conformance::drop_postgres_schema(self.0);
+        idem_store_conformance::drop_postgres_schema(self.0);
     }
 }
 

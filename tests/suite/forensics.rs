@@ -10,7 +10,7 @@ use idem::store::{
     StoreOptions,
 };
 use idem_sim::{Fault, Guard, Job, LEASE_MS, LedgerMode, PausePoint, RunSpec, Scenario, simulate};
-use idem_store::conformance::{drop_postgres_schema, fresh_schema};
+use idem_store_conformance::{drop_postgres_schema, fresh_schema};
 
 /// `url` with `idem_schema=schema` and a small pool.
 fn schema_url(url: &str, schema: &str) -> String {

@@ -388,7 +388,7 @@ fn read_only_commands_never_create_a_postgres_schema() {
         return;
     };
     let env = Env::new();
-    let schema = idem_store::conformance::fresh_schema();
+    let schema = idem_store_conformance::fresh_schema();
     let store = format!("{url}?idem_schema={schema}&sslmode=disable");
     for command in [
         vec!["inspect"],
@@ -433,5 +433,5 @@ fn read_only_commands_never_create_a_postgres_schema() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     let out = env.idem(&["inspect", "--store", &store]).output().unwrap();
     assert!(out.status.success(), "{}", text(&out.stderr));
-    idem_store::conformance::drop_postgres_schema(&store);
+    idem_store_conformance::drop_postgres_schema(&store);
 }

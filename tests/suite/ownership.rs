@@ -69,7 +69,7 @@ impl Drop for Env {
             }
         }
         if self.postgres {
-            idem_store::conformance::drop_postgres_schema(&self.store);
+            idem_store_conformance::drop_postgres_schema(&self.store);
         }
     }
 }
@@ -84,7 +84,7 @@ impl Env {
     fn postgres(test: &str) -> Option<Self> {
         let url = postgres_url(&format!("ownership::postgres::{test}"))?;
         let sep = if url.contains('?') { '&' } else { '?' };
-        let schema = idem_store::conformance::fresh_schema();
+        let schema = idem_store_conformance::fresh_schema();
         let store = format!("{url}{sep}idem_schema={schema}&idem_pool_size=4");
         Some(Env::with_store(tempfile::tempdir().unwrap(), store, true))
     }

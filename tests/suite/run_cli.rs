@@ -63,7 +63,7 @@ impl Drop for Env {
         // A failed test must not leave a run blocked on its gate.
         let _ = std::fs::write(self.path("gate"), "");
         if self.postgres {
-            idem_store::conformance::drop_postgres_schema(&self.store);
+            idem_store_conformance::drop_postgres_schema(&self.store);
         }
     }
 }
@@ -82,7 +82,7 @@ impl Env {
     fn postgres(test: &str) -> Option<Self> {
         let url = postgres_url(&format!("run_cli::postgres::{test}"))?;
         let sep = if url.contains('?') { '&' } else { '?' };
-        let schema = idem_store::conformance::fresh_schema();
+        let schema = idem_store_conformance::fresh_schema();
         Some(Env {
             dir: tempfile::tempdir().unwrap(),
             store: format!("{url}{sep}idem_schema={schema}&idem_pool_size=4"),

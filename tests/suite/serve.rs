@@ -11,8 +11,8 @@ use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use idem_store::conformance::{drop_postgres_schema, fresh_schema};
 use idem_store::{AttemptFilter, ListFilter, RecordState, Store, StoreOptions};
+use idem_store_conformance::{drop_postgres_schema, fresh_schema};
 use idem_tests::{idem_bin, policy_path, postgres_url, workspace_root};
 use serde_json::{Value, json};
 

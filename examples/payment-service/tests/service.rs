@@ -65,7 +65,7 @@ impl Drop for Process {
 fn stores(test: &str, dir: &std::path::Path) -> Vec<String> {
     let mut urls = vec![format!("sqlite:{}", dir.join("idem.db").display())];
     if let Some(url) = idem_tests::postgres_url(test) {
-        let schema = idem_store::conformance::fresh_schema();
+        let schema = idem_store_conformance::fresh_schema();
         let sep = if url.contains('?') { '&' } else { '?' };
         urls.push(format!("{url}{sep}idem_schema={schema}&idem_pool_size=4"));
     }

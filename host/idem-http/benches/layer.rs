@@ -226,7 +226,7 @@ fn main() {
     );
     match std::env::var("IDEM_TEST_POSTGRES_URL") {
         Ok(url) => {
-            let schema = idem_store::conformance::fresh_schema();
+            let schema = idem_store_conformance::fresh_schema();
             let sep = if url.contains('?') { '&' } else { '?' };
             bench_store(
                 &runtime,

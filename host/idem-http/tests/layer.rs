@@ -206,7 +206,7 @@ async fn replays_a_completed_request_on_postgres() {
     let Some(url) = idem_tests::postgres_url("replays_a_completed_request_on_postgres") else {
         return;
     };
-    let schema = idem_store::conformance::fresh_schema();
+    let schema = idem_store_conformance::fresh_schema();
     let sep = if url.contains('?') { '&' } else { '?' };
     replays_a_completed_request(&format!("{url}{sep}idem_schema={schema}&idem_pool_size=2")).await;
 }

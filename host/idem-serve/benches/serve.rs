@@ -127,7 +127,7 @@ fn main() {
         format!("sqlite:{}", dir.path().join("idem.db").display()),
     )];
     if let Ok(url) = std::env::var("IDEM_TEST_POSTGRES_URL") {
-        let schema = idem_store::conformance::fresh_schema();
+        let schema = idem_store_conformance::fresh_schema();
         let sep = if url.contains('?') { '&' } else { '?' };
         stores.push((
             "PostgreSQL".into(),

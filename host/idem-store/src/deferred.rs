@@ -57,16 +57,8 @@ impl Deferred {
             // its kind before it is open.
             batching: match parsed {
                 StoreUrl::Memory => Batching::NONE,
-                StoreUrl::Sqlite { .. } => Batching {
-                    shares_commits: true,
-                    in_flight: 1,
-                    one_transaction: true,
-                },
-                StoreUrl::Postgres(_) => Batching {
-                    shares_commits: true,
-                    in_flight: 4,
-                    one_transaction: false,
-                },
+                StoreUrl::Sqlite { .. } => crate::sqlite::BATCHING,
+                StoreUrl::Postgres(_) => crate::postgres::BATCHING,
             },
             store: OnceCell::new(),
         })

@@ -12,9 +12,8 @@
 //!   conditional on the holder's fence still being current: a deposed holder
 //!   gets [`StoreError::Fenced`] and changes nothing.
 //!
-//! Rules every store follows (the `conformance` module, behind the feature
-//! of that name, checks them; the memory, SQLite and PostgreSQL stores all
-//! pass it):
+//! Rules every store follows (the `idem-store-conformance` crate checks
+//! them; the memory, SQLite and PostgreSQL stores all pass it):
 //!
 //! - **One transaction per call.** Every method reads the store clock, reads
 //!   the record and writes it inside one transaction; no caller ever passes a
@@ -96,9 +95,6 @@ mod sqlite;
 mod store;
 mod url;
 mod vocabulary;
-
-#[cfg(feature = "conformance")]
-pub mod conformance;
 
 pub use deferred::Deferred;
 pub use group_commit::{GroupCommit, GroupCommitOptions, GroupCommitStats, LaneStats};

@@ -2,7 +2,7 @@
 
 use async_trait::async_trait;
 
-use super::{BatchClaim, Call, Decide, Written};
+use super::{BatchAnswer, Call, Decide, Written};
 use crate::port::Batching;
 use crate::vocabulary::StoreError;
 use crate::vocabulary::{AttemptEntry, AttemptFilter};
@@ -103,7 +103,7 @@ pub trait RecordBackend: Send + Sync + 'static {
     async fn batch_claim(
         &self,
         _requests: &[&ClaimRequest],
-    ) -> Result<Option<Vec<BatchClaim>>, StoreError> {
+    ) -> Result<Option<Vec<BatchAnswer>>, StoreError> {
         Ok(None)
     }
 

@@ -107,7 +107,7 @@ pub struct Written {
 
 /// One request's answer from [`RecordBackend::batch_claim`].
 #[derive(Debug)]
-pub enum BatchClaim {
+pub enum BatchAnswer {
     /// The statement inserted the record: what it wrote.
     Inserted(Written),
     /// A record existed: the machine decides on it, at this clock. (A

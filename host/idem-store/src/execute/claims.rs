@@ -6,8 +6,8 @@ use std::collections::HashMap;
 
 use super::checked::fresh_claim;
 use super::{Prepared, Slot, first_occurrences, in_one_transaction, one_at_a_time};
-use crate::backend::{BatchClaim, Call, Decide, RecordBackend, Step};
-use crate::machine::{self, ClaimStep};
+use crate::backend::{BatchAnswer, Call, Decide, RecordBackend, Step};
+use crate::machine::{self, ClaimDecision};
 use crate::port::Writes;
 use crate::vocabulary::StoreError;
 use crate::vocabulary::{AttemptEntry, AttemptEvent};
@@ -44,11 +44,11 @@ pub(super) fn claim_call(request: &ClaimRequest) -> Call {
 pub(super) fn claim_decision(request: ClaimRequest) -> Decide<ClaimOutcome> {
     Box::new(move |current, now, fences| {
         Ok(match machine::claim(current, &request, now) {
-            ClaimStep::Existing(existing) => Step::done(ClaimOutcome::Existing(existing)),
-            ClaimStep::Held(record) => {
+            ClaimDecision::Existing(existing) => Step::done(ClaimOutcome::Existing(existing)),
+            ClaimDecision::Held(record) => {
                 Step::done(ClaimOutcome::Claimed(machine::claim_of(&record)))
             }
-            ClaimStep::Insert => {
+            ClaimDecision::Insert => {
                 let record = machine::new_record(&request, fences.next_fence()?, now);
                 let claim = machine::claim_of(&record);
                 let entry = executed_entry(&record, &request, now);
@@ -145,26 +145,26 @@ async fn claim_batched<B: RecordBackend>(
     for (&i, answer) in sent.iter().zip(answers) {
         let request = &requests[i];
         slots[i] = match answer {
-            BatchClaim::Refused(refused) => Slot::Done(Err(refused)),
-            BatchClaim::Single => Slot::Single,
-            BatchClaim::Inserted(written) => {
+            BatchAnswer::Refused(refused) => Slot::Done(Err(refused)),
+            BatchAnswer::Single => Slot::Single,
+            BatchAnswer::Inserted(written) => {
                 let (record, claim) = fresh_claim("a batch claim", request, &written);
                 seen.insert(i, (record, written.now_ms));
                 Slot::Done(Ok(ClaimOutcome::Claimed(claim)))
             }
-            BatchClaim::Found(record, now) => match machine::claim(Some(record), request, now) {
-                ClaimStep::Existing(existing) => {
+            BatchAnswer::Found(record, now) => match machine::claim(Some(record), request, now) {
+                ClaimDecision::Existing(existing) => {
                     seen.insert(i, (existing.view.record.clone(), now));
                     Slot::Done(Ok(ClaimOutcome::Existing(existing)))
                 }
-                ClaimStep::Held(record) => {
+                ClaimDecision::Held(record) => {
                     let claim = machine::claim_of(&record);
                     seen.insert(i, (*record, now));
                     Slot::Done(Ok(ClaimOutcome::Claimed(claim)))
                 }
                 // Past its retention: replaced under a lock on the single
                 // path.
-                ClaimStep::Insert => Slot::Single,
+                ClaimDecision::Insert => Slot::Single,
             },
         };
     }
@@ -174,7 +174,7 @@ async fn claim_batched<B: RecordBackend>(
     for (i, request) in requests.iter().enumerate() {
         if let Slot::SameAs(first) = slots[i]
             && let Some((record, now)) = seen.get(&first)
-            && let ClaimStep::Existing(existing) =
+            && let ClaimDecision::Existing(existing) =
                 machine::claim(Some(record.clone()), request, *now)
         {
             slots[i] = Slot::Done(Ok(ClaimOutcome::Existing(existing)));

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use idem_core::RecordState;
 
-use super::{after, fenced, in_progress_retention, is_expired, live, millis};
+use super::{after, fenced, in_progress_retention, is_expired, live, millis, not_eligible};
 use crate::{
     Claim, ClaimRequest, Existing, Holder, KeptOperation, Record, RecordKey, RecordView,
     StoreError, StoreOptions,
@@ -41,7 +41,7 @@ pub(crate) fn kept(mut request: ClaimRequest, options: &StoreOptions) -> ClaimRe
 }
 
 /// What a claim does with the current record.
-pub(crate) enum ClaimStep {
+pub(crate) enum ClaimDecision {
     /// No live record: allocate a fence and insert [`new_record`].
     Insert,
     /// A live record exists.
@@ -53,13 +53,15 @@ pub(crate) enum ClaimStep {
 }
 
 /// Decides a claim.
-pub(crate) fn claim(current: Option<Record>, request: &ClaimRequest, now_ms: u64) -> ClaimStep {
+pub(crate) fn claim(current: Option<Record>, request: &ClaimRequest, now_ms: u64) -> ClaimDecision {
     match live(current, now_ms) {
-        None => ClaimStep::Insert,
-        Some(record) if is_own_claim(&record, request, now_ms) => ClaimStep::Held(Box::new(record)),
+        None => ClaimDecision::Insert,
+        Some(record) if is_own_claim(&record, request, now_ms) => {
+            ClaimDecision::Held(Box::new(record))
+        }
         Some(record) => {
             let fingerprint_matches = record.fingerprint == request.fingerprint;
-            ClaimStep::Existing(Box::new(Existing {
+            ClaimDecision::Existing(Box::new(Existing {
                 view: RecordView::at(record, now_ms),
                 fingerprint_matches,
             }))
@@ -154,14 +156,7 @@ pub(crate) fn take_over_check(
     now_ms: u64,
 ) -> Result<Record, StoreError> {
     let record = fenced(current, key, observed_fence, now_ms)?;
-    let refuse = |why| {
-        Err(StoreError::NotEligible {
-            key: key.clone(),
-            action: "taken over",
-            state: record.state,
-            why,
-        })
-    };
+    let refuse = |why| Err(not_eligible(key, "taken over", &record, why));
     match record.state {
         RecordState::FailedRetryable | RecordState::OutcomeUnknown => Ok(record),
         RecordState::InProgress if record.lease_until_ms <= now_ms => Ok(record),

@@ -26,7 +26,7 @@ mod review;
 
 pub(crate) use activation::{Change, activate, rollback};
 pub(crate) use claim::{
-    ClaimStep, claim, claim_of, held_by_attempt, kept, new_record, one_claim_per_attempt,
+    ClaimDecision, claim, claim_of, held_by_attempt, kept, new_record, one_claim_per_attempt,
     take_over_check, taken_over, validate,
 };
 use finish::truncate_error;
@@ -111,6 +111,22 @@ pub(super) fn held(
         });
     }
     Ok(record)
+}
+
+/// A record that may not take `action` (a take-over, a resolution) in its
+/// state, and why.
+pub(super) fn not_eligible(
+    key: &RecordKey,
+    action: &'static str,
+    record: &Record,
+    why: &'static str,
+) -> StoreError {
+    StoreError::NotEligible {
+        key: key.clone(),
+        action,
+        state: record.state,
+        why,
+    }
 }
 
 #[cfg(test)]

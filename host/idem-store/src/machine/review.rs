@@ -3,7 +3,7 @@
 
 use idem_core::RecordState;
 
-use super::{MAX_TIME_MS, check_name, checked_outcome, fenced, truncate_error};
+use super::{MAX_TIME_MS, check_name, checked_outcome, fenced, not_eligible, truncate_error};
 use crate::vocabulary::{Resolution, ResolveRequest};
 use crate::{Outcome, Record, RecordKey, StoreError};
 
@@ -48,14 +48,7 @@ pub(crate) fn resolve_check(
     now_ms: u64,
 ) -> Result<Record, StoreError> {
     let record = fenced(current, key, observed_fence, now_ms)?;
-    let refuse = |why| {
-        Err(StoreError::NotEligible {
-            key: key.clone(),
-            action: "resolved",
-            state: record.state,
-            why,
-        })
-    };
+    let refuse = |why| Err(not_eligible(key, "resolved", &record, why));
     match record.state {
         RecordState::OutcomeUnknown => Ok(record),
         RecordState::InProgress if record.lease_until_ms <= now_ms => Ok(record),

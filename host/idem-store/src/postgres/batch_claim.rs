@@ -16,7 +16,7 @@
 use tokio_postgres::types::ToSql;
 
 use super::PostgresStore;
-use crate::backend::{BatchClaim, Written};
+use crate::backend::{BatchAnswer, Written};
 use crate::machine;
 use crate::vocabulary::StoreError;
 use crate::vocabulary::{ClaimRequest, KeptOperation};
@@ -27,7 +27,7 @@ impl PostgresStore {
     pub(super) async fn claim_statement(
         &self,
         requests: &[&ClaimRequest],
-    ) -> Result<Vec<BatchClaim>, StoreError> {
+    ) -> Result<Vec<BatchAnswer>, StoreError> {
         let inner = &self.inner;
         let (manual, offset) = inner.clock();
         let clamp = |d| i64::try_from(machine::millis(d)).unwrap_or(i64::MAX);
@@ -99,12 +99,12 @@ impl PostgresStore {
             let epoch: Option<i64> = inner.column(row, "current_epoch")?;
             let current = epoch.map(|e| inner.unsigned(e, "epoch")).transpose()?;
             if let Err(stale) = machine::check_epoch(request.ownership.as_ref(), current) {
-                answers.push(BatchClaim::Refused(stale));
+                answers.push(BatchAnswer::Refused(stale));
                 continue;
             }
             let fence: Option<i64> = inner.column(row, "inserted_fence")?;
             answers.push(match fence {
-                Some(fence) => BatchClaim::Inserted(Written {
+                Some(fence) => BatchAnswer::Inserted(Written {
                     fence: inner.unsigned(fence, "fence")?,
                     now_ms,
                     row: if cfg!(debug_assertions) {
@@ -114,8 +114,8 @@ impl PostgresStore {
                     },
                 }),
                 None => match inner.decode_prefixed(row, "")? {
-                    Some(record) => BatchClaim::Found(record, now_ms),
-                    None => BatchClaim::Single,
+                    Some(record) => BatchAnswer::Found(record, now_ms),
+                    None => BatchAnswer::Single,
                 },
             });
         }

@@ -89,5 +89,19 @@ use open::Inner;
 pub use open::PostgresStore;
 #[cfg(feature = "postgres")]
 pub use schema::POSTGRES_SCHEMA_VERSION;
+/// What a batch costs a PostgreSQL store ([`crate::Writes::batching`]):
+/// one statement for a batch of claims or finishes, one round trip and one
+/// commit for all of them. The server flushes concurrent commits' WAL
+/// together: a few batch statements in flight keep it as busy as many
+/// single ones. What a batch statement leaves goes one call at a time, with
+/// its fast paths: a shared transaction would hold its row locks across
+/// round trips for nothing. Known from the URL before the store is opened
+/// ([`crate::Deferred`]).
+pub(crate) const BATCHING: crate::port::Batching = crate::port::Batching {
+    shares_commits: true,
+    in_flight: 4,
+    one_transaction: false,
+};
+
 pub use url::{DEFAULT_POOL_SIZE, DEFAULT_SCHEMA, PostgresUrl, TlsMode};
 pub(crate) use url::{is_postgres, redact};

@@ -94,11 +94,11 @@ impl PostgresStore {
         Ok(row.get(0))
     }
 
-    /// Drops the store's schema and everything in it (for the conformance
-    /// suite, which gives every test a schema of its own). Gives up rather
-    /// than wait long on a lock.
-    #[cfg(feature = "conformance")]
-    pub(crate) async fn drop_schema(&self) -> Result<(), StoreError> {
+    /// Drops the store's schema and everything in it: every record, the
+    /// attempt log, the registry. For tests that give each run a schema of
+    /// its own (the conformance suite does); never called by idem itself.
+    /// Gives up rather than wait long on a lock.
+    pub async fn drop_schema(&self) -> Result<(), StoreError> {
         let conn = self.inner.conn().await?;
         conn.batch_execute(&format!(
             "SET lock_timeout = '10s'; DROP SCHEMA IF EXISTS {} CASCADE",

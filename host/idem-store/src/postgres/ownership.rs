@@ -57,25 +57,11 @@ impl OwnershipBackend for PostgresStore {
         let inner = &self.inner;
         let (manual, offset) = inner.clock();
         let lease_ms = i64::try_from(machine::millis(lease)).unwrap_or(i64::MAX);
-        // Take it, else read who holds it; between the two statements the
-        // holder may release it or its lease may end: then try again.
+        // Read the lease and the clock, let the machine decide, then take
+        // it only if the row is still what was read; a row that changed in
+        // between (released, taken, renewed) is read and decided again.
         let mut retries = inner.retries("acquiring a job lease", "attempts racing other holders");
         loop {
-            let rows = inner
-                .query(
-                    "acquiring a job lease",
-                    &inner.sql.job_acquire,
-                    &[&job, &holder, &manual, &offset, &lease_ms],
-                )
-                .await?;
-            if let Some(row) = rows.first() {
-                return Ok(JobLeaseAcquire::Acquired(JobLease {
-                    job: job.to_string(),
-                    holder: holder.to_string(),
-                    fence: inner.unsigned(row.get(0), "a job-lease fence")?,
-                    lease_until_ms: inner.unsigned(row.get(1), "a job lease's end")?,
-                }));
-            }
             let rows = inner
                 .query(
                     "reading a job lease",
@@ -87,20 +73,39 @@ impl OwnershipBackend for PostgresStore {
                 .first()
                 .ok_or_else(|| inner.corrupt("the clock query returned no row".into()))?;
             let now = inner.unsigned(row.get(0), "the clock")?;
-            if let Some(holder) = row.get::<_, Option<String>>(1) {
-                let current = JobLease {
+            let observed: Option<i64> = row.get(2);
+            let current = match row.get::<_, Option<String>>(1) {
+                Some(holder) => Some(JobLease {
                     job: job.to_string(),
                     holder,
                     fence: inner.unsigned(row.get(2), "a job-lease fence")?,
                     lease_until_ms: inner.unsigned(row.get(3), "a job lease's end")?,
-                };
-                if let machine::JobStep::Held(current, remaining_ms) =
-                    machine::acquire_job(Some(current), now)
-                {
+                }),
+                None => None,
+            };
+            match machine::acquire_job(current, now) {
+                machine::JobStep::Held(current, remaining_ms) => {
                     return Ok(JobLeaseAcquire::Held {
                         current,
                         remaining_ms,
                     });
+                }
+                machine::JobStep::Take => {
+                    let rows = inner
+                        .query(
+                            "acquiring a job lease",
+                            &inner.sql.job_acquire,
+                            &[&job, &holder, &manual, &offset, &lease_ms, &observed],
+                        )
+                        .await?;
+                    if let Some(row) = rows.first() {
+                        return Ok(JobLeaseAcquire::Acquired(JobLease {
+                            job: job.to_string(),
+                            holder: holder.to_string(),
+                            fence: inner.unsigned(row.get(0), "a job-lease fence")?,
+                            lease_until_ms: inner.unsigned(row.get(1), "a job lease's end")?,
+                        }));
+                    }
                 }
             }
             retries.again()?;

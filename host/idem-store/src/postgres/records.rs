@@ -7,7 +7,7 @@ use tokio_postgres::types::ToSql;
 use super::connection::Attempt;
 use super::row::values;
 use super::{Inner, PostgresStore};
-use crate::backend::{BatchClaim, Call, Decide, Fences, RecordBackend, Written};
+use crate::backend::{BatchAnswer, Call, Decide, Fences, RecordBackend, Written};
 use crate::codec::{self, AttemptRow, RecordRow, attempt_values};
 use crate::machine;
 use crate::port::Batching;
@@ -235,18 +235,8 @@ impl RecordBackend for PostgresStore {
         &self.inner.options
     }
 
-    /// One statement for a batch of claims or finishes: one round trip and
-    /// one commit for all of them. The server flushes concurrent commits'
-    /// WAL together: a few batch statements in flight keep it as busy as
-    /// many single ones. What a batch statement leaves goes one call at a
-    /// time, with its fast paths: a shared transaction would hold its row
-    /// locks across round trips for nothing.
     fn batching(&self) -> Batching {
-        Batching {
-            shares_commits: true,
-            in_flight: 4,
-            one_transaction: false,
-        }
+        super::BATCHING
     }
 
     async fn transact<T: Send + 'static>(
@@ -371,7 +361,7 @@ impl RecordBackend for PostgresStore {
     async fn batch_claim(
         &self,
         requests: &[&ClaimRequest],
-    ) -> Result<Option<Vec<BatchClaim>>, StoreError> {
+    ) -> Result<Option<Vec<BatchAnswer>>, StoreError> {
         self.claim_statement(requests).await.map(Some)
     }
 

@@ -49,10 +49,22 @@ mod schema;
 
 use std::time::Duration;
 
+use crate::port::Batching;
+
 #[cfg(feature = "sqlite")]
 pub use connection::SqliteStore;
 #[cfg(feature = "sqlite")]
 pub use schema::SCHEMA_VERSION;
+
+/// What a batch costs a SQLite store ([`crate::Writes::batching`]): one
+/// writer, and one write transaction carries any number of claims and
+/// finishes, one fsync for all of them. Known from the URL before the file
+/// is opened ([`crate::Deferred`]).
+pub(crate) const BATCHING: Batching = Batching {
+    shares_commits: true,
+    in_flight: 1,
+    one_transaction: true,
+};
 
 /// The `synchronous` setting (see the module docs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

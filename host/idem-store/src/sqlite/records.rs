@@ -143,15 +143,8 @@ impl RecordBackend for SqliteStore {
         &self.inner.options
     }
 
-    /// One write transaction for a batch: one commit, one fsync.
-    /// One writer, and one write transaction carries any number of claims
-    /// and finishes: one fsync for all of them.
     fn batching(&self) -> Batching {
-        Batching {
-            shares_commits: true,
-            in_flight: 1,
-            one_transaction: true,
-        }
+        super::BATCHING
     }
 
     /// One writer: every claim waits for the gc batch in progress, so a

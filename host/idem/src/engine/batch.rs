@@ -23,14 +23,14 @@ pub(crate) struct ToClaim {
 /// One operation's first claim, made in a batch by [`Engine::claim_batch`];
 /// [`Engine::begin_claimed`] finishes it.
 #[derive(Debug)]
-pub struct Claimed {
+pub struct FirstClaim {
     pub(super) op: Operation,
     pub(super) keyed: KeyedDerivation,
     pub(super) request: ClaimRequest,
     pub(super) first: Result<ClaimOutcome, StoreError>,
 }
 
-impl Claimed {
+impl FirstClaim {
     /// The operation.
     pub fn operation(&self) -> &Operation {
         &self.op
@@ -91,12 +91,12 @@ impl Engine {
     /// The first round of [`Engine::begin_derived`] for many operations in
     /// one store call ([`Writes::claim_many`](idem_store::Writes::claim_many):
     /// one round trip on PostgreSQL, one transaction on SQLite). Each
-    /// [`Claimed`] is then finished with [`Engine::begin_claimed`], which
+    /// [`FirstClaim`] is then finished with [`Engine::begin_claimed`], which
     /// settles a duplicate as `begin` would (asking the policy, waiting,
     /// taking over). A claim made here is live from now: start its effect
     /// soon (its lease runs) or let it expire. The error is a failure of the
     /// whole store call.
-    pub async fn claim_batch(&self, items: Vec<Derived>) -> Result<Vec<Claimed>, EngineError> {
+    pub async fn claim_batch(&self, items: Vec<Derived>) -> Result<Vec<FirstClaim>, EngineError> {
         let items = items.into_iter().map(|d| self.to_claim(d)).collect();
         self.claim_batch_keeping(items).await.map_err(|(e, _)| e)
     }
@@ -114,7 +114,7 @@ impl Engine {
     pub(crate) async fn claim_batch_keeping(
         &self,
         items: Vec<ToClaim>,
-    ) -> Result<Vec<Claimed>, (EngineError, Vec<ToClaim>)> {
+    ) -> Result<Vec<FirstClaim>, (EngineError, Vec<ToClaim>)> {
         let (found, fresh) = match self.claim_fresh(&items).await {
             Ok(answers) => answers,
             Err(e) => return Err((e, items)),
@@ -123,7 +123,7 @@ impl Engine {
         let mut claimed = Vec::with_capacity(items.len());
         for (ToClaim { op, keyed, request }, found) in items.into_iter().zip(found) {
             claimed.push(match found {
-                Some(f) => Claimed {
+                Some(f) => FirstClaim {
                     op,
                     keyed: f.keyed,
                     request: f.request,
@@ -136,7 +136,7 @@ impl Engine {
                         );
                         return Err((EngineError::Store(e), Vec::new()));
                     };
-                    Claimed {
+                    FirstClaim {
                         op,
                         keyed,
                         request,
@@ -185,8 +185,8 @@ impl Engine {
 
     /// Finishes what [`Engine::claim_batch`] started for one operation: the
     /// same answer [`Engine::begin_derived`] gives.
-    pub async fn begin_claimed(&self, claimed: Claimed) -> Result<Begin, EngineError> {
-        let Claimed {
+    pub async fn begin_claimed(&self, claimed: FirstClaim) -> Result<Begin, EngineError> {
+        let FirstClaim {
             op,
             keyed,
             request,

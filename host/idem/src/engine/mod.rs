@@ -63,7 +63,7 @@ use idem_store::{
 use crate::policy::LoadedPolicy;
 use answer_log::AnswerLog;
 
-pub use batch::Claimed;
+pub use batch::FirstClaim;
 pub(crate) use batch::ToClaim;
 pub use error::EngineError;
 pub use execution::{ExecContext, Execution};

@@ -16,7 +16,7 @@ use super::finisher::Finisher;
 use super::peers;
 use super::summary::{End, Outage, Summary};
 use super::{one, outage};
-use crate::engine::{Begin, Claimed, Engine, EngineError, ToClaim};
+use crate::engine::{Begin, Engine, EngineError, FirstClaim, ToClaim};
 
 /// How many operations run at once, how many store calls batch, and how
 /// long an operation a peer holds is waited for.
@@ -164,7 +164,7 @@ async fn claim_riding_out(
     batch: Vec<Fed>,
     budget: Duration,
     observer: &Observer,
-) -> (Vec<Claimed>, Option<(outage::GaveUp, usize)>) {
+) -> (Vec<FirstClaim>, Option<(outage::GaveUp, usize)>) {
     // Each request is made once: sent again, it carries the same holder
     // token, so a claim that committed while its answer was lost is found
     // to be this one (see `idem_store::HolderToken`).
@@ -222,7 +222,7 @@ async fn claim_riding_out(
 /// claim is sent again as the same request, within the outage budget.
 async fn begin<E>(
     shared: &Shared<E>,
-    claimed: Claimed,
+    claimed: FirstClaim,
     observer: &Observer,
 ) -> Result<Begin, EngineError> {
     if !claimed.may_call_the_store() {

@@ -11,7 +11,7 @@ use idem_core::Operation;
 
 use super::effect::{Effect, Performed, run_effect_recording};
 use super::{finisher, outage};
-use crate::engine::{Begin, Claimed, Engine, EngineError, Execution, ToClaim};
+use crate::engine::{Begin, Engine, EngineError, Execution, FirstClaim, ToClaim};
 
 /// [`Engine::begin`], trying again while the store is unavailable for up
 /// to `budget` (`Duration::ZERO`: give up at the first failure). `waiting`
@@ -36,7 +36,7 @@ pub async fn begin_riding_out(
 pub(crate) async fn settle_riding_out(
     engine: &Engine,
     item: ToClaim,
-    mut first: Option<Claimed>,
+    mut first: Option<FirstClaim>,
     budget: Duration,
     waiting: impl Fn(&EngineError),
 ) -> Result<Begin, EngineError> {
@@ -69,7 +69,7 @@ pub(crate) async fn settle_riding_out(
 }
 
 /// One claim, in a batch of one.
-async fn claim_one(engine: &Engine, item: ToClaim) -> Result<Claimed, EngineError> {
+async fn claim_one(engine: &Engine, item: ToClaim) -> Result<FirstClaim, EngineError> {
     match engine.claim_batch_keeping(vec![item]).await {
         Ok(mut claimed) => claimed.pop().ok_or_else(|| {
             EngineError::Store(idem_store::StoreError::Task(

@@ -208,6 +208,10 @@ impl Sql {
             membership: format!("SELECT epoch, members FROM {s}.memberships WHERE grp = $1"),
             // Takes the lease when absent, or when it ended by the store
             // clock (`acquired` holds this statement's "now").
+            // Takes the lease the machine decided to take
+            // (`machine::acquire_job`), conditional on the row still being
+            // the one it decided on: absent ($6 NULL: an insert that meets
+            // a row changes nothing), or the lease under fence $6.
             job_acquire: format!(
                 "INSERT INTO {s}.job_leases AS j (job, holder, fence, lease_until, acquired) \
                  SELECT $1::text, $2::text, nextval({fence_seq}), \
@@ -215,7 +219,7 @@ impl Sql {
                  FROM (SELECT {now34} AS ms) n \
                  ON CONFLICT (job) DO UPDATE SET holder = EXCLUDED.holder, fence = EXCLUDED.fence, \
                    lease_until = EXCLUDED.lease_until, acquired = EXCLUDED.acquired \
-                 WHERE j.lease_until <= EXCLUDED.acquired \
+                 WHERE j.fence = $6::int8 \
                  RETURNING fence, lease_until"
             ),
             job_get: format!(

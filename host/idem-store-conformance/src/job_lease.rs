@@ -4,7 +4,7 @@ use std::future::Future;
 
 use super::Fixture;
 use super::assert::{START_MS, claimed, fixture, key, ms, request};
-use crate::{JobLease, JobLeaseAcquire, StoreError, StoreOptions};
+use idem_store::{JobLease, JobLeaseAcquire, StoreError, StoreOptions};
 
 fn acquired(result: Result<JobLeaseAcquire, StoreError>) -> JobLease {
     match result {
@@ -38,7 +38,7 @@ where
     F: Fn(StoreOptions) -> Fut,
     Fut: Future<Output = Fixture>,
 {
-    let (fx, clock) = fixture(factory, crate::DEFAULT_MAX_OUTCOME_BYTES).await;
+    let (fx, clock) = fixture(factory, idem_store::DEFAULT_MAX_OUTCOME_BYTES).await;
     let store = &fx.store;
     let a = acquired(
         store

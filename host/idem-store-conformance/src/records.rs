@@ -9,7 +9,7 @@ use super::assert::{
     POLICY, START_MS, assert_fenced, assert_gone, assert_not_eligible, assert_not_in_progress,
     claimed, existing, fingerprint, fixture, holder, key, ms, request, view,
 };
-use crate::{Outcome, RecordKey, RecordState, StoreError, StoreOptions};
+use idem_store::{Outcome, RecordKey, RecordState, StoreError, StoreOptions};
 
 /// A claim inserts an in-progress record under a fresh fence; a duplicate
 /// sees it, with store-clock age and lease and whether its fingerprint
@@ -19,7 +19,7 @@ where
     F: Fn(StoreOptions) -> Fut,
     Fut: Future<Output = Fixture>,
 {
-    let (fx, clock) = fixture(factory, crate::DEFAULT_MAX_OUTCOME_BYTES).await;
+    let (fx, clock) = fixture(factory, idem_store::DEFAULT_MAX_OUTCOME_BYTES).await;
     let store = &fx.store;
     let k = key(1);
     assert_eq!(store.records().get(&k).await.expect("get"), None);
@@ -96,7 +96,7 @@ where
     F: Fn(StoreOptions) -> Fut,
     Fut: Future<Output = Fixture>,
 {
-    let (fx, clock) = fixture(factory, crate::DEFAULT_MAX_OUTCOME_BYTES).await;
+    let (fx, clock) = fixture(factory, idem_store::DEFAULT_MAX_OUTCOME_BYTES).await;
     let store = &fx.store;
     let k = key(1);
     let claim = claimed(store, request(&k, 1, 5_000, 60_000, 1)).await;
@@ -164,7 +164,7 @@ where
     F: Fn(StoreOptions) -> Fut,
     Fut: Future<Output = Fixture>,
 {
-    let (fx, clock) = fixture(factory, crate::DEFAULT_MAX_OUTCOME_BYTES).await;
+    let (fx, clock) = fixture(factory, idem_store::DEFAULT_MAX_OUTCOME_BYTES).await;
     let store = &fx.store;
     let k = key(1);
     let a = claimed(store, request(&k, 1, 1_000, 60_000, 1)).await;
@@ -243,7 +243,7 @@ where
     F: Fn(StoreOptions) -> Fut,
     Fut: Future<Output = Fixture>,
 {
-    let (fx, clock) = fixture(factory, crate::DEFAULT_MAX_OUTCOME_BYTES).await;
+    let (fx, clock) = fixture(factory, idem_store::DEFAULT_MAX_OUTCOME_BYTES).await;
     let store = &fx.store;
     let k = key(1);
     let a = claimed(store, request(&k, 1, 1_000, 60_000, 1)).await;
@@ -329,7 +329,7 @@ where
     F: Fn(StoreOptions) -> Fut,
     Fut: Future<Output = Fixture>,
 {
-    let (fx, clock) = fixture(factory, crate::DEFAULT_MAX_OUTCOME_BYTES).await;
+    let (fx, clock) = fixture(factory, idem_store::DEFAULT_MAX_OUTCOME_BYTES).await;
     let store = &fx.store;
     let k = key(1);
     let a = claimed(store, request(&k, 1, 1_000, 60_000, 1)).await;
@@ -355,7 +355,7 @@ where
     F: Fn(StoreOptions) -> Fut,
     Fut: Future<Output = Fixture>,
 {
-    let (fx, clock) = fixture(factory, crate::DEFAULT_MAX_OUTCOME_BYTES).await;
+    let (fx, clock) = fixture(factory, idem_store::DEFAULT_MAX_OUTCOME_BYTES).await;
     let store = &fx.store;
     let (k1, k2) = (key(1), key(2));
     let a = claimed(store, request(&k1, 1, 1_000, 60_000, 1)).await;
@@ -403,7 +403,7 @@ where
     F: Fn(StoreOptions) -> Fut,
     Fut: Future<Output = Fixture>,
 {
-    let (fx, clock) = fixture(factory, crate::DEFAULT_MAX_OUTCOME_BYTES).await;
+    let (fx, clock) = fixture(factory, idem_store::DEFAULT_MAX_OUTCOME_BYTES).await;
     let store = &fx.store;
     let k = key(1);
     let a = claimed(store, request(&k, 1, 1_000, 60_000, 1)).await;
@@ -446,7 +446,7 @@ where
     F: Fn(StoreOptions) -> Fut,
     Fut: Future<Output = Fixture>,
 {
-    let (fx, _clock) = fixture(factory, crate::DEFAULT_MAX_OUTCOME_BYTES).await;
+    let (fx, _clock) = fixture(factory, idem_store::DEFAULT_MAX_OUTCOME_BYTES).await;
     let store = &fx.store;
     let k = key(1);
     let a = claimed(store, request(&k, 1, 60_000, 60_000, 1)).await;
@@ -503,7 +503,7 @@ where
     F: Fn(StoreOptions) -> Fut,
     Fut: Future<Output = Fixture>,
 {
-    let (fx, clock) = fixture(factory, crate::DEFAULT_MAX_OUTCOME_BYTES).await;
+    let (fx, clock) = fixture(factory, idem_store::DEFAULT_MAX_OUTCOME_BYTES).await;
     let store = &fx.store;
     let k = key(1);
     let a = claimed(store, request(&k, 1, 1_000, 60_000, 1)).await;

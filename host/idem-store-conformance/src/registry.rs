@@ -7,7 +7,7 @@ use std::future::Future;
 
 use super::Fixture;
 use super::assert::{fixture, ms};
-use crate::{Activation, DualRead, RegistryAction, Rollback, Store, StoreError, StoreOptions};
+use idem_store::{Activation, DualRead, RegistryAction, Rollback, Store, StoreError, StoreOptions};
 
 fn digest(n: u8) -> String {
     format!("sha256:{}", format!("{n:02x}").repeat(32))
@@ -60,7 +60,7 @@ where
     F: Fn(StoreOptions) -> Fut,
     Fut: Future<Output = Fixture>,
 {
-    let (fx, clock) = fixture(factory, crate::DEFAULT_MAX_OUTCOME_BYTES).await;
+    let (fx, clock) = fixture(factory, idem_store::DEFAULT_MAX_OUTCOME_BYTES).await;
     let store = &fx.store;
     let name = store.describe();
     assert_eq!(
@@ -276,7 +276,7 @@ where
     F: Fn(StoreOptions) -> Fut,
     Fut: Future<Output = Fixture>,
 {
-    let (fx, _clock) = fixture(factory, crate::DEFAULT_MAX_OUTCOME_BYTES).await;
+    let (fx, _clock) = fixture(factory, idem_store::DEFAULT_MAX_OUTCOME_BYTES).await;
     let store: Store = fx.store.clone();
     store
         .registry()

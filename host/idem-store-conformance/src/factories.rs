@@ -7,11 +7,11 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use crate::{MemoryStore, Store, StoreOptions};
+use idem_store::{MemoryStore, Store, StoreOptions};
 #[cfg(feature = "postgres")]
-use crate::{PostgresStore, PostgresUrl};
+use idem_store::{PostgresStore, PostgresUrl};
 #[cfg(feature = "sqlite")]
-use crate::{SqliteOptions, SqliteStore, Synchronous};
+use idem_store::{SqliteOptions, SqliteStore, Synchronous};
 
 /// A boxed, sendable future.
 pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
@@ -221,7 +221,7 @@ pub fn postgres_factory(
     }
 }
 
-/// `factory`'s stores behind a [`crate::GroupCommit`] (grouping always, on
+/// `factory`'s stores behind a [`idem_store::GroupCommit`] (grouping always, on
 /// any store, two calls of a kind in flight at most): the same checks must
 /// hold when concurrent claims and finishes share store calls. `reopen`
 /// wraps the reopened store too.
@@ -238,11 +238,11 @@ where
             let wrap = |store: Store| -> Store {
                 // Two calls of a kind in flight: both the waiting line and
                 // batches racing each other are exercised.
-                let options = crate::GroupCommitOptions {
+                let options = idem_store::GroupCommitOptions {
                     max_in_flight: Some(2),
-                    ..crate::GroupCommitOptions::default()
+                    ..idem_store::GroupCommitOptions::default()
                 };
-                store.with_writes(Arc::new(crate::GroupCommit::new(
+                store.with_writes(Arc::new(idem_store::GroupCommit::new(
                     store.writes_handle(),
                     options,
                 )))

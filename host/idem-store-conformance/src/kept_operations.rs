@@ -6,7 +6,7 @@ use std::future::Future;
 
 use super::Fixture;
 use super::assert::{claimed, fixture, key, operation_of, request, view};
-use crate::{
+use idem_store::{
     ClaimOutcome, ClaimRequest, KeptOperation, MAX_KEPT_OPERATION_BYTES, NotKept, Outcome,
     RecordKey, Store, StoreError, StoreOptions,
 };
@@ -42,7 +42,7 @@ where
     F: Fn(StoreOptions) -> Fut,
     Fut: Future<Output = Fixture>,
 {
-    let (fx, clock) = fixture(factory, crate::DEFAULT_MAX_OUTCOME_BYTES).await;
+    let (fx, clock) = fixture(factory, idem_store::DEFAULT_MAX_OUTCOME_BYTES).await;
     let store = &fx.store;
     let name = store.describe();
     let expect = |k: &RecordKey| Some(KeptOperation::Kept(operation_of(k)));
@@ -149,7 +149,7 @@ where
     F: Fn(StoreOptions) -> Fut,
     Fut: Future<Output = Fixture>,
 {
-    let (fx, _clock) = fixture(factory, crate::DEFAULT_MAX_OUTCOME_BYTES).await;
+    let (fx, _clock) = fixture(factory, idem_store::DEFAULT_MAX_OUTCOME_BYTES).await;
     let store = &fx.store;
     let name = store.describe();
     let at_bound = operation_of_len(MAX_KEPT_OPERATION_BYTES);
@@ -205,7 +205,7 @@ where
     F: Fn(StoreOptions) -> Fut,
     Fut: Future<Output = Fixture>,
 {
-    let clock = crate::ManualClock::new(super::START_MS);
+    let clock = idem_store::ManualClock::new(super::START_MS);
     let fx = factory(StoreOptions {
         clock: clock.store_clock(),
         keep_operations: false,

@@ -1,6 +1,6 @@
 //! Claims sent again after their answer was lost: the connection dropped
 //! after the commit, so the claimer cannot know whether its claim was made.
-//! A claim attempt carries a token ([`crate::HolderToken`]) stored with the
+//! A claim attempt carries a token ([`idem_store::HolderToken`]) stored with the
 //! record; the same request sent again finds its own record and goes on as
 //! that claim, where any other claimer (another token, or none) finds it in
 //! progress.
@@ -9,7 +9,7 @@ use std::future::Future;
 
 use super::Fixture;
 use super::assert::{claimed, existing, fixture, holder, key, ms, request, view};
-use crate::{
+use idem_store::{
     AttemptEvent, AttemptFilter, ClaimOutcome, ClaimRequest, Holder, HolderToken, Outcome,
     RecordKey, RecordState, StoreError, StoreOptions,
 };
@@ -25,7 +25,7 @@ fn attempt(key: &RecordKey, fp: u32, lease_ms: u64, who: u32) -> ClaimRequest {
     }
 }
 
-async fn events(store: &crate::Store, key: &RecordKey) -> Vec<(AttemptEvent, u64)> {
+async fn events(store: &idem_store::Store, key: &RecordKey) -> Vec<(AttemptEvent, u64)> {
     store
         .records()
         .attempts(AttemptFilter {
@@ -54,7 +54,7 @@ where
     F: Fn(StoreOptions) -> Fut,
     Fut: Future<Output = Fixture>,
 {
-    let (fx, clock) = fixture(factory, crate::DEFAULT_MAX_OUTCOME_BYTES).await;
+    let (fx, clock) = fixture(factory, idem_store::DEFAULT_MAX_OUTCOME_BYTES).await;
     let store = &fx.store;
     let who = store.describe();
 
@@ -176,7 +176,7 @@ where
 fn claims(
     answers: Result<Vec<Result<ClaimOutcome, StoreError>>, StoreError>,
     who: &str,
-) -> Vec<crate::Claim> {
+) -> Vec<idem_store::Claim> {
     answers
         .unwrap_or_else(|e| panic!("{who}: claim_many: {e}"))
         .into_iter()

@@ -9,7 +9,7 @@ use super::assert::resolution;
 use super::assert::{
     START_MS, assert_fenced, claimed, existing, fixture, holder, key, ms, request, view,
 };
-use crate::{
+use idem_store::{
     AttemptEntry, AttemptEvent, AttemptFilter, Digest, Ending, Finish, Outcome, RecordKey,
     RecordState, Resolution, Store, StoreError, StoreOptions,
 };
@@ -61,14 +61,14 @@ fn answer(key: &RecordKey, fence: u64, event: AttemptEvent, who: u32, at: u64) -
 /// holder of its fence), a take-over, a mark-unknown, and a refused late
 /// write (`fenced`, naming only its fence); a claim that found a record
 /// logs nothing (its answer is the caller's to log, with
-/// [`Records::log_answers`](crate::Records::log_answers), at the time the caller gives). Ids increase in
+/// [`Records::log_answers`](idem_store::Records::log_answers), at the time the caller gives). Ids increase in
 /// commit order; the filters select by key, namespace, time and id.
 pub async fn attempt_log_follows_every_change<F, Fut>(factory: &F)
 where
     F: Fn(StoreOptions) -> Fut,
     Fut: Future<Output = Fixture>,
 {
-    let (fx, clock) = fixture(factory, crate::DEFAULT_MAX_OUTCOME_BYTES).await;
+    let (fx, clock) = fixture(factory, idem_store::DEFAULT_MAX_OUTCOME_BYTES).await;
     let store = &fx.store;
     let name = store.describe();
 
@@ -246,7 +246,7 @@ where
     let fences: Vec<u64> = batch[..2]
         .iter()
         .map(|r| match r {
-            Ok(crate::ClaimOutcome::Claimed(c)) => c.fence,
+            Ok(idem_store::ClaimOutcome::Claimed(c)) => c.fence,
             other => panic!("{name}: expected a claim, got {other:?}"),
         })
         .collect();
@@ -390,7 +390,7 @@ where
     F: Fn(StoreOptions) -> Fut,
     Fut: Future<Output = Fixture>,
 {
-    let (fx, clock) = fixture(factory, crate::DEFAULT_MAX_OUTCOME_BYTES).await;
+    let (fx, clock) = fixture(factory, idem_store::DEFAULT_MAX_OUTCOME_BYTES).await;
     let store = &fx.store;
     let name = store.describe();
     let completed = |k: RecordKey, fence: u64| async move {
@@ -460,7 +460,7 @@ where
     F: Fn(StoreOptions) -> Fut,
     Fut: Future<Output = Fixture>,
 {
-    let clock = crate::ManualClock::new(START_MS);
+    let clock = idem_store::ManualClock::new(START_MS);
     let fx = factory(StoreOptions {
         clock: clock.store_clock(),
         attempt_log: false,
@@ -486,7 +486,7 @@ where
     let fences: Vec<u64> = batch
         .iter()
         .map(|r| match r {
-            Ok(crate::ClaimOutcome::Claimed(c)) => c.fence,
+            Ok(idem_store::ClaimOutcome::Claimed(c)) => c.fence,
             other => panic!("{name}: {other:?}"),
         })
         .collect();

@@ -8,7 +8,7 @@ use super::assert::{
     START_MS, assert_fenced, assert_gone, assert_not_in_progress, assert_stale, claimed,
     fingerprint, fixture, holder, join, key, ms, owned, request, view,
 };
-use crate::{
+use idem_store::{
     Claim, ClaimOutcome, ClaimRequest, Ending, Finish, Outcome, RecordState, StoreError,
     StoreOptions,
 };
@@ -25,7 +25,7 @@ where
     F: Fn(StoreOptions) -> Fut,
     Fut: Future<Output = Fixture>,
 {
-    let (fx, clock) = fixture(factory, crate::DEFAULT_MAX_OUTCOME_BYTES).await;
+    let (fx, clock) = fixture(factory, idem_store::DEFAULT_MAX_OUTCOME_BYTES).await;
     let store = &fx.store;
     let name = store.describe();
     assert!(
@@ -290,14 +290,14 @@ where
 /// finding its first claim's record, a finish of a claim made earlier, a
 /// deposed holder's finish fenced, an invalid claim and an oversized
 /// outcome refused alone, the answers in the writes' order. Where the store
-/// batches in one transaction ([`crate::Batching::one_transaction`]) all of it is one commit;
+/// batches in one transaction ([`idem_store::Batching::one_transaction`]) all of it is one commit;
 /// elsewhere claims and finishes go as a batch of each.
 pub async fn write_many_is_writes_in_order<F, Fut>(factory: &F)
 where
     F: Fn(StoreOptions) -> Fut,
     Fut: Future<Output = Fixture>,
 {
-    use crate::{Write, WriteOutcome};
+    use idem_store::{Write, WriteOutcome};
 
     let (fx, clock) = fixture(factory, 64).await;
     let store = &fx.store;

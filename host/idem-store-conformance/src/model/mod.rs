@@ -16,8 +16,8 @@ use std::time::Duration;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 
-use crate::conformance::{Fixture, START_MS, fingerprint, holder, key, request};
-use crate::{Ending, Finish, ManualClock, Outcome, Record, RecordState, Store, StoreOptions};
+use crate::{Fixture, START_MS, fingerprint, holder, key, request};
+use idem_store::{Ending, Finish, ManualClock, Outcome, Record, RecordState, Store, StoreOptions};
 
 /// Returns the formatted divergence from a check unless `cond` holds.
 macro_rules! ensure {

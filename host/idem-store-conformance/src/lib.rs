@@ -1,4 +1,4 @@
-//! The conformance suite every store must pass (feature `conformance`).
+//! The conformance suite every idem store must pass.
 //!
 //! Each check is a public async function taking a *factory*: a closure that
 //! makes a fresh, empty store from [`StoreOptions`]. The suite passes in a
@@ -9,7 +9,7 @@
 //! A check panics (with the store's description) when the store misbehaves.
 //!
 //! ```no_run
-//! use idem_store::conformance;
+//! use idem_store_conformance as conformance;
 //! # async fn demo() {
 //! conformance::run_all(&conformance::memory_factory()).await;
 //! conformance::run_all(&conformance::sqlite_factory(Default::default())).await;
@@ -23,7 +23,7 @@
 //! [`run_all`] and the crate's per-store test modules are generated from
 //! that list, so a new check is added there.
 //!
-//! [`ManualClock`]: crate::ManualClock
+//! [`ManualClock`]: idem_store::ManualClock
 
 mod assert;
 mod attempt_log;
@@ -75,18 +75,17 @@ pub use store_wide::{
     outcome_size_cap, retention_and_gc,
 };
 
-use crate::StoreOptions;
+use idem_store::StoreOptions;
 
 /// The list of conformance checks, kept once: calls `$callback! { check,
-/// check, … }` with the name of every check in [`idem_store::conformance`]
+/// check, … }` with the name of every check in this crate
 /// (in the order [`run_all`] runs them).
 ///
 /// [`run_all`] is generated from it, and so are the per-store test modules
 /// of the crate's tests (`tests/conformance/main.rs`), which a crate testing a
 /// store of its own can copy.
 ///
-/// [`idem_store::conformance`]: crate::conformance
-/// [`run_all`]: crate::conformance::run_all
+/// [`run_all`]: crate::run_all
 #[macro_export]
 macro_rules! for_each_conformance_check {
     ($callback:ident) => {

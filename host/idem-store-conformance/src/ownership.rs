@@ -8,7 +8,7 @@ use super::assert::{
     assert_fenced, assert_stale, claimed, existing, fixture, holder, join, key, ms, names, owned,
     request, token, view,
 };
-use crate::{Outcome, RecordState, StoreError, StoreOptions};
+use idem_store::{Outcome, RecordState, StoreError, StoreOptions};
 
 /// Memberships and their epochs: registering the same members (in any
 /// order, with repeats) keeps the epoch; different members move it, from a
@@ -19,7 +19,7 @@ where
     F: Fn(StoreOptions) -> Fut,
     Fut: Future<Output = Fixture>,
 {
-    let (fx, _clock) = fixture(factory, crate::DEFAULT_MAX_OUTCOME_BYTES).await;
+    let (fx, _clock) = fixture(factory, idem_store::DEFAULT_MAX_OUTCOME_BYTES).await;
     let store = fx.store.clone();
     assert_eq!(
         store.ownership().membership("nightly").await.expect("read"),
@@ -90,7 +90,7 @@ where
     F: Fn(StoreOptions) -> Fut,
     Fut: Future<Output = Fixture>,
 {
-    let (fx, clock) = fixture(factory, crate::DEFAULT_MAX_OUTCOME_BYTES).await;
+    let (fx, clock) = fixture(factory, idem_store::DEFAULT_MAX_OUTCOME_BYTES).await;
     let store = &fx.store;
     // No membership yet: no epoch is current.
     assert_stale(

@@ -12,12 +12,12 @@ use std::path::Path;
 use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
-use idem_store::conformance::{self, memory_factory, request, sqlite_factory};
 use idem_store::{
     AttemptFilter, ClaimOutcome, ManualClock, OpenErrorKind, Outcome, Ownership, RecordState,
     Records, SqliteOptions, SqliteStore, Store, StoreClock, StoreError, StoreOptions, StoreUrl,
     Synchronous, Writes,
 };
+use idem_store_conformance::{self as conformance, memory_factory, request, sqlite_factory};
 
 macro_rules! conformance {
     ($($check:ident),* $(,)?) => {
@@ -25,7 +25,7 @@ macro_rules! conformance {
             $(
                 #[tokio::test]
                 async fn $check() {
-                    idem_store::conformance::$check(&idem_store::conformance::memory_factory()).await;
+                    idem_store_conformance::$check(&idem_store_conformance::memory_factory()).await;
                 }
             )*
         }
@@ -33,8 +33,8 @@ macro_rules! conformance {
             $(
                 #[tokio::test]
                 async fn $check() {
-                    let factory = idem_store::conformance::sqlite_factory(Default::default());
-                    idem_store::conformance::$check(&factory).await;
+                    let factory = idem_store_conformance::sqlite_factory(Default::default());
+                    idem_store_conformance::$check(&factory).await;
                 }
             )*
         }
@@ -42,11 +42,11 @@ macro_rules! conformance {
             $(
                 #[tokio::test]
                 async fn $check() {
-                    let Some(url) = idem_store::conformance::postgres_test_url(concat!("postgres::", stringify!($check))) else {
+                    let Some(url) = idem_store_conformance::postgres_test_url(concat!("postgres::", stringify!($check))) else {
                         return;
                     };
-                    let factory = idem_store::conformance::postgres_factory(url);
-                    idem_store::conformance::$check(&factory).await;
+                    let factory = idem_store_conformance::postgres_factory(url);
+                    idem_store_conformance::$check(&factory).await;
                 }
             )*
         }
@@ -56,10 +56,10 @@ macro_rules! conformance {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $check() {
-                    let factory = idem_store::conformance::grouped(
-                        idem_store::conformance::sqlite_factory(Default::default()),
+                    let factory = idem_store_conformance::grouped(
+                        idem_store_conformance::sqlite_factory(Default::default()),
                     );
-                    idem_store::conformance::$check(&factory).await;
+                    idem_store_conformance::$check(&factory).await;
                 }
             )*
         }
@@ -67,13 +67,13 @@ macro_rules! conformance {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $check() {
-                    let Some(url) = idem_store::conformance::postgres_test_url(concat!("postgres_grouped::", stringify!($check))) else {
+                    let Some(url) = idem_store_conformance::postgres_test_url(concat!("postgres_grouped::", stringify!($check))) else {
                         return;
                     };
-                    let factory = idem_store::conformance::grouped(
-                        idem_store::conformance::postgres_factory(url),
+                    let factory = idem_store_conformance::grouped(
+                        idem_store_conformance::postgres_factory(url),
                     );
-                    idem_store::conformance::$check(&factory).await;
+                    idem_store_conformance::$check(&factory).await;
                 }
             )*
         }
@@ -81,21 +81,21 @@ macro_rules! conformance {
 }
 
 // One test per check and store, from the one list of checks.
-idem_store::for_each_conformance_check!(conformance);
+idem_store_conformance::for_each_conformance_check!(conformance);
 
-/// The names in [`idem_store::for_each_conformance_check!`], as strings.
+/// The names in [`idem_store_conformance::for_each_conformance_check!`], as strings.
 macro_rules! check_names {
     ($($check:ident),* $(,)?) => {
         [$(stringify!($check)),*]
     };
 }
 
-/// Every public check in `src/conformance/` (a `pub async fn` taking only a
+/// Every public check in `src/` (a `pub async fn` taking only a
 /// factory) is in the list of checks, once, and the list names nothing else:
 /// a check left out of the list would run nowhere.
 #[test]
 fn every_check_is_listed_once() {
-    let listed = idem_store::for_each_conformance_check!(check_names);
+    let listed = idem_store_conformance::for_each_conformance_check!(check_names);
     let mut unique: Vec<&str> = listed.to_vec();
     unique.sort_unstable();
     unique.dedup();
@@ -104,9 +104,9 @@ fn every_check_is_listed_once() {
         listed.len(),
         "a check listed twice: {listed:?}"
     );
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/conformance");
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let mut defined = Vec::new();
-    for entry in std::fs::read_dir(&dir).expect("read src/conformance") {
+    for entry in std::fs::read_dir(&dir).expect("read src") {
         let path = entry.expect("entry").path();
         if path.extension().is_none_or(|e| e != "rs") {
             continue;
@@ -122,7 +122,7 @@ fn every_check_is_listed_once() {
     assert!(!defined.is_empty(), "no checks found in {}", dir.display());
     assert_eq!(
         defined, unique,
-        "the checks defined in src/conformance/ and those in for_each_conformance_check! differ"
+        "the checks defined in src/ and those in for_each_conformance_check! differ"
     );
 }
 

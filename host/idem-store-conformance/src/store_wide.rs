@@ -8,7 +8,7 @@ use super::Fixture;
 use super::assert::{
     START_MS, assert_gone, claimed, fingerprint, fixture, holder, key, ms, request, view,
 };
-use crate::{
+use idem_store::{
     ListFilter, Outcome, RecordKey, RecordState, RecordView, StoreError, StoreOptions,
     TRUNCATION_MARK,
 };
@@ -20,7 +20,7 @@ where
     F: Fn(StoreOptions) -> Fut,
     Fut: Future<Output = Fixture>,
 {
-    let (fx, clock) = fixture(factory, crate::DEFAULT_MAX_OUTCOME_BYTES).await;
+    let (fx, clock) = fixture(factory, idem_store::DEFAULT_MAX_OUTCOME_BYTES).await;
     let store = &fx.store;
     let (k1, k2) = (key(1), key(2));
     let a = claimed(store, request(&k1, 1, 1_000, 10_000, 1)).await;
@@ -106,7 +106,7 @@ where
     F: Fn(StoreOptions) -> Fut,
     Fut: Future<Output = Fixture>,
 {
-    let (fx, clock) = fixture(factory, crate::DEFAULT_MAX_OUTCOME_BYTES).await;
+    let (fx, clock) = fixture(factory, idem_store::DEFAULT_MAX_OUTCOME_BYTES).await;
     let store = fx.store.clone();
     let mut last = 0;
     for n in 0..3 {
@@ -209,7 +209,7 @@ where
         .and_then(|o| o.error)
         .expect("error text");
     assert!(
-        error.len() <= crate::MAX_ERROR_BYTES && error.ends_with(TRUNCATION_MARK),
+        error.len() <= idem_store::MAX_ERROR_BYTES && error.ends_with(TRUNCATION_MARK),
         "{} bytes",
         error.len()
     );
@@ -222,7 +222,7 @@ where
     F: Fn(StoreOptions) -> Fut,
     Fut: Future<Output = Fixture>,
 {
-    let (fx, clock) = fixture(factory, crate::DEFAULT_MAX_OUTCOME_BYTES).await;
+    let (fx, clock) = fixture(factory, idem_store::DEFAULT_MAX_OUTCOME_BYTES).await;
     let store = &fx.store;
     let mut fences = Vec::new();
     for n in 0..4 {
@@ -295,7 +295,7 @@ where
     F: Fn(StoreOptions) -> Fut,
     Fut: Future<Output = Fixture>,
 {
-    let (fx, clock) = fixture(factory, crate::DEFAULT_MAX_OUTCOME_BYTES).await;
+    let (fx, clock) = fixture(factory, idem_store::DEFAULT_MAX_OUTCOME_BYTES).await;
     let store = &fx.store;
     let name = store.describe();
     // 2,500 short-lived records (more than two gc batches), 50 long-lived,
@@ -345,7 +345,7 @@ where
     );
     let left = store
         .records()
-        .attempts(crate::AttemptFilter::default())
+        .attempts(idem_store::AttemptFilter::default())
         .await
         .expect("attempts");
     assert_eq!(left.len(), 51, "{name}: only the kept records' entries");

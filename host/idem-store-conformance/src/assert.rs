@@ -5,7 +5,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use super::Fixture;
-use crate::{
+use idem_store::{
     Claim, ClaimOutcome, ClaimRequest, Digest, Existing, Holder, KeptOperation, ManualClock,
     Membership, OwnershipToken, RecordKey, RecordState, RecordView, Resolution, ResolveRequest,
     Store, StoreError, StoreOptions,

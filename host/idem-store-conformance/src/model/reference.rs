@@ -5,8 +5,8 @@
 use std::collections::BTreeMap;
 
 use super::KEYS;
-use crate::conformance::key;
-use crate::{ClaimOutcome, Outcome, Record, RecordState, StoreError};
+use crate::key;
+use idem_store::{ClaimOutcome, Outcome, Record, RecordState, StoreError};
 
 /// The model's record.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -157,7 +157,7 @@ pub(super) fn expect_claim(
     Ok(())
 }
 
-pub(super) async fn snapshot(store: &crate::Store) -> Result<BTreeMap<u8, Record>, String> {
+pub(super) async fn snapshot(store: &idem_store::Store) -> Result<BTreeMap<u8, Record>, String> {
     let mut out = BTreeMap::new();
     for k in 0..KEYS {
         if let Some(v) = store

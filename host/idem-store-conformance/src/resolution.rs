@@ -10,7 +10,7 @@ use super::assert::{
     view,
 };
 use super::attempt_log::{events_of, log_of};
-use crate::{
+use idem_store::{
     AttemptEvent, Outcome, RecordState, Resolution, ResolveRequest, StoreError, StoreOptions,
 };
 
@@ -51,7 +51,7 @@ where
         },
         // A reason past what the log keeps is refused, not cut short.
         ResolveRequest {
-            reason: "r".repeat(crate::vocabulary::MAX_NOTE_BYTES + 1),
+            reason: "r".repeat(idem_store::MAX_NOTE_BYTES + 1),
             ..resolution(&key(1), a.fence, done.clone())
         },
         resolution(

@@ -12,11 +12,11 @@ mod migrations;
 use std::sync::Arc;
 use std::time::Duration;
 
-use idem_store::conformance::{self, fresh_schema, postgres_test_url, request};
 use idem_store::{
     ClaimOutcome, ConnectErrorKind, ManualClock, MemoryStore, Ownership, PostgresStore,
     PostgresUrl, RecordKey, Records, StoreClock, StoreError, StoreOptions, StoreUrl, Writes,
 };
+use idem_store_conformance::{self as conformance, fresh_schema, postgres_test_url, request};
 use tokio::sync::Barrier;
 
 /// The test URL with a fresh schema.
