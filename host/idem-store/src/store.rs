@@ -18,6 +18,7 @@ use crate::vocabulary::StoreClock;
 pub struct Store(Arc<Capabilities>);
 
 /// What a [`Store`] shares among its clones: one handle to clone, not six.
+#[derive(Clone)]
 struct Capabilities {
     name: String,
     clock: StoreClock,
@@ -55,14 +56,9 @@ impl Store {
     /// [`crate::GroupCommit`] over [`Store::writes_handle`]); every other
     /// capability unchanged.
     pub fn with_writes(&self, writes: Arc<dyn Writes>) -> Self {
-        let this = &self.0;
         Store(Arc::new(Capabilities {
-            name: this.name.clone(),
-            clock: this.clock.clone(),
             writes,
-            records: this.records.clone(),
-            ownership: this.ownership.clone(),
-            registry: this.registry.clone(),
+            ..(*self.0).clone()
         }))
     }
 

@@ -52,8 +52,7 @@ impl<B: RecordBackend> Writes for B {
         &self,
         writes: Vec<Write>,
     ) -> Result<Vec<Result<WriteOutcome, StoreError>>, StoreError> {
-        let batching = RecordBackend::batching(self);
-        if !(batching.shares_commits && batching.one_transaction) {
+        if !RecordBackend::batching(self).one_transaction {
             return write_by_kind(self, writes).await;
         }
         let options = self.options();

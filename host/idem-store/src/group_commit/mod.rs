@@ -201,10 +201,12 @@ impl Writes for GroupCommit {
         &self,
         mut requests: Vec<ClaimRequest>,
     ) -> Result<Vec<Result<ClaimOutcome, StoreError>>, StoreError> {
-        machine::one_claim_per_attempt(&mut requests);
         if !self.mixed() || requests.len() >= self.claims.max_batch {
             return self.inner.claim_many(requests).await;
         }
+        // In line, the batch is decided with everyone else's writes: one
+        // claim per attempt here, as the store's own claim_many does.
+        machine::one_claim_per_attempt(&mut requests);
         let writes = requests.into_iter().map(Write::Claim).collect();
         Ok(self
             .claims
