@@ -15,6 +15,7 @@ mod guest_languages;
 mod hardening;
 mod job;
 mod lifecycle;
+mod operator_console;
 mod operators;
 mod outage;
 mod ownership;

@@ -56,6 +56,47 @@ fn example_policies_pass_their_cases_as_wasm() {
     }
 }
 
+// A case whose `expect` checks nothing fails alone: it still derives its
+// key, so the cases that compare theirs with it are judged on their own,
+// and a case naming a failed one twice says so once.
+#[test]
+fn an_empty_expect_fails_alone() {
+    let op = SEED_OP.split(",\"run\"").next().unwrap().to_string() + "}";
+    let cases = format!(
+        r#"{{"cases":[
+            {{"name":"empty","op":{op},"expect":{{}}}},
+            {{"name":"same","op":{op},"expect":{{"same_key_as":"empty","same_fingerprint_as":"empty"}}}},
+            {{"name":"bad","op":{{"kind":"charge","tenant":"acme","fields":{{}}}},"expect":{{"key":"00"}}}},
+            {{"name":"twice","op":{op},"expect":{{"same_key_as":"bad","same_fingerprint_as":"bad"}}}}
+        ]}}"#
+    );
+    let file = CasesFile::from_json(&cases).unwrap();
+    let report = run_cases(&mut Wasm(load("billing-charge")), &file);
+    let verdict: Vec<(&str, bool)> = report
+        .results
+        .iter()
+        .map(|r| (r.name.as_str(), r.passed))
+        .collect();
+    assert_eq!(
+        verdict,
+        [
+            ("empty", false),
+            ("same", true),
+            ("bad", false),
+            ("twice", false)
+        ],
+        "{:#?}",
+        report.results
+    );
+    assert!(report.results[0].detail.contains("checks nothing"));
+    let twice = &report.results[3].detail;
+    assert_eq!(
+        twice.matches("failed without deriving a key").count(),
+        1,
+        "{twice}"
+    );
+}
+
 /// A memoized policy answers exactly as the guest does (every case of both
 /// example policies, evaluated and then answered from memory), counts what
 /// it answered, and tells inputs apart down to the logical time.

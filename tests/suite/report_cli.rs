@@ -341,12 +341,23 @@ fn a_killed_run_re_run_by_hand_is_named_a_manual_rerun() {
             "echo ok",
         ));
         assert_eq!(rerun.status.code(), Some(1), "c2 went to review");
+        let said = text(&rerun.stdout);
+        // What waits for a person comes first, with the command to see it.
+        // (c2, and c1 too when the kill came before c1's end was written.)
+        let first = said.lines().next().unwrap_or_default();
+        assert!(
+            first.contains("of this run wait")
+                && first.contains("(outcome unknown 0, sent to review ")
+                && first.contains("): idem review --store"),
+            "{said}"
+        );
+        assert!(said.contains("rejected 0, sent to review "), "{said}");
         // The summary says why it found work asked for before.
         assert!(
-            text(&rerun.stdout)
-                .contains("why: 2 duplicates prevented: a manual re-run after a partial failure"),
-            "{}",
-            text(&rerun.stdout)
+            said.contains(
+                "why: 2 duplicates prevented: a re-run by hand after the first run had stopped"
+            ),
+            "{said}"
         );
         let report = env.report(&[]);
         assert_eq!(
@@ -357,7 +368,135 @@ fn a_killed_run_re_run_by_hand_is_named_a_manual_rerun() {
         // --run-id narrows to the keys that run asked for.
         let narrowed = env.report(&["--run-id", "nightly-7-rerun"]);
         assert_eq!(narrowed["keys"], 3);
+        the_bad_night_is_settled_and_reported(env, &report);
     });
+}
+
+/// The rest of the bad night: the report leads with what waits, with the
+/// invoice behind it; review shows it; a mistyped fence is named as such;
+/// resolve settles it and says which charge it was; the report then names
+/// the two runs (the resolution is a person's act, not a run), who settled
+/// what, and draws every event.
+fn the_bad_night_is_settled_and_reported(env: &Env, report: &Value) {
+    let waiting = &report["waiting_for_review"];
+    let n = waiting["total"].as_u64().unwrap();
+    assert!((1..=2).contains(&n), "{report:#}");
+    let lead = |n: u64| match n {
+        1 => "1 record waits for review".to_string(),
+        n => format!("{n} records wait for review"),
+    };
+    let i2 = waiting["first"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|w| w["operation"]["fields"]["invoice_id"] == "i2")
+        .expect("c2's charge waits");
+    assert_eq!(i2["operation"]["fields"]["amount"], "100");
+    let rerun = report["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["run"] == "nightly-7-rerun")
+        .expect("the re-run");
+    assert_eq!(
+        (rerun["sent_to_review"].as_u64(), rerun["refused"].as_u64()),
+        (Some(n), Some(0))
+    );
+    let out = output(env.idem(&["report", "--store", &env.store]));
+    let shown = text(&out.stdout);
+    assert!(
+        shown.starts_with(&format!("{}: idem review --store", lead(n))),
+        "{shown}"
+    );
+    assert!(shown.contains("charge for acme-i2: amount=100"), "{shown}");
+    let page = env.path("night.html");
+    let out = output(env.idem(&[
+        "report",
+        "--store",
+        &env.store,
+        "--html",
+        page.to_str().unwrap(),
+    ]));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let html = std::fs::read_to_string(&page).unwrap();
+    // (A replay only where c1's end was written before the kill.)
+    for drawn in [
+        "mark executed",
+        "mark marked-unknown",
+        "mark sent-to-review",
+    ] {
+        assert!(html.contains(drawn), "{drawn} is not drawn");
+    }
+    assert!(html.contains(&lead(n)));
+
+    let out = output(env.idem(&["review", "--store", &env.store]));
+    let review = text(&out.stdout);
+    assert!(review.starts_with(&lead(n)), "{review}");
+    assert!(
+        review.contains("operation: charge for acme-i2: amount=100 billing_period=2026-11 currency=EUR customer=c2 invoice_id=i2"),
+        "{review}"
+    );
+    assert!(review.contains("sent-to-review"), "{review}");
+    let record = env
+        .records()
+        .into_iter()
+        .find(|r| r["state"] == "outcome-unknown" && r["operation"]["fields"]["invoice_id"] == "i2")
+        .expect("the record in review");
+    let key = record["key"].as_str().unwrap().to_string();
+    let fence = record["fence"].as_u64().unwrap();
+    let typo = (fence + 5).to_string();
+    let resolve = |fence: &str| {
+        output(env.idem(&[
+            "resolve",
+            "--store",
+            &env.store,
+            &key,
+            "--completed",
+            "--fence",
+            fence,
+            "--reason",
+            "the provider shows the charge",
+        ]))
+    };
+    let out = resolve(&typo);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains(&format!("has no fence {typo} yet (it is at fence {fence})")),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = resolve(&fence.to_string());
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("operation: charge for acme-i2: amount=100"),
+        "{}",
+        text(&out.stdout)
+    );
+
+    let after = env.report(&[]);
+    let runs: Vec<&str> = after["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["run"].as_str().unwrap())
+        .collect();
+    assert_eq!(runs, ["nightly-7", "nightly-7-rerun"], "{after:#}");
+    assert_eq!(after["settled"][0]["by"], "alice");
+    assert_eq!(after["settled"][0]["resolution"], "resolved-completed");
+    assert_eq!(after["waiting_for_review"]["total"], n - 1);
+    let out = output(env.idem(&["report", "--store", &env.store]));
+    let shown = text(&out.stdout);
+    let now = if n == 1 {
+        "nothing waits for review".to_string()
+    } else {
+        lead(n - 1)
+    };
+    assert!(shown.starts_with(&now), "{shown}");
+    assert!(shown.contains("settled by a person:"), "{shown}");
+    assert!(
+        shown.contains("by alice: the provider shows the charge"),
+        "{shown}"
+    );
 }
 
 // A policy change between two runs moves every key: the second run

@@ -294,7 +294,7 @@ fn a_plain_rerun_says_it_is_a_rerun() {
     let out = text(&again.stdout);
     assert!(out.contains("replayed 3"), "{out}");
     assert!(
-        out.contains("why: 3 duplicates prevented: a later run after the first had stopped"),
+        out.contains("why: 3 duplicates prevented: a re-run after the first run had stopped"),
         "{out}"
     );
 }

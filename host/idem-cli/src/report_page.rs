@@ -6,29 +6,21 @@
 
 use std::fmt::Write as _;
 
-use idem::forensics::{self, Analysis, Cause};
+use idem::forensics::{self, Analysis, Cause, ShownEvent};
+use idem_serve::html_escape as esc;
 use idem_store::{AttemptEntry, AttemptEvent};
 
+use crate::subcommand::report::WaitingNow;
+use crate::subcommand::review::OPERATION_CHARS;
 use crate::when;
 
-/// Escapes text for HTML content and attribute values.
-fn esc(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
-}
-
-/// The colour of an event's mark, and its legend label.
-fn colour(event: AttemptEvent) -> &'static str {
+/// The colour of an entry's mark, as it reads to a person.
+fn colour(shown: ShownEvent) -> &'static str {
+    let event = match shown {
+        ShownEvent::Retried => return "#0284c7",
+        ShownEvent::SentToReview => return "#7c3aed",
+        ShownEvent::Stored(event) => event,
+    };
     match event {
         AttemptEvent::Executed => "#2563eb",
         AttemptEvent::TakenOver => "#ea580c",
@@ -49,20 +41,26 @@ const LEFT: u32 = 190;
 const WIDTH: u32 = 1000;
 
 /// The page.
-pub fn render(title: &str, analysis: &Analysis, entries: &[AttemptEntry]) -> String {
+pub fn render(
+    title: &str,
+    analysis: &Analysis,
+    entries: &[AttemptEntry],
+    waiting: &WaitingNow,
+) -> String {
     let mut html = String::new();
-    let _ = write!(
+    let _ = writeln!(
         html,
         "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
          <meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'\">\
-         <title>{}</title><style>{STYLE}</style></head><body>\n<h1>{}</h1>\n",
+         <title>{}</title><style>{STYLE}</style></head><body>\n<h1>{}</h1>",
         esc(title),
         esc(title)
     );
-    let _ = write!(
+    html.push_str(&waiting_html(waiting));
+    let _ = writeln!(
         html,
-        "<p class=\"meta\">{} entries about {} keys; {} duplicate{}.</p>\n<div class=\"layout\">\n",
+        "<p class=\"meta\">{} entries about {} keys; {} duplicate{}.</p>\n<div class=\"layout\">",
         analysis.entries,
         analysis.keys,
         analysis.duplicates.len(),
@@ -77,6 +75,7 @@ pub fn render(title: &str, analysis: &Analysis, entries: &[AttemptEntry]) -> Str
     html.push_str("</div>\n");
     html.push_str(&legend_html());
     html.push_str(&runs_html(analysis));
+    html.push_str(&settled_html(analysis));
     html.push_str("</body></html>\n");
     html
 }
@@ -88,12 +87,27 @@ h1{font-size:20px;margin:0 0 4px}h2{font-size:16px;margin:16px 0 8px}\
 .cause.key-drift{border-color:#dc2626;background:#fef2f2}.cause .n{font-weight:600}\
 .cause p{margin:4px 0;color:#334155;font-size:13px}svg text{font:12px system-ui,sans-serif;fill:#0f172a}\
 table{border-collapse:collapse;margin-top:8px}td,th{padding:3px 10px;border-bottom:1px solid #e2e8f0;text-align:left}\
+.waiting{border-left:4px solid #7c3aed;background:#f5f3ff;padding:6px 12px;margin:0 0 16px}\
+.waiting p{margin:4px 0}.op{color:#334155;font-size:13px}\
 .legend span{display:inline-block;margin-right:14px}.legend i{display:inline-block;width:10px;height:10px;border-radius:5px;margin-right:4px;vertical-align:middle}";
 
 /// The lanes (runs, in the order they first appear) and each entry's lane
 /// ([`forensics::runs_of`]: its caller, or the run that held its fence).
+/// A mark-unknown is drawn on the lane of the run that lost the attempt,
+/// and a resolution on a lane of the person who settled it.
 fn lanes(entries: &[AttemptEntry]) -> (Vec<String>, Vec<Option<usize>>) {
-    let lane_of = forensics::runs_of(entries);
+    let lane_of: Vec<Option<String>> = forensics::runs_of(entries)
+        .into_iter()
+        .zip(entries)
+        .map(|(run, e)| match e.event {
+            AttemptEvent::MarkedUnknown => run.or_else(|| forensics::caller_of(e)),
+            event if event.is_resolution() => Some(format!(
+                "{} (by hand)",
+                e.actor.as_deref().unwrap_or("a person")
+            )),
+            _ => run,
+        })
+        .collect();
     let mut first_seen: Vec<(u64, String)> = Vec::new();
     for (e, lane) in entries.iter().zip(&lane_of) {
         if let Some(name) = lane
@@ -149,13 +163,14 @@ fn timeline_svg(_analysis: &Analysis, entries: &[AttemptEntry]) -> String {
             when::utc(t1)
         );
     }
-    for (e, lane) in entries.iter().zip(lane) {
+    let shown = forensics::shown_events(entries);
+    for ((e, lane), shown) in entries.iter().zip(lane).zip(shown) {
         let Some(lane) = lane else { continue };
         let cx = x(e.at_ms);
         let cy = f64::from(40 + LANE_H * lane as u32 + LANE_H / 2);
         let tip = format!(
             "{} {} fence {} at {}{}",
-            e.event,
+            shown.as_str(),
             e.key,
             e.fence,
             when::utc(e.at_ms),
@@ -164,8 +179,11 @@ fn timeline_svg(_analysis: &Analysis, entries: &[AttemptEntry]) -> String {
                 .map(|d| format!(": {d}"))
                 .unwrap_or_default()
         );
-        let fill = colour(e.event);
+        let fill = colour(shown);
         let mark = match e.event {
+            AttemptEvent::MarkedUnknown => format!(
+                "<circle class=\"mark marked-unknown\" cx=\"{cx:.1}\" cy=\"{cy:.1}\" r=\"6\" fill=\"none\" stroke=\"{fill}\" stroke-width=\"3\"/>"
+            ),
             AttemptEvent::Fenced => format!(
                 "<path class=\"mark fenced\" d=\"M{a} {b}L{c} {d}M{a} {d}L{c} {b}\" stroke=\"{fill}\" stroke-width=\"3\"/>",
                 a = cx - 6.0,
@@ -182,7 +200,7 @@ fn timeline_svg(_analysis: &Analysis, entries: &[AttemptEntry]) -> String {
             ),
             _ => format!(
                 "<circle class=\"mark {}\" cx=\"{cx:.1}\" cy=\"{cy:.1}\" r=\"5\" fill=\"{fill}\"/>",
-                e.event
+                shown.as_str()
             ),
         };
         let _ = writeln!(svg, "<g><title>{}</title>{mark}</g>", esc(&tip));
@@ -211,10 +229,18 @@ fn causes_html(a: &Analysis) -> String {
         for d in a.duplicates.iter().filter(|d| d.cause == cause).take(2) {
             let _ = write!(
                 out,
-                "<p><code>{}</code>: {}</p>",
+                "<p><code>{}</code>: {}",
                 esc(&d.key.to_string().chars().take(24).collect::<String>()),
                 esc(&d.explanation)
             );
+            if let Some(operation) = &d.operation {
+                let _ = write!(
+                    out,
+                    "<br><span class=\"op\">{}</span>",
+                    esc(&operation.line(OPERATION_CHARS))
+                );
+            }
+            out.push_str("</p>");
         }
         out.push_str("</div>\n");
     }
@@ -224,24 +250,35 @@ fn causes_html(a: &Analysis) -> String {
 
 fn legend_html() -> String {
     let mut out = String::from("<p class=\"legend\">");
-    for (label, event) in [
-        ("executed", AttemptEvent::Executed),
-        ("taken over", AttemptEvent::TakenOver),
-        ("completed", AttemptEvent::Completed),
-        ("failed", AttemptEvent::FailedRetryable),
-        ("sent to review", AttemptEvent::MarkedUnknown),
-        ("fenced (late write refused)", AttemptEvent::Fenced),
-        ("replayed", AttemptEvent::Replayed),
+    let stored = ShownEvent::Stored;
+    for (label, shown) in [
+        ("executed", stored(AttemptEvent::Executed)),
+        (
+            "taken over (lease expired)",
+            stored(AttemptEvent::TakenOver),
+        ),
+        ("retried (after a recorded end)", ShownEvent::Retried),
+        ("completed", stored(AttemptEvent::Completed)),
+        ("failed", stored(AttemptEvent::FailedRetryable)),
+        (
+            "sent to review (ring: the lost attempt)",
+            ShownEvent::SentToReview,
+        ),
+        ("fenced (late write refused)", stored(AttemptEvent::Fenced)),
+        ("replayed", stored(AttemptEvent::Replayed)),
         (
             "in progress / conflict / rejected",
-            AttemptEvent::InProgress,
+            stored(AttemptEvent::InProgress),
         ),
-        ("resolved by a person", AttemptEvent::ResolvedCompleted),
+        (
+            "resolved by a person",
+            stored(AttemptEvent::ResolvedCompleted),
+        ),
     ] {
         let _ = write!(
             out,
             "<span><i style=\"background:{}\"></i>{label}</span>",
-            colour(event)
+            colour(shown)
         );
     }
     out.push_str("</p>\n");
@@ -251,20 +288,83 @@ fn legend_html() -> String {
 fn runs_html(a: &Analysis) -> String {
     let mut out = String::from(
         "<h2>Runs</h2><table><tr><th>run</th><th>trigger</th><th>first</th><th>last</th>\
-         <th>executed</th><th>replayed</th><th>fenced</th><th>refused</th></tr>\n",
+         <th>executed</th><th>replayed</th><th>failed</th><th>sent to review</th><th>fenced</th><th>refused</th></tr>\n",
     );
     for r in &a.runs {
         let _ = writeln!(
             out,
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             esc(&r.run),
             esc(r.trigger.as_deref().unwrap_or("-")),
             when::utc(r.first_ms),
             when::utc(r.last_ms),
             r.executed,
             r.replayed,
+            r.failed,
+            r.sent_to_review,
             r.fenced,
             r.refused
+        );
+    }
+    out.push_str("</table>\n");
+    out
+}
+
+/// What waits for a person, first on the page.
+fn waiting_html(waiting: &WaitingNow) -> String {
+    if waiting.total == 0 {
+        return "<section class=\"waiting\"><p>Nothing waits for review.</p></section>\n".into();
+    }
+    let mut out = format!(
+        "<section class=\"waiting\"><h2>{} record{} wait{} for review</h2><p>List them all: <code>{}</code></p>\n",
+        waiting.total,
+        if waiting.total == 1 { "" } else { "s" },
+        if waiting.total == 1 { "s" } else { "" },
+        esc(&waiting.command)
+    );
+    for (view, why, operation) in &waiting.first {
+        let _ = writeln!(
+            out,
+            "<p><code>{}</code> {}<br><span class=\"op\">{}</span></p>",
+            esc(&view
+                .record
+                .key
+                .to_string()
+                .chars()
+                .take(24)
+                .collect::<String>()),
+            esc(&operation.line(OPERATION_CHARS)),
+            esc(why)
+        );
+    }
+    if waiting.total > waiting.first.len() {
+        let _ = writeln!(
+            out,
+            "<p>… and {} more</p>",
+            waiting.total - waiting.first.len()
+        );
+    }
+    out.push_str("</section>\n");
+    out
+}
+
+/// The records people settled: acts, not runs.
+fn settled_html(a: &Analysis) -> String {
+    if a.settled.is_empty() {
+        return String::new();
+    }
+    let mut out = String::from(
+        "<h2>Settled by a person</h2><table><tr><th>when</th><th>resolution</th><th>key</th><th>by</th><th>reason</th></tr>\n",
+    );
+    for s in &a.settled {
+        let _ = writeln!(
+            out,
+            "<tr><td>{}</td><td>{}</td><td><code>{}</code></td><td>{}</td><td>{}</td></tr>",
+            when::utc(s.at_ms),
+            s.resolution,
+            esc(&s.key.to_string().chars().take(24).collect::<String>()),
+            esc(s.by.as_deref().unwrap_or("(unnamed)")),
+            esc(s.reason.as_deref().unwrap_or("(no reason given)"))
         );
     }
     out.push_str("</table>\n");

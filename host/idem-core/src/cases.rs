@@ -277,17 +277,23 @@ fn run_case(
     failed: &HashSet<&str>,
 ) -> CaseOutcome {
     let e = &case.expect;
-    if !e.checks_something() {
-        return (
-            Err("`expect` checks nothing; say what must hold".into()),
-            None,
-        );
-    }
     let mut op = match Operation::from_value(case.op.clone(), &OperationLimits::default()) {
         Ok(op) => op,
         Err(err) => return (Err(format!("the case's op is invalid: {err}")), None),
     };
     op.now_ms.get_or_insert(0);
+    if !e.checks_something() {
+        // Still derive its key: the cases that compare theirs with it are
+        // judged on their own (one mistake, one failing case).
+        let keyed = match &case.duplicate {
+            None => derive_case(subject, info, &op, e, seen, failed).1,
+            Some(_) => None,
+        };
+        return (
+            Err("`expect` checks nothing; say what must hold".into()),
+            keyed,
+        );
+    }
     match &case.duplicate {
         None => derive_case(subject, info, &op, e, seen, failed),
         Some(dup) => (duplicate_case(subject, op, dup, e), None),
@@ -385,9 +391,15 @@ fn derive_checked(
         (&e.same_fingerprint_as, false, true),
         (&e.fingerprint_differs_from, false, false),
     ];
+    let mut missing: Vec<&str> = Vec::new();
     for (other, is_key, want_equal) in relations {
         let Some(other) = other else { continue };
         let Some(theirs) = seen.get(other) else {
+            // Said once per case named, however many relations name it.
+            if missing.contains(&other.as_str()) {
+                continue;
+            }
+            missing.push(other);
             problems.push(if failed.contains(other.as_str()) {
                 format!("case {other:?} failed without deriving a key to compare with")
             } else {

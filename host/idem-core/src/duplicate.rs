@@ -137,7 +137,7 @@ impl Decision {
 /// A decision the host refuses: the duplicate is rejected instead (fail
 /// closed), and the policy is reported as faulty.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
-#[error("policy decided `{decision}` for a {state} record{}: {why}", if *.fingerprint_matches { "" } else { " with a different fingerprint" })]
+#[error("policy decided `{decision}` for {}{}: {why}", record_phrase(.state, *.lease_expired), if *.fingerprint_matches { "" } else { " with a different fingerprint" })]
 pub struct UnsafeDecision {
     /// The decision refused, by its contract name (see [`Decision::name`]).
     pub decision: &'static str,
@@ -146,8 +146,26 @@ pub struct UnsafeDecision {
     pub state: &'static str,
     /// Whether the duplicate's fingerprint matched the stored one.
     pub fingerprint_matches: bool,
+    /// For an in-progress record: whether its lease had expired (what
+    /// `wait`, `re-execute` and `mark-unknown` turn on).
+    pub lease_expired: bool,
     /// Which rule the decision broke.
     pub why: &'static str,
+}
+
+/// `an in-progress record whose lease expired`, `a completed record`, …
+fn record_phrase(state: &str, lease_expired: bool) -> String {
+    let article = if state.starts_with(['a', 'e', 'i', 'o', 'u']) {
+        "an"
+    } else {
+        "a"
+    };
+    let lease = match (state, lease_expired) {
+        ("in-progress", true) => " whose lease expired",
+        ("in-progress", false) => " whose lease is live",
+        _ => "",
+    };
+    format!("{article} {state} record{lease}")
 }
 
 /// Checks a policy's decision against what is safe.
@@ -169,6 +187,7 @@ pub fn check_decision(ctx: &DuplicateContext, decision: &Decision) -> Result<(),
             decision: decision.name(),
             state: ctx.state.as_str(),
             fingerprint_matches: ctx.fingerprint_matches,
+            lease_expired: expired,
             why,
         })
     };
@@ -303,6 +322,24 @@ mod tests {
         assert_eq!(
             err.to_string(),
             "policy decided `re-execute` for a completed record: a final record is never executed again"
+        );
+    }
+
+    #[test]
+    fn an_unsafe_wait_says_the_lease_had_expired() {
+        let lapsed = ctx(RecordState::InProgress, true, 0);
+        let err = check_decision(&lapsed, &Decision::Wait { max_ms: 100 }).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "policy decided `wait` for an in-progress record whose lease expired: waiting only makes sense for a live in-progress record"
+        );
+        let unknown = ctx(RecordState::OutcomeUnknown, false, 0);
+        let err = check_decision(&unknown, &Decision::Replay).unwrap_err();
+        assert!(
+            err.to_string().starts_with(
+                "policy decided `replay` for an outcome-unknown record with a different fingerprint"
+            ),
+            "{err}"
         );
     }
 

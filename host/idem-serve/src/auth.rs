@@ -48,7 +48,7 @@ impl Token {
     }
 
     /// Whether `given` is the token, in constant time.
-    fn matches(&self, given: &[u8]) -> bool {
+    pub(crate) fn matches(&self, given: &[u8]) -> bool {
         let digest: [u8; 32] = Sha256::digest(given).into();
         self.digest.ct_eq(&digest).into()
     }
@@ -88,7 +88,7 @@ pub(crate) async fn require(
 }
 
 /// The token after `Bearer ` (the scheme is case-insensitive).
-fn strip_bearer(value: &[u8]) -> Option<&[u8]> {
+pub(crate) fn strip_bearer(value: &[u8]) -> Option<&[u8]> {
     let (scheme, rest) = value.split_at_checked(7)?;
     scheme
         .eq_ignore_ascii_case(b"bearer ")

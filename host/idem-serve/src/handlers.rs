@@ -328,9 +328,13 @@ pub(crate) async fn resolve(State(app): State<Arc<App>>, Api(req): Api<ResolveRe
         "fence": view.record.fence,
         "by": req.by,
         "reason": req.reason,
+        "operation": forensics::ShownOperation::of_record(&view.record),
     }))
     .into_response())
 }
+
+/// How many duplicates' operations a report looks up (one store read each).
+const REPORT_OPERATIONS: usize = 1_000;
 
 /// `POST /v1/report`: why it ran twice, in this policy's namespace (the
 /// analysis `idem report --json` prints).
@@ -363,8 +367,12 @@ pub(crate) async fn report(State(app): State<Arc<App>>, Api(req): Api<ReportRequ
             .collect();
         entries.retain(|e| keys.contains(&e.key));
     }
-    let mut out =
-        serde_json::to_value(forensics::analyse(&entries)).expect("an analysis serialises");
+    let mut analysis = forensics::analyse(&entries);
+    analysis
+        .look_up_operations(app.engine().store(), REPORT_OPERATIONS)
+        .await
+        .map_err(store_error)?;
+    let mut out = serde_json::to_value(analysis).expect("an analysis serialises");
     out["namespace"] = json!(namespace);
     out["since_ms"] = json!(req.since_ms);
     out["until_ms"] = json!(req.until_ms);

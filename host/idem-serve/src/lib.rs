@@ -16,6 +16,11 @@
 //! | `/v1/resolve` | settles a record waiting for review (completed, released, rejected), conditional on the fence seen |
 //! | `/v1/report` | why it ran twice: the attempt log's analysis |
 //!
+//! With [`SidecarOptions::console`], `/console` serves a review console for
+//! people (the records waiting for review, the duplicates by cause, a form
+//! to settle one). With [`SidecarOptions::metrics`], `GET /metrics` serves the engine's and
+//! the store's metrics in Prometheus's text format ([`MetricsExport`]).
+//!
 //! The sidecar holds no claim in memory: begin hands out the key and the
 //! fence, and the later calls carry them back and are the store's
 //! fence-conditional writes ([`Engine::finish_fenced`],
@@ -32,21 +37,41 @@
 mod api;
 mod auth;
 mod connections;
+mod console;
 mod handlers;
 mod json;
+mod metrics_export;
 mod problem;
 
 use std::future::Future;
 use std::sync::Arc;
 
 use axum::Router;
-use axum::routing::post;
+use axum::routing::{get, post};
 use idem::engine::Engine;
 
 pub use auth::Token;
 pub use connections::{
     ConnectionLimits, DEFAULT_MAX_CONNECTIONS, Drained, default_max_connections,
 };
+pub use metrics_export::{MetricsExport, REVIEW_WAITING};
+
+/// Escapes text for HTML content and attribute values: what the review
+/// console's pages and `idem report --html` put in their markup.
+pub fn html_escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
 
 /// Every route the sidecar answers, as (method, path): the router is built
 /// from this list, and the OpenAPI document is checked against it.
@@ -73,6 +98,12 @@ pub struct SidecarOptions {
     pub body_limit: usize,
     /// Timeouts, the connection cap and the drain deadline ([`Sidecar::run`]).
     pub limits: ConnectionLimits,
+    /// Serve `GET /metrics` (Prometheus's text format, behind the token)
+    /// from this recorder; `None`: no such route.
+    pub metrics: Option<MetricsExport>,
+    /// Serve the review console under `/console` (signed in with the
+    /// token, see the `console` module's documentation).
+    pub console: bool,
 }
 
 impl Default for SidecarOptions {
@@ -81,6 +112,8 @@ impl Default for SidecarOptions {
             token: None,
             body_limit: DEFAULT_BODY_LIMIT,
             limits: ConnectionLimits::default(),
+            metrics: None,
+            console: false,
         }
     }
 }
@@ -91,6 +124,13 @@ pub(crate) struct App {
     pub(crate) body_limit: usize,
     /// How long a request's body may take to arrive (`408` past it).
     pub(crate) body_timeout: std::time::Duration,
+    /// The recorder `GET /metrics` reads, when it is served.
+    pub(crate) metrics: Option<MetricsExport>,
+    /// The token, for the console's own sign-in (the API's calls are
+    /// checked by the middleware).
+    pub(crate) token: Option<Token>,
+    /// The review console's sessions, when it is served.
+    pub(crate) console: Option<console::Console>,
 }
 
 /// One policy and one store behind the JSON API.
@@ -123,6 +163,9 @@ impl Sidecar {
             engine: self.engine.clone(),
             body_limit: self.options.body_limit,
             body_timeout: self.options.limits.body,
+            metrics: self.options.metrics.clone(),
+            token: self.options.token.clone(),
+            console: self.options.console.then(console::Console::new),
         });
         let mut router = Router::new();
         for (_, path) in ROUTES {
@@ -138,14 +181,32 @@ impl Sidecar {
             };
             router = router.route(path, route.fallback(handlers::method_not_allowed));
         }
-        let router = router.fallback(handlers::not_found).with_state(app);
-        match &self.options.token {
+        if self.options.metrics.is_some() {
+            router = router.route(
+                "/metrics",
+                get(metrics_export::scrape).fallback(handlers::method_not_allowed),
+            );
+        }
+        let router = router.fallback(handlers::not_found);
+        let router = match &self.options.token {
             Some(token) => router.layer(axum::middleware::from_fn_with_state(
                 Arc::new(token.clone()),
                 auth::require,
             )),
             None => router,
-        }
+        };
+        // The console's routes are added after the token layer: a browser
+        // signs in once (the console checks its session or the token).
+        let router = if self.options.console {
+            router
+                .route("/console", get(console::show))
+                .route("/console/login", post(console::login))
+                .route("/console/logout", post(console::logout))
+                .route("/console/resolve", post(console::resolve))
+        } else {
+            router
+        };
+        router.with_state(app)
     }
 
     /// Serves on `listener` within the options' [`ConnectionLimits`] until

@@ -1,6 +1,7 @@
 //! `idem inspect`: what the store holds.
 
 use clap::Args;
+use idem::forensics::ShownOperation;
 use idem_core::RecordState;
 use idem_store::{ListFilter, RecordView};
 use serde_json::json;
@@ -8,6 +9,9 @@ use serde_json::json;
 use crate::exit::{Failure, INCOMPLETE, SUCCESS};
 use crate::record_key;
 use crate::store_args::{StoreArgs, runtime};
+
+/// How much of an operation a table row shows (`inspect KEY` shows it all).
+const TABLE_OPERATION_CHARS: usize = 60;
 
 /// `idem inspect`'s flags.
 #[derive(Args, Debug)]
@@ -55,6 +59,7 @@ fn record_json(v: &RecordView) -> serde_json::Value {
             "run_id": r.holder.run_id, "trigger": r.holder.trigger, "attempt": r.holder.attempt,
             "host": r.holder.host, "pid": r.holder.pid,
         },
+        "operation": ShownOperation::of_record(r),
         "outcome": r.outcome.as_ref().map(|o| json!({
             "status": o.status,
             "size": o.body.len(),
@@ -135,7 +140,7 @@ pub fn run(args: InspectArgs) -> Result<u8, Failure> {
             return Ok(SUCCESS);
         }
         println!(
-            "{:<16}  {:<10} {:<16} {:>6} {:>4} {:>9} {:>8} {:<22} {:>6}",
+            "{:<16}  {:<10} {:<16} {:>6} {:>4} {:>9} {:>8} {:<22} {:>6}  OPERATION",
             "KEY", "NAMESPACE", "STATE", "FENCE", "ATT", "AGE", "LEASE", "HOLDER", "STATUS"
         );
         for v in &views {
@@ -146,7 +151,7 @@ pub fn run(args: InspectArgs) -> Result<u8, Failure> {
                 r.holder.trigger.as_deref().unwrap_or("-")
             );
             println!(
-                "{:<16}  {:<10} {:<16} {:>6} {:>4} {:>9} {:>8} {:<22} {:>6}",
+                "{:<16}  {:<10} {:<16} {:>6} {:>4} {:>9} {:>8} {:<22} {:>6}  {}",
                 &r.key.digest.to_hex()[..16],
                 r.key.namespace,
                 r.state.as_str(),
@@ -163,6 +168,7 @@ pub fn run(args: InspectArgs) -> Result<u8, Failure> {
                     .as_ref()
                     .map(|o| o.status.to_string())
                     .unwrap_or_else(|| "-".into()),
+                ShownOperation::of_record(r).line(TABLE_OPERATION_CHARS),
             );
         }
         if cut {

@@ -6,13 +6,32 @@ use std::collections::BTreeSet;
 use std::path::PathBuf;
 
 use clap::Args;
-use idem::forensics::{self, Analysis};
-use idem_store::{AttemptEntry, AttemptFilter};
+use idem::forensics::review::waiting_records;
+use idem::forensics::{self, Analysis, ShownEvent, ShownOperation};
+use idem_store::{AttemptEntry, AttemptFilter, RecordView};
 use serde_json::json;
 
 use crate::exit::{Failure, SUCCESS};
 use crate::store_args::{StoreArgs, runtime};
+use crate::subcommand::review::OPERATION_CHARS;
 use crate::{record_key, report_page, when};
+
+/// How many duplicates' operations a report looks up, at most (one store
+/// read each).
+const OPERATIONS_LOOKED_UP: usize = 10_000;
+/// How many waiting records a report names before pointing at `idem review`.
+const WAITING_NAMED: usize = 10;
+
+/// The records waiting for a person, as a report leads with them.
+pub struct WaitingNow {
+    /// How many wait, in all.
+    pub total: usize,
+    /// The first few, most recently changed first: the record, why it
+    /// waits, its operation.
+    pub first: Vec<(RecordView, &'static str, ShownOperation)>,
+    /// The command that lists them all.
+    pub command: String,
+}
 
 /// `idem report`'s flags.
 #[derive(Args, Debug)]
@@ -88,10 +107,36 @@ pub fn run(args: ReportArgs) -> Result<u8, Failure> {
                 .collect();
             entries.retain(|e| keys.contains(&e.key));
         }
-        let analysis = forensics::analyse(&entries);
+        let mut analysis = forensics::analyse(&entries);
+        analysis
+            .look_up_operations(&store, OPERATIONS_LOOKED_UP)
+            .await
+            .map_err(read_err)?;
+        let waiting = waiting_records(&store, args.namespace.as_deref())
+            .await
+            .map_err(read_err)?;
+        let waiting = WaitingNow {
+            total: waiting.len(),
+            first: waiting
+                .into_iter()
+                .take(WAITING_NAMED)
+                .map(|(view, why)| {
+                    let operation = ShownOperation::of_record(&view.record);
+                    (view, why, operation)
+                })
+                .collect(),
+            command: format!(
+                "idem review --store {}{}",
+                args.store.shown(),
+                args.namespace
+                    .as_deref()
+                    .map(|ns| format!(" --namespace {ns}"))
+                    .unwrap_or_default()
+            ),
+        };
         let title = format!("idem report: {}", args.store.shown());
         if let Some(path) = &args.html {
-            let page = report_page::render(&title, &analysis, &entries);
+            let page = report_page::render(&title, &analysis, &entries, &waiting);
             std::fs::write(path, page)
                 .map_err(|e| Failure::input(format!("cannot write {}: {e}", path.display())))?;
         }
@@ -100,14 +145,36 @@ pub fn run(args: ReportArgs) -> Result<u8, Failure> {
             out["store"] = json!(args.store.shown());
             out["since_ms"] = json!(since);
             out["until_ms"] = json!(until);
+            out["waiting_for_review"] = json!({
+                "total": waiting.total,
+                "command": waiting.command,
+                "first": waiting.first.iter().map(|(view, why, operation)| json!({
+                    "key": view.record.key.to_string(),
+                    "state": view.record.state.as_str(),
+                    "fence": view.record.fence,
+                    "why": why,
+                    "operation": operation,
+                })).collect::<Vec<_>>(),
+            });
             if focus.is_some() {
-                out["timeline"] = entries.iter().map(entry_json).collect();
+                let shown = forensics::shown_events(&entries);
+                out["timeline"] = entries
+                    .iter()
+                    .zip(shown)
+                    .map(|(e, shown)| entry_json(e, shown))
+                    .collect();
             }
             println!("{out:#}");
         } else if let Some(view) = &focus {
-            print_timeline(&view.record.key.to_string(), &analysis, &entries);
+            let operation = ShownOperation::of_record(&view.record);
+            print_timeline(
+                &view.record.key.to_string(),
+                &operation,
+                &analysis,
+                &entries,
+            );
         } else {
-            print_report(&args.store.shown(), since, until, &analysis);
+            print_report(&args.store.shown(), since, until, &analysis, &waiting);
         }
         if let Some(path) = &args.html {
             eprintln!("idem: wrote {}", path.display());
@@ -117,12 +184,13 @@ pub fn run(args: ReportArgs) -> Result<u8, Failure> {
 }
 
 /// One entry as JSON.
-pub fn entry_json(e: &AttemptEntry) -> serde_json::Value {
+pub fn entry_json(e: &AttemptEntry, shown: ShownEvent) -> serde_json::Value {
     json!({
         "id": e.id,
         "key": e.key.to_string(),
         "fence": e.fence,
         "event": e.event.as_str(),
+        "reads_as": shown.as_str(),
         "at_ms": e.at_ms,
         "at": when::utc(e.at_ms),
         "run_id": e.holder.as_ref().and_then(|h| h.run_id.clone()),
@@ -145,7 +213,41 @@ fn short_key(key: &str) -> String {
     }
 }
 
-fn print_report(store: &str, since: Option<u64>, until: Option<u64>, a: &Analysis) {
+/// What waits for a person, said first: how many, the first few with
+/// their operations, and the command that lists them all.
+fn print_waiting(waiting: &WaitingNow) {
+    if waiting.total == 0 {
+        println!("nothing waits for review");
+        return;
+    }
+    let plural = if waiting.total == 1 { "" } else { "s" };
+    let verb = if waiting.total == 1 { "waits" } else { "wait" };
+    println!(
+        "{} record{plural} {verb} for review: {}",
+        waiting.total, waiting.command
+    );
+    for (view, why, operation) in &waiting.first {
+        println!(
+            "  {}  {}",
+            short_key(&view.record.key.to_string()),
+            operation.line(OPERATION_CHARS)
+        );
+        println!("  {:<16}  {why}", "");
+    }
+    if waiting.total > waiting.first.len() {
+        println!("  … and {} more", waiting.total - waiting.first.len());
+    }
+}
+
+fn print_report(
+    store: &str,
+    since: Option<u64>,
+    until: Option<u64>,
+    a: &Analysis,
+    waiting: &WaitingNow,
+) {
+    print_waiting(waiting);
+    println!();
     let window = match (since, until) {
         (None, None) => "the whole log".to_string(),
         (s, u) => format!(
@@ -176,26 +278,54 @@ fn print_report(store: &str, since: Option<u64>, until: Option<u64>, a: &Analysi
                     short_key(&d.key.to_string()),
                     d.explanation
                 );
+                if let Some(operation) = &d.operation {
+                    println!("              {}", operation.line(OPERATION_CHARS));
+                }
             }
         }
     }
     if !a.runs.is_empty() {
         println!();
         println!(
-            "{:<28} {:<10} {:<21} {:<21} {:>8} {:>8} {:>6} {:>7}",
-            "run", "trigger", "first", "last", "executed", "replayed", "fenced", "refused"
+            "{:<28} {:<10} {:<21} {:<21} {:>8} {:>8} {:>6} {:>9} {:>6} {:>7}",
+            "run",
+            "trigger",
+            "first",
+            "last",
+            "executed",
+            "replayed",
+            "failed",
+            "to review",
+            "fenced",
+            "refused"
         );
         for r in &a.runs {
             println!(
-                "{:<28} {:<10} {:<21} {:<21} {:>8} {:>8} {:>6} {:>7}",
+                "{:<28} {:<10} {:<21} {:<21} {:>8} {:>8} {:>6} {:>9} {:>6} {:>7}",
                 r.run,
                 r.trigger.as_deref().unwrap_or("-"),
                 when::utc(r.first_ms),
                 when::utc(r.last_ms),
                 r.executed,
                 r.replayed,
+                r.failed,
+                r.sent_to_review,
                 r.fenced,
                 r.refused
+            );
+        }
+    }
+    if !a.settled.is_empty() {
+        println!();
+        println!("settled by a person:");
+        for s in &a.settled {
+            println!(
+                "  {}  {:<18} {}  by {}: {}",
+                when::utc(s.at_ms),
+                s.resolution,
+                short_key(&s.key.to_string()),
+                s.by.as_deref().unwrap_or("(unnamed)"),
+                s.reason.as_deref().unwrap_or("(no reason given)")
             );
         }
     }
@@ -208,8 +338,9 @@ fn print_report(store: &str, since: Option<u64>, until: Option<u64>, a: &Analysi
     }
 }
 
-fn print_timeline(key: &str, a: &Analysis, entries: &[AttemptEntry]) {
+fn print_timeline(key: &str, operation: &ShownOperation, a: &Analysis, entries: &[AttemptEntry]) {
     println!("{key}");
+    println!("operation: {}", operation.line(OPERATION_CHARS));
     match a.duplicates.first() {
         Some(d) => println!("cause: {} — {}", d.cause.describe(), d.explanation),
         None => println!("asked for once: no duplicate"),
@@ -219,9 +350,10 @@ fn print_timeline(key: &str, a: &Analysis, entries: &[AttemptEntry]) {
         "{:<21} {:<18} {:>7} {:<32} detail",
         "time", "event", "fence", "who"
     );
-    let mut sorted: Vec<&AttemptEntry> = entries.iter().collect();
-    sorted.sort_by_key(|e| (e.at_ms, e.id));
-    for e in sorted {
+    let shown = forensics::shown_events(entries);
+    let mut sorted: Vec<(&AttemptEntry, ShownEvent)> = entries.iter().zip(shown).collect();
+    sorted.sort_by_key(|(e, _)| (e.at_ms, e.id));
+    for (e, shown) in sorted {
         let who = match (&e.holder, &e.actor) {
             (_, Some(actor)) => format!("{actor} (by hand)"),
             (Some(h), None) => format!(
@@ -237,7 +369,7 @@ fn print_timeline(key: &str, a: &Analysis, entries: &[AttemptEntry]) {
         println!(
             "{:<21} {:<18} {:>7} {:<32} {}",
             when::utc(e.at_ms),
-            e.event.as_str(),
+            shown.as_str(),
             e.fence,
             who,
             e.detail.as_deref().unwrap_or("")

@@ -6,12 +6,14 @@
 use std::path::PathBuf;
 
 use clap::{ArgGroup, Args};
+use idem::forensics::ShownOperation;
 use idem_store::{Holder, Outcome, RecordState, Resolution, ResolveRequest, StoreError};
 use serde_json::json;
 
 use crate::exit::{Failure, INCOMPLETE, SUCCESS};
 use crate::record_key;
 use crate::store_args::{StoreArgs, runtime};
+use crate::subcommand::review::OPERATION_CHARS;
 
 /// `idem resolve`'s flags.
 #[derive(Args, Debug)]
@@ -104,12 +106,13 @@ pub fn run(args: ResolveArgs) -> Result<u8, Failure> {
             .await
             .map_err(|e| refused(&key.to_string(), e))?;
         let r = &resolved.record;
+        let operation = ShownOperation::of_record(r);
         if args.json {
             println!(
                 "{:#}",
                 json!({
                     "key": key.to_string(), "state": r.state.as_str(), "fence": r.fence,
-                    "by": by, "reason": args.reason,
+                    "by": by, "reason": args.reason, "operation": operation,
                 })
             );
         } else {
@@ -119,6 +122,7 @@ pub fn run(args: ResolveArgs) -> Result<u8, Failure> {
                 r.fence,
                 args.reason
             );
+            println!("  operation: {}", operation.line(OPERATION_CHARS));
         }
         Ok(SUCCESS)
     })
@@ -139,8 +143,11 @@ fn refused(key: &str, e: StoreError) -> Failure {
             "{key} is {} and not waiting for review ({why}); nothing changed",
             state.as_str()
         ),
+        StoreError::Fenced { fence, current, .. } if fence > current => format!(
+            "{key} has no fence {fence} yet (it is at fence {current}): check the --fence `idem review` printed; nothing changed"
+        ),
         StoreError::Fenced { fence, current, .. } => format!(
-            "{key} moved on since you looked (fence {fence}, now {current}): look again with `idem review`; nothing changed"
+            "{key} moved on since fence {fence} (it is at fence {current} now): look again with `idem review`; nothing changed"
         ),
         StoreError::InvalidRequest(why) => return Failure::input(why),
         other => return Failure::input(format!("cannot resolve {key}: {other}")),

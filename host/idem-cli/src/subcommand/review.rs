@@ -3,13 +3,16 @@
 //! settles one.
 
 use clap::Args;
-use idem::forensics::review::waiting_for_review;
+use idem::forensics::{self, review::waiting_for_review};
 use serde_json::json;
 
 use crate::exit::{Failure, SUCCESS};
 use crate::store_args::{StoreArgs, runtime};
 use crate::subcommand::report::entry_json;
 use crate::when;
+
+/// How much of an operation a line shows.
+pub const OPERATION_CHARS: usize = 160;
 
 /// `idem review`'s flags.
 #[derive(Args, Debug)]
@@ -31,7 +34,7 @@ pub struct ReviewArgs {
 pub fn run(args: ReviewArgs) -> Result<u8, Failure> {
     runtime()?.block_on(async {
         let store = args.store.open_existing().await?;
-        let waiting = waiting_for_review(&store, args.namespace.as_deref(), args.limit)
+        let (waiting, total) = waiting_for_review(&store, args.namespace.as_deref(), args.limit)
             .await
             .map_err(|e| Failure::input(format!("cannot read {}: {e}", args.store.shown())))?;
         if args.json {
@@ -45,12 +48,13 @@ pub fn run(args: ReviewArgs) -> Result<u8, Failure> {
                         "fence": r.fence,
                         "attempts": r.attempts,
                         "why": w.why,
+                        "operation": w.operation,
                         "updated_ms": r.updated_ms,
                         "holder": {
                             "run_id": r.holder.run_id, "trigger": r.holder.trigger,
                             "host": r.holder.host, "pid": r.holder.pid,
                         },
-                        "timeline": w.timeline.iter().map(entry_json).collect::<Vec<_>>(),
+                        "timeline": w.timeline.iter().zip(forensics::shown_events(&w.timeline)).map(|(e, shown)| entry_json(e, shown)).collect::<Vec<_>>(),
                     })
                 })
                 .collect();
@@ -62,15 +66,21 @@ pub fn run(args: ReviewArgs) -> Result<u8, Failure> {
             return Ok(SUCCESS);
         }
         println!(
-            "{} record{} waiting for review in {}:",
-            waiting.len(),
-            if waiting.len() == 1 { "" } else { "s" },
-            args.store.shown()
+            "{total} record{} wait{} for review in {}{}:",
+            if total == 1 { "" } else { "s" },
+            if total == 1 { "s" } else { "" },
+            args.store.shown(),
+            if total > waiting.len() {
+                format!(" (the {} changed last shown: raise --limit for more)", waiting.len())
+            } else {
+                String::new()
+            }
         );
         for w in &waiting {
             let r = &w.view.record;
             println!();
             println!("{} (fence {}, attempt {})", r.key, r.fence, r.attempts);
+            println!("  operation: {}", w.operation.line(OPERATION_CHARS));
             println!("  {}", w.why);
             println!(
                 "  last held by {} {} on {}:{}",
@@ -79,16 +89,17 @@ pub fn run(args: ReviewArgs) -> Result<u8, Failure> {
                 r.holder.host,
                 r.holder.pid
             );
-            for e in &w.timeline {
-                let who = e
-                    .holder
-                    .as_ref()
-                    .map(|h| h.run_id.clone().unwrap_or(format!("{}:{}", h.host, h.pid)))
-                    .unwrap_or_else(|| "(holder of that fence)".into());
+            let shown = forensics::shown_events(&w.timeline);
+            for (e, shown) in w.timeline.iter().zip(shown) {
+                let who = match (&e.actor, &e.holder) {
+                    (Some(actor), _) => format!("{actor} (by hand)"),
+                    (None, Some(h)) => h.run_id.clone().unwrap_or(format!("{}:{}", h.host, h.pid)),
+                    (None, None) => "(holder of that fence)".into(),
+                };
                 println!(
                     "    {}  {:<18} fence {:<6} {}{}",
                     when::utc(e.at_ms),
-                    e.event.as_str(),
+                    shown.as_str(),
                     e.fence,
                     who,
                     e.detail.as_deref().map(|d| format!(": {d}")).unwrap_or_default()

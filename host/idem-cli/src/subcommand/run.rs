@@ -39,6 +39,7 @@ use idem::forensics;
 use idem::job::{
     Effect, JobError, JobEvent, JobLeaseOptions, JobOptions, JobRunner, Ownership, Summary,
 };
+use idem_serve::MetricsExport;
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::exit::{self, Failure, engine_failure};
@@ -98,6 +99,12 @@ pub struct RunArgs {
     /// report how they ended, instead of counting them in progress.
     #[arg(long, value_name = "MAX", num_args = 0..=1, value_parser = humantime::parse_duration)]
     pub wait_for_peers: Option<Option<Duration>>,
+    /// When the run ends, write the engine's and the store's metrics, and
+    /// how its operations ended (`idem_run_operations{end}`), to FILE in
+    /// Prometheus's text format (for a node exporter's textfile collector;
+    /// written whole, then renamed into place).
+    #[arg(long, value_name = "FILE")]
+    pub metrics_file: Option<PathBuf>,
     /// The command run for each operation; it reads the operation on stdin
     /// (with --worker: the worker, fed every operation).
     #[arg(last = true, required = true, value_name = "CMD")]
@@ -121,6 +128,10 @@ pub fn run(args: RunArgs) -> Result<u8, Failure> {
         return Err(Failure::input("--wait-for-peers must be more than 0"));
     }
     let ops = OpsFile::open(&args.ops, policy.limits().operation, args.run.clone())?;
+    let metrics = match &args.metrics_file {
+        Some(_) => Some(MetricsExport::install().map_err(Failure::input)?),
+        None => None,
+    };
     let skip_file = match &args.skip_invalid {
         Some(path) => Some(SkipFile::create(path)?),
         None => None,
@@ -191,10 +202,14 @@ pub fn run(args: RunArgs) -> Result<u8, Failure> {
             &args,
             membership.is_some().then_some(group.as_str()),
         );
+        if let (Some(export), Some(path)) = (&metrics, &args.metrics_file) {
+            write_metrics(export, &summary, &log_store, &namespace, path).await?;
+        }
         let asked_before = summary.replayed
             + summary.in_progress
             + summary.conflicts
             + summary.rejected
+            + summary.sent_to_review
             + summary.fenced;
         if !args.json && asked_before > 0 {
             // Why this run found work asked for before: from the log.
@@ -222,6 +237,38 @@ pub fn run(args: RunArgs) -> Result<u8, Failure> {
             exit::INCOMPLETE
         })
     })
+}
+
+/// `--metrics-file`: the recorder's text, with this run's ends as gauges,
+/// written beside FILE and renamed over it (a collector never reads half).
+async fn write_metrics(
+    export: &MetricsExport,
+    summary: &Summary,
+    store: &idem_store::Store,
+    namespace: &str,
+    path: &std::path::Path,
+) -> Result<(), Failure> {
+    let serde_json::Value::Object(ends) = serde_json::to_value(summary).unwrap_or_default() else {
+        unreachable!("a summary serialises as an object");
+    };
+    for (end, n) in ends {
+        if let Some(n) = n.as_u64() {
+            metrics::gauge!(RUN_OPERATIONS, "end" => end).set(n as f64);
+        }
+    }
+    let (text, failure) = export.render(store, Some(namespace)).await;
+    if let Some(failure) = failure {
+        eprintln!("idem: --metrics-file: {failure}");
+    }
+    let partial = path.with_extension("partial");
+    std::fs::write(&partial, text)
+        .and_then(|()| std::fs::rename(&partial, path))
+        .map_err(|e| {
+            Failure::input(format!(
+                "cannot write --metrics-file {}: {e}",
+                path.display()
+            ))
+        })
 }
 
 async fn run_through<E: Effect>(
@@ -368,6 +415,9 @@ fn job_failure(e: JobError, args: &RunArgs) -> Failure {
     }
 }
 
+/// The gauge of a run's ends in `--metrics-file`.
+const RUN_OPERATIONS: &str = "idem_run_operations";
+
 /// How many keys asked for before a run's summary looks up, at most (one
 /// read of each key's timeline).
 const WHY_KEYS: usize = 1_000;
@@ -379,13 +429,26 @@ fn print_summary(summary: &Summary, args: &RunArgs, ownership_group: Option<&str
         println!("{}", serde_json::to_string(summary).unwrap_or_default());
         return;
     }
+    // What waits for a person comes first: the rest is history.
+    let waiting = summary.unknown + summary.sent_to_review;
+    if waiting > 0 {
+        println!(
+            "{waiting} record{} of this run wait{} for a person (outcome unknown {}, sent to review {}): idem review --store {}",
+            if waiting == 1 { "" } else { "s" },
+            if waiting == 1 { "s" } else { "" },
+            summary.unknown,
+            summary.sent_to_review,
+            args.store.shown()
+        );
+    }
     println!(
-        "executed {}, replayed {}, in progress {}, conflicts {}, rejected {}, failed {}, fenced {}, unknown {}",
+        "executed {}, replayed {}, in progress {}, conflicts {}, rejected {}, sent to review {}, failed {}, fenced {}, unknown {}",
         summary.executed,
         summary.replayed,
         summary.in_progress,
         summary.conflicts,
         summary.rejected,
+        summary.sent_to_review,
         summary.failed,
         summary.fenced,
         summary.unknown

@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use clap::Args;
 use idem::engine::{Engine, EngineOptions};
-use idem_serve::{ConnectionLimits, DEFAULT_BODY_LIMIT, Sidecar, SidecarOptions, Token};
+use idem_serve::{
+    ConnectionLimits, DEFAULT_BODY_LIMIT, MetricsExport, Sidecar, SidecarOptions, Token,
+};
 
 use crate::exit::{Failure, INCOMPLETE, SUCCESS};
 use crate::policy_args::PolicyArgs;
@@ -59,6 +61,16 @@ pub struct ServeArgs {
     /// those still running then are cut, and idem serve exits 1.
     #[arg(long, value_name = "DURATION", value_parser = parse_drain, default_value = "10s")]
     pub drain_timeout: Duration,
+    /// Also serve `GET /metrics`: the engine's and the store's metrics in
+    /// Prometheus's text format, behind the same token as every call.
+    #[arg(long)]
+    pub metrics: bool,
+    /// Also serve the review console at /console: the records waiting for
+    /// review with their operations and timelines, the duplicates by
+    /// cause, and a form to settle one. Signed in with the token (kept in
+    /// a session cookie, never in a URL).
+    #[arg(long)]
+    pub console: bool,
 }
 
 /// A connection timeout: at least a millisecond, at most a day.
@@ -95,6 +107,11 @@ pub fn run(args: ServeArgs) -> Result<u8, Failure> {
         return Err(Failure::input("--body-limit must be at least 1 byte"));
     }
     let policy = args.policy.load()?;
+    let metrics = if args.metrics {
+        Some(MetricsExport::install().map_err(Failure::input)?)
+    } else {
+        None
+    };
     runtime()?.block_on(async {
         let store = args.store.open().await?;
         let options = EngineOptions {
@@ -117,6 +134,8 @@ pub fn run(args: ServeArgs) -> Result<u8, Failure> {
                         .map_or_else(idem_serve::default_max_connections, |n| n as usize),
                     drain: args.drain_timeout,
                 },
+                metrics,
+                console: args.console,
             },
         );
         let listener = tokio::net::TcpListener::bind(args.listen)

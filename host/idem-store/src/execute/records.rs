@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use super::plain_call;
+use super::{plain_call, timed};
 use crate::backend::{Call, RecordBackend, Step};
 use crate::machine;
 use crate::port::Records;
@@ -30,20 +30,23 @@ impl<B: RecordBackend> Records for B {
             ownership: ownership.cloned(),
         };
         let key = key.clone();
-        self.transact(
-            call,
-            Box::new(move |current, now, fences| {
-                // Sent again after its answer was lost: already taken over.
-                if let Some(claim) = machine::held_by_attempt(current.as_ref(), &holder, now) {
-                    return Ok(Step::done(claim));
-                }
-                let record = machine::take_over_check(current, &key, observed_fence, now)?;
-                let fence = fences.next_fence()?;
-                let record = machine::taken_over(record, fence, lease, holder.clone(), now);
-                let claim = machine::claim_of(&record);
-                let entry = AttemptEntry::of_record(&record, AttemptEvent::TakenOver, now);
-                Ok(Step::put(record, claim).logging(entry))
-            }),
+        timed(
+            "take_over",
+            self.transact(
+                call,
+                Box::new(move |current, now, fences| {
+                    // Sent again after its answer was lost: already taken over.
+                    if let Some(claim) = machine::held_by_attempt(current.as_ref(), &holder, now) {
+                        return Ok(Step::done(claim));
+                    }
+                    let record = machine::take_over_check(current, &key, observed_fence, now)?;
+                    let fence = fences.next_fence()?;
+                    let record = machine::taken_over(record, fence, lease, holder.clone(), now);
+                    let claim = machine::claim_of(&record);
+                    let entry = AttemptEntry::of_record(&record, AttemptEvent::TakenOver, now);
+                    Ok(Step::put(record, claim).logging(entry))
+                }),
+            ),
         )
         .await
     }
@@ -51,20 +54,26 @@ impl<B: RecordBackend> Records for B {
     async fn mark_unknown(&self, key: &RecordKey, observed_fence: u64) -> Result<(), StoreError> {
         let call = plain_call("marking outcome-unknown", key);
         let key = key.clone();
-        self.transact(
-            call,
-            Box::new(move |current, now, _| {
-                Ok(
-                    match machine::mark_unknown(current, &key, observed_fence, now)? {
-                        Some(record) => {
-                            let entry =
-                                AttemptEntry::of_record(&record, AttemptEvent::MarkedUnknown, now);
-                            Step::put(record, ()).logging(entry)
-                        }
-                        None => Step::done(()),
-                    },
-                )
-            }),
+        timed(
+            "mark_unknown",
+            self.transact(
+                call,
+                Box::new(move |current, now, _| {
+                    Ok(
+                        match machine::mark_unknown(current, &key, observed_fence, now)? {
+                            Some(record) => {
+                                let entry = AttemptEntry::of_record(
+                                    &record,
+                                    AttemptEvent::MarkedUnknown,
+                                    now,
+                                );
+                                Step::put(record, ()).logging(entry)
+                            }
+                            None => Step::done(()),
+                        },
+                    )
+                }),
+            ),
         )
         .await
     }
@@ -77,17 +86,20 @@ impl<B: RecordBackend> Records for B {
     ) -> Result<u64, StoreError> {
         let call = plain_call("heartbeating", key);
         let key = key.clone();
-        self.transact(
-            call,
-            Box::new(move |current, now, _| {
-                match machine::heartbeat(current, &key, fence, lease, now) {
-                    Ok(record) => {
-                        let until = record.lease_until_ms;
-                        Ok(Step::put(record, until))
+        timed(
+            "heartbeat",
+            self.transact(
+                call,
+                Box::new(move |current, now, _| {
+                    match machine::heartbeat(current, &key, fence, lease, now) {
+                        Ok(record) => {
+                            let until = record.lease_until_ms;
+                            Ok(Step::put(record, until))
+                        }
+                        Err(refused) => logged_if_fenced(refused, "heartbeating", now),
                     }
-                    Err(refused) => logged_if_fenced(refused, "heartbeating", now),
-                }
-            }),
+                }),
+            ),
         )
         .await
     }
@@ -118,7 +130,7 @@ impl<B: RecordBackend> Records for B {
     }
 
     async fn get(&self, key: &RecordKey) -> Result<Option<RecordView>, StoreError> {
-        let (record, now) = self.read(key).await?;
+        let (record, now) = timed("get", self.read(key)).await?;
         Ok(machine::live(record, now).map(|r| RecordView::at(r, now)))
     }
 

@@ -4,7 +4,7 @@ use async_trait::async_trait;
 
 use super::claims::{self, prepared_claim};
 use super::finishes::{self, prepared_finish};
-use super::in_one_transaction;
+use super::{in_one_transaction, timed};
 use crate::backend::RecordBackend;
 use crate::machine;
 use crate::port::{Batching, Writes, write_by_kind};
@@ -19,11 +19,15 @@ impl<B: RecordBackend> Writes for B {
 
     async fn claim(&self, request: ClaimRequest) -> Result<ClaimOutcome, StoreError> {
         machine::validate(&request)?;
-        claims::claim(self, machine::kept(request, self.options())).await
+        timed(
+            "claim",
+            claims::claim(self, machine::kept(request, self.options())),
+        )
+        .await
     }
 
     async fn finish(&self, finish: Finish) -> Result<(), StoreError> {
-        finishes::finish(self, finish).await
+        timed("finish", finishes::finish(self, finish)).await
     }
 
     async fn claim_many(
@@ -35,14 +39,14 @@ impl<B: RecordBackend> Writes for B {
             .into_iter()
             .map(|r| machine::kept(r, options))
             .collect();
-        claims::claim_many(self, requests).await
+        timed("claim_many", claims::claim_many(self, requests)).await
     }
 
     async fn finish_many(
         &self,
         finishes: Vec<Finish>,
     ) -> Result<Vec<Result<(), StoreError>>, StoreError> {
-        finishes::finish_many(self, finishes).await
+        timed("finish_many", finishes::finish_many(self, finishes)).await
     }
 
     /// Where one transaction carries both kinds, every write shares it (one
@@ -53,7 +57,7 @@ impl<B: RecordBackend> Writes for B {
         writes: Vec<Write>,
     ) -> Result<Vec<Result<WriteOutcome, StoreError>>, StoreError> {
         if !RecordBackend::batching(self).one_transaction {
-            return write_by_kind(self, writes).await;
+            return timed("write_many", write_by_kind(self, writes)).await;
         }
         let options = self.options();
         let prepared = writes
@@ -65,6 +69,6 @@ impl<B: RecordBackend> Writes for B {
                 Write::Finish(finish) => prepared_finish(self, finish, |()| WriteOutcome::Finished),
             })
             .collect();
-        in_one_transaction(self, prepared).await
+        timed("write_many", in_one_transaction(self, prepared)).await
     }
 }

@@ -108,6 +108,7 @@ impl Lane {
     /// Counts a store call carrying `writes`.
     fn counted(&self, writes: &[Write]) {
         self.calls.fetch_add(1, Ordering::Relaxed);
+        metrics::histogram!("idem_group_commit_batch_size").record(writes.len() as f64);
         for kind in [Kind::Claim, Kind::Finish] {
             let n = writes.iter().filter(|w| Kind::of(w) == kind).count() as u64;
             if n > 0 {

@@ -3,21 +3,8 @@
 
 use idem_store::{AttemptEntry, AttemptEvent};
 
-use super::{Activity, Cause, Duplicate, Spans, caller_of, human_ms, is_ask};
-
-/// Whether `event` ends the attempt of its fence (by its holder or by a
-/// person).
-pub(crate) fn ends_attempt(event: AttemptEvent) -> bool {
-    matches!(
-        event,
-        AttemptEvent::Completed
-            | AttemptEvent::FailedRetryable
-            | AttemptEvent::FailedPermanent
-            | AttemptEvent::ResolvedCompleted
-            | AttemptEvent::ResolvedReleased
-            | AttemptEvent::ResolvedRejected
-    )
-}
+use super::runs::ends_attempt;
+use super::{Activity, Cause, Duplicate, Spans, caller_of, human_ms, is_ask, process_of};
 
 fn trigger(entry: &AttemptEntry) -> Option<&str> {
     entry.holder.as_ref()?.trigger.as_deref()
@@ -65,6 +52,7 @@ pub(crate) fn classify_key(timeline: &[&AttemptEntry], spans: &Spans) -> Option<
             .filter(|e| e.event == AttemptEvent::Fenced)
             .count(),
         drift: None,
+        operation: None,
     })
 }
 
@@ -163,20 +151,9 @@ fn by_trigger(asks: &[&AttemptEntry], spans: &Spans) -> Option<(Cause, String)> 
         .copied()
         .find(|a| caller_of(a) != caller_of(first))
     else {
-        // One caller asked more than once.
-        let later = asks[1];
-        return (trigger(later) == Some("client")).then(|| {
-            (
-                Cause::ClientRetry,
-                format!(
-                    "{} asked again {} later (trigger client)",
-                    name(later),
-                    human_ms(later.at_ms.saturating_sub(first.at_ms))
-                ),
-            )
-        });
+        return same_run(asks, spans);
     };
-    let activity = |e: &AttemptEntry| caller_of(e).and_then(|run| spans.get(&run).copied());
+    let activity = |e: &AttemptEntry| caller_of(e).and_then(|run| spans.runs.get(&run).copied());
     let (a, b) = (activity(first)?, activity(other)?);
     // The earlier- and the later-started run, each with its ask.
     let ((early, early_run), (late, late_run)) = if a.first_ms <= b.first_ms {
@@ -189,7 +166,10 @@ fn by_trigger(asks: &[&AttemptEntry], spans: &Spans) -> Option<(Cause, String)> 
     match trigger(late) {
         Some("client") if !has_run(early) && !has_run(late) => Some((
             Cause::ClientRetry,
-            format!("{} asked again (trigger client)", name(late)),
+            format!(
+                "a client that named no run asked again through {} (trigger client)",
+                name(late)
+            ),
         )),
         Some("retry") if early_run.running_or_lost_at(start) => {
             let state = if early_run.last_ms >= start {
@@ -215,6 +195,17 @@ fn by_trigger(asks: &[&AttemptEntry], spans: &Spans) -> Option<(Cause, String)> 
                 unfinished(&early_run),
             ),
         )),
+        // Callers that named no run, alive at once: servers answering
+        // clients (`idem serve`, an HTTP service), not jobs. A client
+        // asked again.
+        _ if early_run.last_ms >= start && !has_run(early) && !has_run(late) => Some((
+            Cause::ClientRetry,
+            format!(
+                "a client that named no run asked again through {} while {} was serving it",
+                name(late),
+                name(early)
+            ),
+        )),
         _ if early_run.last_ms >= start => Some((
             Cause::Overlap,
             format!(
@@ -237,6 +228,64 @@ fn by_trigger(asks: &[&AttemptEntry], spans: &Spans) -> Option<(Cause, String)> 
         )),
         _ => None,
     }
+}
+
+/// Every ask came from one run id: its processes say what happened (a
+/// run id reused by a re-run, two processes of one run at once, or one
+/// process asking again).
+fn same_run(asks: &[&AttemptEntry], spans: &Spans) -> Option<(Cause, String)> {
+    let first = asks[0];
+    let run = name(first);
+    let Some(other) = asks
+        .iter()
+        .copied()
+        .find(|a| process_of(a) != process_of(first))
+    else {
+        let later = asks[1];
+        let gap = human_ms(later.at_ms.saturating_sub(first.at_ms));
+        let explanation = if trigger(later) == Some("client") {
+            format!("{run} asked again {gap} later (trigger client)")
+        } else if !has_run(later) {
+            format!("a client that named no run asked {run} again {gap} later")
+        } else {
+            format!(
+                "{run} asked again {gap} later from the same process ({}): its caller retried, or the operation is in its input twice",
+                process_of(later).unwrap_or_default()
+            )
+        };
+        return Some((Cause::ClientRetry, explanation));
+    };
+    let activity = |e: &AttemptEntry| process_of(e).and_then(|p| spans.processes.get(&p).copied());
+    let (a, b) = (activity(first)?, activity(other)?);
+    let ((early, early_p), (late, late_p)) = if a.first_ms <= b.first_ms {
+        ((first, a), (other, b))
+    } else {
+        ((other, b), (first, a))
+    };
+    let (early_name, late_name) = (process_of(early)?, process_of(late)?);
+    let start = late_p.first_ms;
+    let gap = human_ms(start.saturating_sub(early_p.first_ms));
+    if early_p.last_ms >= start {
+        return Some((
+            Cause::Overlap,
+            format!(
+                "two processes of {run} ran at the same time ({early_name}, then {late_name} {gap} later)"
+            ),
+        ));
+    }
+    let cause = match trigger(late) {
+        Some("manual") => Cause::ManualRerun,
+        Some("retry") if early_p.unfinished_since.is_some() => Cause::SchedulerRetry,
+        _ => Cause::Rerun,
+    };
+    Some((
+        cause,
+        format!(
+            "{run} ran again under the same run id (trigger {}): process {late_name} started {gap} after {early_name}, once it had stopped{}",
+            trigger(late).unwrap_or("none"),
+            unfinished(&early_p),
+        ),
+    ))
 }
 
 /// " with an attempt unfinished" when `run` left one, for the re-run

@@ -19,17 +19,25 @@
 //! lease) with their timelines; `Records::resolve` settles one.
 
 mod classify;
+mod events;
 mod explain;
+pub mod operation;
 pub mod review;
+mod runs;
 
 use std::collections::{BTreeMap, HashMap};
 
-use idem_store::{AttemptEntry, AttemptEvent, Digest, RecordKey};
+use idem_store::{AttemptEntry, Digest, RecordKey};
 use serde::Serialize;
 
 use classify::classify_key;
+pub use events::{ShownEvent, shown_events};
 pub use explain::explain_this_process;
+pub use operation::ShownOperation;
 pub use review::read_log;
+pub(crate) use runs::{Activity, Spans, process_of};
+pub use runs::{RunSummary, Settled, runs_of};
+use runs::{run_spans, run_summaries};
 
 /// Why an operation was asked for more than once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -47,13 +55,14 @@ pub enum Cause {
     SchedulerRetry,
     /// Two runs' attempts interleaved: two instances of the job at once.
     Overlap,
-    /// A run started by hand after the first run ended (a re-run after a
-    /// partial failure).
+    /// A run started by hand after the first run ended.
     ManualRerun,
-    /// A later run, its trigger not given, after the first run ended (a
-    /// re-run: by hand or by a scheduler, the log cannot say which).
+    /// A later run after the first run ended, its trigger not saying why
+    /// (or the same run id used again by a later process).
     Rerun,
-    /// The same run asked again with the trigger `client`: a client retry.
+    /// A caller asking again: a request that named no run (HTTP, a
+    /// sidecar's client), the trigger `client`, or one process of a run
+    /// asking for a key twice.
     ClientRetry,
     /// A combination the rules do not recognise.
     Unrecognised,
@@ -97,9 +106,9 @@ impl Cause {
                 "the scheduler retried while the first attempt was in progress or lost"
             }
             Cause::Overlap => "two instances of the job overlapped",
-            Cause::ManualRerun => "a manual re-run after a partial failure",
-            Cause::Rerun => "a later run after the first had stopped (no trigger said why)",
-            Cause::ClientRetry => "a client retry",
+            Cause::ManualRerun => "a re-run by hand after the first run had stopped",
+            Cause::Rerun => "a re-run after the first run had stopped",
+            Cause::ClientRetry => "a client retry (or one caller asking again)",
             Cause::Unrecognised => "a combination the classifier does not recognise",
         }
     }
@@ -145,6 +154,11 @@ pub struct Duplicate {
     /// For key drift: the other key, and the two policy digests.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub drift: Option<Drift>,
+    /// The business operation behind the key, once looked up
+    /// ([`Analysis::look_up_operations`]); `None` before, or when the
+    /// record is gone.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub operation: Option<ShownOperation>,
 }
 
 /// The two sides of a key drift.
@@ -163,27 +177,6 @@ fn ser_key<S: serde::Serializer>(key: &RecordKey, s: S) -> Result<S::Ok, S::Erro
     s.serialize_str(&key.to_string())
 }
 
-/// One run's part in the slice of the log.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct RunSummary {
-    /// The run id (or `host:pid`).
-    pub run: String,
-    /// Its trigger, as its first entry gave it.
-    pub trigger: Option<String>,
-    /// Its first and last entries, store clock (ms).
-    pub first_ms: u64,
-    /// See `first_ms`.
-    pub last_ms: u64,
-    /// Fresh claims and take-overs: effects it started.
-    pub executed: usize,
-    /// Answers it got from a stored outcome.
-    pub replayed: usize,
-    /// Its late writes refused.
-    pub fenced: usize,
-    /// In progress, conflict and rejected answers.
-    pub refused: usize,
-}
-
 /// What [`analyse`] found.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Analysis {
@@ -193,8 +186,11 @@ pub struct Analysis {
     pub keys: usize,
     /// Every duplicate, key drift first, then by cause and first entry.
     pub duplicates: Vec<Duplicate>,
-    /// The runs, by their first entry.
+    /// The runs, by their first entry (a person's resolution is not a
+    /// run: see `settled`).
     pub runs: Vec<RunSummary>,
+    /// Records settled by a person, oldest first.
+    pub settled: Vec<Settled>,
     /// The keys asked most often (at most ten), most first.
     pub busiest: Vec<(String, usize)>,
 }
@@ -225,29 +221,59 @@ impl Analysis {
     }
 
     /// One line per cause for a summary (`1 duplicate prevented: take-over
-    /// after a pause or crash (…)`), empty when nothing ran twice.
+    /// after a pause or crash (…)`), empty when nothing ran twice. A
+    /// duplicate that ran the effect again (a take-over, or a retry after
+    /// a failed attempt) is not counted as prevented.
     pub fn summary_lines(&self) -> Vec<String> {
         self.causes()
             .into_iter()
             .map(|(cause, n)| {
-                let example = self
-                    .duplicates
-                    .iter()
-                    .find(|d| d.cause == cause)
+                let of_cause = || self.duplicates.iter().filter(move |d| d.cause == cause);
+                let example = of_cause()
+                    .next()
                     .map(|d| d.explanation.clone())
                     .unwrap_or_default();
-                let what = if cause == Cause::KeyDrift {
-                    "NOT prevented"
-                } else {
-                    "prevented"
-                };
                 let plural = if n == 1 { "" } else { "s" };
+                let again = of_cause().filter(|d| d.executions > 1).count();
+                let what = if cause == Cause::KeyDrift {
+                    "NOT prevented".to_string()
+                } else if again == 0 {
+                    "prevented".to_string()
+                } else if again == n {
+                    "where the effect ran again".to_string()
+                } else {
+                    format!(
+                        "({} prevented, {again} where the effect ran again)",
+                        n - again
+                    )
+                };
                 format!(
                     "{n} duplicate{plural} {what}: {} ({example})",
                     cause.describe()
                 )
             })
             .collect()
+    }
+
+    /// Looks up the business operation behind each duplicate's key (one
+    /// store read per key, at most `max` keys: the first ones listed), for
+    /// a person deciding about them.
+    pub async fn look_up_operations(
+        &mut self,
+        store: &idem_store::Store,
+        max: usize,
+    ) -> Result<(), idem_store::StoreError> {
+        let keys: Vec<RecordKey> = self
+            .duplicates
+            .iter()
+            .take(max)
+            .map(|d| d.key.clone())
+            .collect();
+        let found = operation::operations_of(store, &keys).await?;
+        for d in self.duplicates.iter_mut() {
+            d.operation = found.get(&d.key).cloned();
+        }
+        Ok(())
     }
 }
 
@@ -291,11 +317,26 @@ pub fn analyse(entries: &[AttemptEntry]) -> Analysis {
     busiest.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
     busiest.truncate(10);
 
+    let mut settled: Vec<Settled> = entries
+        .iter()
+        .filter(|e| e.event.is_resolution())
+        .map(|e| Settled {
+            key: e.key.clone(),
+            resolution: e.event.as_str(),
+            by: e.actor.clone(),
+            reason: e.detail.clone(),
+            at_ms: e.at_ms,
+            fence: e.fence,
+        })
+        .collect();
+    settled.sort_by_key(|s| s.at_ms);
+
     Analysis {
         entries: entries.len(),
         keys: by_key.len(),
         duplicates,
         runs: run_summaries(entries),
+        settled,
         busiest,
     }
 }
@@ -304,115 +345,6 @@ pub fn analyse(entries: &[AttemptEntry]) -> Analysis {
 /// or answer (an end, a refusal or a resolution is not).
 pub(crate) fn is_ask(entry: &AttemptEntry) -> bool {
     entry.event.starts_execution() || entry.event.is_answer()
-}
-
-/// When a run was active, as the slice shows it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Activity {
-    /// Its first entry (store clock).
-    pub(crate) first_ms: u64,
-    /// Its last entry (a refused late write counts: the run was alive).
-    pub(crate) last_ms: u64,
-    /// When it started the first execution it never finished (it crashed,
-    /// paused or was deposed there), if any.
-    pub(crate) unfinished_since: Option<u64>,
-}
-
-impl Activity {
-    /// Whether the run was still going, or had lost an attempt, at `t`.
-    pub(crate) fn running_or_lost_at(&self, t: u64) -> bool {
-        self.last_ms >= t || self.unfinished_since.is_some_and(|s| s <= t)
-    }
-}
-
-/// Each run's activity.
-pub(crate) type Spans = HashMap<String, Activity>;
-
-fn run_spans(entries: &[AttemptEntry]) -> Spans {
-    let ended: std::collections::HashSet<(&RecordKey, u64)> = entries
-        .iter()
-        .filter(|e| classify::ends_attempt(e.event))
-        .map(|e| (&e.key, e.fence))
-        .collect();
-    let mut spans: Spans = HashMap::new();
-    for (entry, run) in entries.iter().zip(runs_of(entries)) {
-        let Some(run) = run else { continue };
-        let span = spans.entry(run).or_insert(Activity {
-            first_ms: entry.at_ms,
-            last_ms: entry.at_ms,
-            unfinished_since: None,
-        });
-        span.first_ms = span.first_ms.min(entry.at_ms);
-        span.last_ms = span.last_ms.max(entry.at_ms);
-        if entry.event.starts_execution() && !ended.contains(&(&entry.key, entry.fence)) {
-            span.unfinished_since = Some(
-                span.unfinished_since
-                    .map_or(entry.at_ms, |s| s.min(entry.at_ms)),
-            );
-        }
-    }
-    spans
-}
-
-/// For each entry, the run (or process, see [`caller_of`]) whose act it
-/// is: its caller; for a refused write, which names only its fence, the
-/// run that was issued the fence; `None` for a mark-unknown, which names
-/// the record's holder but was done to it by whoever found it lost (that
-/// caller's answer is an entry of its own).
-pub fn runs_of(entries: &[AttemptEntry]) -> Vec<Option<String>> {
-    let owners = fence_owners(entries);
-    entries
-        .iter()
-        .map(|e| {
-            if e.event == AttemptEvent::MarkedUnknown {
-                return None;
-            }
-            caller_of(e).or_else(|| owners.get(&(&e.key, e.fence)).cloned())
-        })
-        .collect()
-}
-
-/// Who holds each (key, fence): the caller of the entry that issued it.
-fn fence_owners(entries: &[AttemptEntry]) -> HashMap<(&RecordKey, u64), String> {
-    entries
-        .iter()
-        .filter(|e| e.event.starts_execution())
-        .filter_map(|e| Some(((&e.key, e.fence), caller_of(e)?)))
-        .collect()
-}
-
-fn run_summaries(entries: &[AttemptEntry]) -> Vec<RunSummary> {
-    let mut runs: Vec<RunSummary> = Vec::new();
-    let mut index: HashMap<String, usize> = HashMap::new();
-    for (entry, run) in entries.iter().zip(runs_of(entries)) {
-        let Some(run) = run else { continue };
-        let i = *index.entry(run.clone()).or_insert_with(|| {
-            runs.push(RunSummary {
-                run,
-                trigger: entry.holder.as_ref().and_then(|h| h.trigger.clone()),
-                first_ms: entry.at_ms,
-                last_ms: entry.at_ms,
-                executed: 0,
-                replayed: 0,
-                fenced: 0,
-                refused: 0,
-            });
-            runs.len() - 1
-        });
-        let summary = &mut runs[i];
-        summary.first_ms = summary.first_ms.min(entry.at_ms);
-        summary.last_ms = summary.last_ms.max(entry.at_ms);
-        match entry.event {
-            AttemptEvent::Executed | AttemptEvent::TakenOver => summary.executed += 1,
-            AttemptEvent::Replayed => summary.replayed += 1,
-            AttemptEvent::Fenced => summary.fenced += 1,
-            AttemptEvent::InProgress | AttemptEvent::Conflict | AttemptEvent::Rejected => {
-                summary.refused += 1
-            }
-            _ => {}
-        }
-    }
-    runs
 }
 
 /// Business operations executed under more than one key: for each, the
@@ -468,6 +400,7 @@ fn key_drift(by_key: &BTreeMap<&RecordKey, Vec<&AttemptEntry>>) -> Vec<Duplicate
                 earlier_policy: policy(earlier),
                 later_policy: policy(entry),
             }),
+            operation: None,
         });
     }
     out

@@ -2,6 +2,7 @@
 //! for `idem review` and a service's own admin screen. Settling one is
 //! [`Records::resolve`](idem_store::Records::resolve).
 
+use super::ShownOperation;
 use idem_store::{
     AttemptEntry, AttemptFilter, ListFilter, RecordKey, RecordState, RecordView, ResolveRequest,
     Store, StoreError,
@@ -16,6 +17,8 @@ pub struct Waiting {
     pub why: &'static str,
     /// Its attempt-log entries, oldest first.
     pub timeline: Vec<AttemptEntry>,
+    /// The business operation behind it (which charge it was).
+    pub operation: ShownOperation,
 }
 
 /// Whether a record waits for a person: its outcome is unknown, or its
@@ -33,13 +36,12 @@ pub fn waits_for_review(view: &RecordView) -> Option<&'static str> {
     }
 }
 
-/// The records waiting for review (in `namespace`, or all), most recently
-/// changed first, at most `limit`, each with its timeline.
-pub async fn waiting_for_review(
+/// Every record waiting for review (in `namespace`, or all), most
+/// recently changed first, with why it waits; no timelines read.
+pub async fn waiting_records(
     store: &Store,
     namespace: Option<&str>,
-    limit: usize,
-) -> Result<Vec<Waiting>, StoreError> {
+) -> Result<Vec<(RecordView, &'static str)>, StoreError> {
     let mut views = Vec::new();
     for state in [RecordState::OutcomeUnknown, RecordState::InProgress] {
         views.extend(
@@ -54,22 +56,37 @@ pub async fn waiting_for_review(
         );
     }
     views.sort_by_key(|v| std::cmp::Reverse(v.record.updated_ms));
+    Ok(views
+        .into_iter()
+        .filter_map(|view| {
+            let why = waits_for_review(&view)?;
+            Some((view, why))
+        })
+        .collect())
+}
+
+/// The records waiting for review (in `namespace`, or all), most recently
+/// changed first, at most `limit`, each with its timeline and operation;
+/// and how many wait in all.
+pub async fn waiting_for_review(
+    store: &Store,
+    namespace: Option<&str>,
+    limit: usize,
+) -> Result<(Vec<Waiting>, usize), StoreError> {
+    let all = waiting_records(store, namespace).await?;
+    let total = all.len();
     let mut out = Vec::new();
-    for view in views {
-        if out.len() >= limit {
-            break;
-        }
-        let Some(why) = waits_for_review(&view) else {
-            continue;
-        };
+    for (view, why) in all.into_iter().take(limit) {
         let timeline = timeline(store, &view.record.key).await?;
+        let operation = ShownOperation::of_record(&view.record);
         out.push(Waiting {
             view,
             why,
             timeline,
+            operation,
         });
     }
-    Ok(out)
+    Ok((out, total))
 }
 
 /// Every attempt-log entry `filter` selects, oldest first, read in pages

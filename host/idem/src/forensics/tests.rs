@@ -1,4 +1,4 @@
-use idem_store::Holder;
+use idem_store::{AttemptEvent, Holder};
 
 use super::*;
 
@@ -171,4 +171,178 @@ fn durations_read_as_people_write_them() {
     assert_eq!(human_ms(42_000), "42s");
     assert_eq!(human_ms(401_000), "6m41s");
     assert_eq!(human_ms(7_500_000), "2h05m");
+}
+
+/// `entry`, written by process `pid` of host `h`.
+fn by_pid(mut e: AttemptEntry, pid: u32) -> AttemptEntry {
+    e.holder.as_mut().expect("a holder").pid = pid;
+    e
+}
+
+#[test]
+fn one_run_id_reused_by_a_later_process_is_a_rerun_and_at_once_an_overlap() {
+    // The payment-service example's nightly job: every run is `nightly`.
+    let nightly = Some(("nightly", "scheduled"));
+    let log = vec![
+        by_pid(entry(1, 1, 1, AttemptEvent::Executed, nightly, 10), 100),
+        by_pid(entry(2, 1, 1, AttemptEvent::Completed, nightly, 20), 100),
+        by_pid(entry(3, 1, 1, AttemptEvent::Replayed, nightly, 5_000), 200),
+    ];
+    let found = analyse(&log);
+    assert_eq!(found.causes(), vec![(Cause::Rerun, 1)]);
+    let why = &found.duplicates[0].explanation;
+    assert!(
+        why.contains("nightly ran again under the same run id") && why.contains("h:200"),
+        "{why}"
+    );
+    assert_eq!(found.runs.len(), 1, "one run id, one run: {:?}", found.runs);
+
+    // By hand, under the same run id: a manual re-run.
+    let manual = Some(("nightly", "manual"));
+    let log = vec![
+        by_pid(entry(1, 1, 1, AttemptEvent::Executed, nightly, 10), 100),
+        by_pid(entry(2, 1, 1, AttemptEvent::Completed, nightly, 20), 100),
+        by_pid(entry(3, 1, 1, AttemptEvent::Replayed, manual, 5_000), 200),
+    ];
+    assert_eq!(analyse(&log).causes(), vec![(Cause::ManualRerun, 1)]);
+
+    // Two processes of `nightly` at once.
+    let log = vec![
+        by_pid(entry(1, 1, 1, AttemptEvent::Executed, nightly, 10), 100),
+        by_pid(entry(2, 1, 1, AttemptEvent::InProgress, nightly, 15), 200),
+        by_pid(entry(3, 1, 1, AttemptEvent::Completed, nightly, 20), 100),
+    ];
+    let found = analyse(&log);
+    assert_eq!(found.causes(), vec![(Cause::Overlap, 1)]);
+    assert!(
+        found.duplicates[0]
+            .explanation
+            .contains("two processes of nightly")
+    );
+
+    // One process asking twice: its own retry, or the input twice.
+    let log = vec![
+        entry(1, 1, 1, AttemptEvent::Executed, nightly, 10),
+        entry(2, 1, 1, AttemptEvent::Completed, nightly, 20),
+        entry(3, 1, 1, AttemptEvent::Replayed, nightly, 30),
+    ];
+    let found = analyse(&log);
+    assert_eq!(found.causes(), vec![(Cause::ClientRetry, 1)]);
+    assert!(
+        found.duplicates[0]
+            .explanation
+            .contains("from the same process")
+    );
+}
+
+#[test]
+fn callers_without_a_run_are_client_retries_not_overlapping_jobs() {
+    // Two sidecar clients in turn, each naming no run, one process each.
+    let client = Some(("", "client"));
+    let log = vec![
+        by_pid(entry(1, 1, 1, AttemptEvent::Executed, client, 10), 7),
+        by_pid(entry(2, 1, 1, AttemptEvent::InProgress, client, 12), 8),
+        by_pid(entry(3, 1, 1, AttemptEvent::Completed, client, 20), 7),
+        by_pid(entry(4, 1, 1, AttemptEvent::Replayed, client, 40), 9),
+    ];
+    let found = analyse(&log);
+    assert_eq!(found.causes(), vec![(Cause::ClientRetry, 1)]);
+    assert!(found.duplicates[0].explanation.contains("named no run"));
+}
+
+#[test]
+fn a_resolution_is_a_persons_act_not_a_run() {
+    let night = Some(("night-1", "scheduled"));
+    let mut resolved = entry(
+        4,
+        1,
+        2,
+        AttemptEvent::ResolvedCompleted,
+        Some(("", "manual")),
+        90,
+    );
+    resolved.actor = Some("ana".into());
+    resolved.detail = Some("the provider shows the charge".into());
+    let log = vec![
+        entry(1, 1, 1, AttemptEvent::Executed, night, 10),
+        entry(2, 1, 1, AttemptEvent::MarkedUnknown, night, 60),
+        entry(
+            3,
+            1,
+            1,
+            AttemptEvent::Rejected,
+            Some(("night-2", "manual")),
+            60,
+        ),
+        resolved,
+    ];
+    let found = analyse(&log);
+    let runs: Vec<&str> = found.runs.iter().map(|r| r.run.as_str()).collect();
+    assert_eq!(runs, ["night-1", "night-2"], "no run for the resolution");
+    assert_eq!(found.settled.len(), 1);
+    assert_eq!(found.settled[0].by.as_deref(), Some("ana"));
+    assert_eq!(found.settled[0].resolution, "resolved-completed");
+    // The re-run found night-1's claim lost and sent it to review.
+    assert_eq!(found.runs[1].sent_to_review, 1);
+    assert_eq!(found.runs[1].refused, 0);
+}
+
+#[test]
+fn entries_read_as_what_they_meant() {
+    let a = Some(("a", "scheduled"));
+    let b = Some(("b", "retry"));
+    let log = vec![
+        entry(1, 1, 1, AttemptEvent::Executed, a, 10),
+        entry(2, 1, 1, AttemptEvent::FailedRetryable, a, 20),
+        entry(3, 1, 2, AttemptEvent::TakenOver, b, 30),
+        entry(4, 2, 1, AttemptEvent::Executed, a, 10),
+        entry(5, 2, 2, AttemptEvent::TakenOver, b, 90),
+        entry(6, 3, 1, AttemptEvent::Executed, a, 10),
+        entry(7, 3, 1, AttemptEvent::MarkedUnknown, a, 90),
+        entry(8, 3, 1, AttemptEvent::Rejected, b, 90),
+        entry(9, 4, 1, AttemptEvent::Rejected, b, 90),
+    ];
+    let shown: Vec<&str> = shown_events(&log).iter().map(|s| s.as_str()).collect();
+    assert_eq!(
+        shown,
+        [
+            "executed",
+            "failed-retryable",
+            "retried",
+            "executed",
+            "taken-over",
+            "executed",
+            "marked-unknown",
+            "sent-to-review",
+            "rejected",
+        ]
+    );
+}
+
+#[test]
+fn a_duplicate_that_ran_the_effect_again_is_not_called_prevented() {
+    let a = Some(("a", "scheduled"));
+    let b = Some(("b", "retry"));
+    // Key 1: b took over a's lapsed claim and ran it again. Key 2: b
+    // found a's still running.
+    let log = vec![
+        entry(1, 1, 1, AttemptEvent::Executed, a, 10),
+        entry(2, 1, 2, AttemptEvent::TakenOver, b, 90),
+        entry(3, 2, 1, AttemptEvent::Executed, a, 10),
+        entry(4, 2, 1, AttemptEvent::InProgress, b, 20),
+        entry(5, 2, 1, AttemptEvent::Completed, a, 30),
+    ];
+    let lines = analyse(&log).summary_lines();
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("1 duplicate where the effect ran again: take-over")),
+        "{lines:?}"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("1 duplicate prevented: the scheduler retried")),
+        "{lines:?}"
+    );
 }

@@ -328,6 +328,15 @@ fn not_executed(begun: Result<Begin, EngineError>, key: Digest) -> Ended {
             let note = format!("conflict on key {}: {reason}", key.digest);
             (End::Conflict, Some(note))
         }
+        Ok(Begin::Rejected {
+            key,
+            reason,
+            marked_unknown: true,
+            ..
+        }) => {
+            let note = format!("sent key {} to review: {reason}", key.digest);
+            (End::SentToReview, Some(note))
+        }
         Ok(Begin::Rejected { key, reason, .. }) => {
             let note = format!("rejected key {}: {reason}", key.digest);
             (End::Rejected, Some(note))

@@ -15,9 +15,11 @@ pub enum End {
     InProgress,
     /// The key was used for a different request (fingerprint mismatch).
     Conflict,
-    /// The policy rejected the duplicate (e.g. an unknown outcome sent to
-    /// review).
+    /// The policy rejected the duplicate.
     Rejected,
+    /// The claim had expired with no end recorded, and the policy sent it
+    /// to review (outcome unknown): a person settles it (`idem review`).
+    SentToReview,
     /// The effect ran and failed, or could not start; recorded failed.
     Failed,
     /// This run was deposed while the effect ran; its result not recorded.
@@ -52,6 +54,9 @@ pub struct Summary {
     pub conflicts: u64,
     /// The policy rejected the duplicate (e.g. an unknown outcome in review).
     pub rejected: u64,
+    /// Expired claims (a holder that went silent mid-effect) this run
+    /// found and the policy sent to review: for a person to settle.
+    pub sent_to_review: u64,
     /// The effect ran and failed, or a permanent failure was replayed.
     pub failed: u64,
     /// This run was deposed while the effect ran; its result not recorded.
@@ -100,6 +105,7 @@ impl Summary {
             End::InProgress => &mut self.in_progress,
             End::Conflict => &mut self.conflicts,
             End::Rejected => &mut self.rejected,
+            End::SentToReview => &mut self.sent_to_review,
             End::Fenced => &mut self.fenced,
             End::Unknown => &mut self.unknown,
             End::StaleEpoch => &mut self.stale_epoch,
@@ -116,6 +122,7 @@ impl Summary {
         self.in_progress
             + self.conflicts
             + self.rejected
+            + self.sent_to_review
             + self.failed
             + self.fenced
             + self.unknown
