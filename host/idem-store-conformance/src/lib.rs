@@ -71,8 +71,8 @@ pub use records::{
 pub use registry::{activation_pins_digests_and_logs_history, racing_activations_have_one_winner};
 pub use resolution::resolution_settles_review_once;
 pub use store_wide::{
-    fence_monotonic_across_gc_and_reopen, gc_removes_a_backlog_in_batches, list_filters,
-    outcome_size_cap, retention_and_gc,
+    fence_monotonic_across_gc_and_reopen, gc_removes_a_backlog_in_batches,
+    get_many_is_gets_in_order, list_filters, outcome_size_cap, retention_and_gc,
 };
 
 use idem_store::StoreOptions;
@@ -107,6 +107,7 @@ macro_rules! for_each_conformance_check {
             fence_monotonic_across_gc_and_reopen,
             outcome_size_cap,
             list_filters,
+            get_many_is_gets_in_order,
             membership_epochs,
             stale_epoch_is_refused,
             job_lease,

@@ -13,6 +13,66 @@ use idem_store::{
     TRUNCATION_MARK,
 };
 
+/// `get_many` answers each key as `get` would, in the order asked (a key
+/// asked twice answered twice; absent, other-namespace and past-retention
+/// keys `None`), at one clock; no keys, no answers.
+pub async fn get_many_is_gets_in_order<F, Fut>(factory: &F)
+where
+    F: Fn(StoreOptions) -> Fut,
+    Fut: Future<Output = Fixture>,
+{
+    let (fx, clock) = fixture(factory, idem_store::DEFAULT_MAX_OUTCOME_BYTES).await;
+    let store = &fx.store;
+    let (open, done, absent, lapsed) = (key(1), key(2), key(3), key(4));
+    claimed(store, request(&open, 1, 60_000, 60_000, 1)).await;
+    let c = claimed(store, request(&done, 2, 60_000, 60_000, 2)).await;
+    store
+        .writes()
+        .complete(&done, c.fence, Outcome::new(0, b"receipt".to_vec()))
+        .await
+        .expect("complete");
+    claimed(store, request(&lapsed, 4, 1_000, 0, 4)).await;
+    clock.advance(ms(1_001));
+    let elsewhere = RecordKey::new("elsewhere", done.digest);
+    let asked = [
+        done.clone(),
+        absent.clone(),
+        open.clone(),
+        done.clone(),
+        lapsed.clone(),
+        elsewhere,
+    ];
+    let many = store.records().get_many(&asked).await.expect("get_many");
+    let mut one_by_one = Vec::new();
+    for k in &asked {
+        one_by_one.push(store.records().get(k).await.expect("get"));
+    }
+    assert_eq!(many, one_by_one);
+    let states: Vec<Option<RecordState>> = many
+        .iter()
+        .map(|v| v.as_ref().map(|v| v.record.state))
+        .collect();
+    assert_eq!(
+        states,
+        [
+            Some(RecordState::Completed),
+            None,
+            Some(RecordState::InProgress),
+            Some(RecordState::Completed),
+            None,
+            None
+        ]
+    );
+    assert!(
+        store
+            .records()
+            .get_many(&[])
+            .await
+            .expect("no keys")
+            .is_empty()
+    );
+}
+
 /// Records live until their retention passes (store clock), then count as
 /// absent and are collected; a live lease is never collected.
 pub async fn retention_and_gc<F, Fut>(factory: &F)

@@ -167,6 +167,10 @@ impl Records for Deferred {
         self.open().await?.records().get(key).await
     }
 
+    async fn get_many(&self, keys: &[RecordKey]) -> Result<Vec<Option<RecordView>>, StoreError> {
+        self.open().await?.records().get_many(keys).await
+    }
+
     async fn list(&self, filter: ListFilter) -> Result<Vec<RecordView>, StoreError> {
         self.open().await?.records().list(filter).await
     }

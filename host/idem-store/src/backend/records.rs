@@ -124,6 +124,24 @@ pub trait RecordBackend: Send + Sync + 'static {
     /// and the store clock of the same read.
     async fn read(&self, key: &RecordKey) -> Result<(Option<Record>, u64), StoreError>;
 
+    /// The records under `keys` as they are stored, in order, and the store
+    /// clock of the same read. By default one [`RecordBackend::read`] per
+    /// key (each answer at its own clock, the last one returned); backends
+    /// override it with one read.
+    async fn read_keys(
+        &self,
+        keys: &[RecordKey],
+    ) -> Result<(Vec<Option<Record>>, u64), StoreError> {
+        let mut out = Vec::with_capacity(keys.len());
+        let mut now = 0;
+        for key in keys {
+            let (record, at) = self.read(key).await?;
+            now = now.max(at);
+            out.push(record);
+        }
+        Ok((out, now))
+    }
+
     /// The records `filter` selects that do not count as absent, most
     /// recently updated first (then by namespace and key), with the store
     /// clock of the same read.

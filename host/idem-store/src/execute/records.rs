@@ -134,6 +134,24 @@ impl<B: RecordBackend> Records for B {
         Ok(machine::live(record, now).map(|r| RecordView::at(r, now)))
     }
 
+    async fn get_many(&self, keys: &[RecordKey]) -> Result<Vec<Option<RecordView>>, StoreError> {
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let (records, now) = timed("get_many", self.read_keys(keys)).await?;
+        if records.len() != keys.len() {
+            return Err(StoreError::Task(format!(
+                "the store read {} records for {} keys",
+                records.len(),
+                keys.len()
+            )));
+        }
+        Ok(records
+            .into_iter()
+            .map(|r| machine::live(r, now).map(|r| RecordView::at(r, now)))
+            .collect())
+    }
+
     async fn list(&self, filter: ListFilter) -> Result<Vec<RecordView>, StoreError> {
         let (records, now) = self.read_many(&filter).await?;
         Ok(records

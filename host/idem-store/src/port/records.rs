@@ -72,6 +72,13 @@ pub trait Records: Send + Sync + 'static {
     /// The live record under `key`, if any.
     async fn get(&self, key: &RecordKey) -> Result<Option<RecordView>, StoreError>;
 
+    /// The live record under each of `keys`, in order, read in one store
+    /// call (one statement on PostgreSQL, one read on SQLite) with one
+    /// store clock. Read-only: a job looks ahead with it (an operation
+    /// already completed is settled without a claim); what it finds may
+    /// change before a later claim, which decides as always.
+    async fn get_many(&self, keys: &[RecordKey]) -> Result<Vec<Option<RecordView>>, StoreError>;
+
     /// Live records matching `filter`, most recently updated first.
     async fn list(&self, filter: ListFilter) -> Result<Vec<RecordView>, StoreError>;
 

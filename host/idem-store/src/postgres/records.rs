@@ -391,6 +391,35 @@ impl RecordBackend for PostgresStore {
         Ok((inner.decode_prefixed(row, "")?, now))
     }
 
+    /// One statement: every key at one clock, in the order asked.
+    async fn read_keys(
+        &self,
+        keys: &[RecordKey],
+    ) -> Result<(Vec<Option<Record>>, u64), StoreError> {
+        let inner = &self.inner;
+        let (manual, offset) = inner.clock();
+        let namespaces: Vec<&str> = keys.iter().map(|k| k.namespace.as_str()).collect();
+        let digests: Vec<Vec<u8>> = keys.iter().map(|k| k.digest.0.to_vec()).collect();
+        let rows = inner
+            .query(
+                "reading records",
+                &inner.sql.get_many,
+                &[&manual, &offset, &namespaces, &digests],
+            )
+            .await?;
+        let mut now = None;
+        let mut records = Vec::with_capacity(rows.len());
+        for row in &rows {
+            now.get_or_insert(inner.unsigned(inner.column(row, "ms")?, "the clock")?);
+            records.push(inner.decode_prefixed(row, "")?);
+        }
+        let now = match now {
+            Some(now) => now,
+            None => self.read(&keys[0]).await?.1,
+        };
+        Ok((records, now))
+    }
+
     async fn read_many(&self, filter: &ListFilter) -> Result<(Vec<Record>, u64), StoreError> {
         let inner = &self.inner;
         let (manual, offset) = inner.clock();

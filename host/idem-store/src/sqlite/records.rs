@@ -206,6 +206,24 @@ impl RecordBackend for SqliteStore {
             .await
     }
 
+    /// One hop to the connection, one read: every key at one clock.
+    async fn read_keys(
+        &self,
+        keys: &[RecordKey],
+    ) -> Result<(Vec<Option<Record>>, u64), StoreError> {
+        let keys = keys.to_vec();
+        self.blocking(move |inner| {
+            inner.read(|conn, now| {
+                let records = keys
+                    .iter()
+                    .map(|key| inner.load(conn, key))
+                    .collect::<Result<Vec<_>, _>>()?;
+                Ok((records, now))
+            })
+        })
+        .await
+    }
+
     async fn read_many(&self, filter: &ListFilter) -> Result<(Vec<Record>, u64), StoreError> {
         let filter = filter.clone();
         self.blocking(move |inner| {

@@ -20,6 +20,18 @@ pub(crate) struct ToClaim {
     request: ClaimRequest,
 }
 
+impl ToClaim {
+    /// The request it is claimed with.
+    pub(crate) fn request(&self) -> &ClaimRequest {
+        &self.request
+    }
+
+    /// The operation, its derivation and its request.
+    pub(crate) fn into_parts(self) -> (Operation, KeyedDerivation, ClaimRequest) {
+        (self.op, self.keyed, self.request)
+    }
+}
+
 /// One operation's first claim, made in a batch by [`Engine::claim_batch`];
 /// [`Engine::begin_claimed`] finishes it.
 #[derive(Debug)]

@@ -49,7 +49,7 @@ impl Engine {
 
     /// The window in force: the one given, else the store's (loaded at
     /// admission).
-    fn dual_read(&self) -> Option<Arc<DualRead>> {
+    pub(super) fn dual_read(&self) -> Option<Arc<DualRead>> {
         self.dual_read
             .clone()
             .or_else(|| self.admission.dual_read())

@@ -47,6 +47,7 @@ mod error;
 mod execution;
 mod fenced;
 mod in_doubt;
+mod look_ahead;
 mod run_once;
 pub(crate) mod telemetry;
 

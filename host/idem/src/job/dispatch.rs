@@ -1,6 +1,7 @@
 //! The job's main loop: claim what can start now in one store call, run
 //! each claimed operation's effect in a task of its own, count the ends.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -62,14 +63,35 @@ pub(crate) async fn run_all<E: Effect>(
     });
     let mut summary = Summary::default();
     let mut taken: u64 = 0;
+    // Operations read ahead that need a claim, in order: they hold no
+    // claim (and no lease) while they wait for a slot.
+    let mut pending: VecDeque<ToClaim> = VecDeque::new();
     loop {
         // Count what has finished so far.
         while let Some(joined) = tasks.try_join_next() {
             count(&mut summary, joined, observer);
         }
+        if pending.is_empty() {
+            // The next operations (at least one, waiting for the second
+            // read if need be; more if they are ready): what is already
+            // done is settled now from one read, without a slot or a claim.
+            let Some(first) = fed.recv().await else {
+                break;
+            };
+            let mut ahead = vec![engine.to_claim(first)];
+            while ahead.len() < limits.claim_batch {
+                match fed.try_recv() {
+                    Ok(next) => ahead.push(engine.to_claim(next)),
+                    Err(_) => break,
+                }
+            }
+            taken += ahead.len() as u64;
+            settle_ahead(&engine, ahead, &mut pending, &mut summary, observer).await;
+            continue;
+        }
         // Wait for one free slot, then take every other free one (up to the
-        // batch size): the operations that can start now are claimed
-        // together, in one store call.
+        // batch size and what waits): the operations that can start now
+        // are claimed together, in one store call.
         let mut held = vec![
             permits
                 .clone()
@@ -77,26 +99,13 @@ pub(crate) async fn run_all<E: Effect>(
                 .await
                 .expect("the semaphore is never closed"),
         ];
-        while held.len() < limits.claim_batch {
+        while held.len() < limits.claim_batch.min(pending.len()) {
             match permits.clone().try_acquire_owned() {
                 Ok(permit) => held.push(permit),
                 Err(_) => break,
             }
         }
-        // The next operations, as many as can start: at least one (waiting
-        // for the second read if need be), more if they are ready.
-        let Some(first) = fed.recv().await else {
-            break;
-        };
-        let mut batch = vec![first];
-        while batch.len() < held.len() {
-            match fed.try_recv() {
-                Ok(next) => batch.push(next),
-                Err(_) => break,
-            }
-        }
-        held.truncate(batch.len());
-        taken += batch.len() as u64;
+        let batch: Vec<ToClaim> = pending.drain(..held.len()).collect();
         let (claimed, gave_up) =
             claim_riding_out(&engine, batch, limits.store_outage, observer).await;
         // What the store did claim (or answered with a record) goes on, even
@@ -148,6 +157,10 @@ pub(crate) async fn run_all<E: Effect>(
         });
         break;
     }
+    // Read ahead but never claimed (the run stopped on an outage): not run.
+    for _ in pending.drain(..) {
+        ended(&mut summary, End::NotRun, None, observer);
+    }
     while let Some(joined) = tasks.join_next().await {
         count(&mut summary, joined, observer);
     }
@@ -161,14 +174,14 @@ pub(crate) async fn run_all<E: Effect>(
 /// operations were left unclaimed.
 async fn claim_riding_out(
     engine: &Engine,
-    batch: Vec<Fed>,
+    mut batch: Vec<ToClaim>,
     budget: Duration,
     observer: &Observer,
 ) -> (Vec<FirstClaim>, Option<(outage::GaveUp, usize)>) {
-    // Each request is made once: sent again, it carries the same holder
-    // token, so a claim that committed while its answer was lost is found
-    // to be this one (see `idem_store::HolderToken`).
-    let mut batch: Vec<ToClaim> = batch.into_iter().map(|f| engine.to_claim(f)).collect();
+    // Each request is made once (`Engine::to_claim`): sent again, it
+    // carries the same holder token, so a claim that committed while its
+    // answer was lost is found to be this one (see
+    // `idem_store::HolderToken`).
     let mut backoff = outage::Backoff::new(budget);
     let mut done = Vec::with_capacity(batch.len());
     loop {
@@ -212,6 +225,36 @@ async fn claim_riding_out(
                 let left = batch.len();
                 return (done, Some((outage::GaveUp { error, lasted }, left)));
             }
+        }
+    }
+}
+
+/// Settles the operations of `ahead` whose records are final now (one
+/// read: `Engine::settle_ahead`) and queues the rest, in order, for a
+/// claim. A read that fails settles nothing: every operation is claimed,
+/// which rides out an outage as always.
+async fn settle_ahead(
+    engine: &Engine,
+    ahead: Vec<ToClaim>,
+    pending: &mut VecDeque<ToClaim>,
+    summary: &mut Summary,
+    observer: &Observer,
+) {
+    let answers = match engine.settle_ahead(&ahead).await {
+        Ok(answers) => answers,
+        Err(e) => {
+            tracing::debug!(error = %e, "the look-ahead read failed; claiming instead");
+            pending.extend(ahead);
+            return;
+        }
+    };
+    for (item, answer) in ahead.into_iter().zip(answers) {
+        match answer {
+            Some(begun) => {
+                let (end, note) = not_executed(begun, item.request().key.digest);
+                ended(summary, end, note.as_deref(), observer);
+            }
+            None => pending.push_back(item),
         }
     }
 }

@@ -28,6 +28,8 @@ pub(in crate::postgres) struct Sql {
     pub(in crate::postgres) fast_claim_owned: String,
     pub(in crate::postgres) batch_claim: String,
     pub(in crate::postgres) get: String,
+    /// Many keys at one clock, in the order asked ($3 namespaces, $4 keys).
+    pub(in crate::postgres) get_many: String,
     pub(in crate::postgres) list: String,
     pub(in crate::postgres) gc: String,
     pub(in crate::postgres) epoch_for_share: String,
@@ -162,6 +164,11 @@ impl Sql {
             get: format!(
                 "SELECT n.ms, {r_columns} FROM (SELECT {now34} AS ms) n \
                  LEFT JOIN {s}.records r ON r.namespace = $1 AND r.key = $2"
+            ),
+            get_many: format!(
+                "SELECT n.ms, k.i, {r_columns} FROM (SELECT {NOW} AS ms) n \
+                 CROSS JOIN unnest($3::text[], $4::bytea[]) WITH ORDINALITY AS k(namespace, key, i) \
+                 LEFT JOIN {s}.records r ON r.namespace = k.namespace AND r.key = k.key ORDER BY k.i"
             ),
             // The clock is read once (MATERIALIZED), the row for it is kept
             // even when nothing matches (LEFT JOIN), so `now` is always known.
@@ -309,6 +316,7 @@ mod tests {
             fast_claim_owned,
             batch_claim,
             get,
+            get_many,
             list,
             gc,
             epoch_for_share,
@@ -338,6 +346,7 @@ mod tests {
             ("fast_claim_owned", fast_claim_owned),
             ("batch_claim", batch_claim),
             ("get", get),
+            ("get_many", get_many),
             ("list", list),
             ("gc", gc),
             ("epoch_for_share", epoch_for_share),
@@ -372,7 +381,15 @@ mod tests {
             assert_eq!(a.replace("\"svc_a\"", "\"svc_b\""), b, "{name}");
             assert!(!a.replace("\"svc_a\"", "").contains("svc_a"), "{name}: {a}");
         }
-        for text in [&a.lock, &a.insert, &a.fast_claim, &a.get, &a.list, &a.gc] {
+        for text in [
+            &a.lock,
+            &a.insert,
+            &a.fast_claim,
+            &a.get,
+            &a.get_many,
+            &a.list,
+            &a.gc,
+        ] {
             assert!(text.contains("\"svc_a\".records"), "{text}");
         }
         assert!(a.now_and_fence.contains("nextval('\"svc_a\".fence_seq')"));
