@@ -34,6 +34,7 @@ mod job_lease;
 mod kept_operations;
 pub mod model;
 mod ownership;
+mod pairs;
 mod records;
 mod registry;
 mod resolution;
@@ -63,6 +64,7 @@ pub use kept_operations::{
     keep_operations_off_keeps_none, kept_operations_are_bounded, records_keep_their_operation,
 };
 pub use ownership::{membership_epochs, stale_epoch_is_refused};
+pub use pairs::a_finish_and_a_claim_in_one_call;
 pub use records::{
     claim_and_duplicate, complete_then_replay, expired_holder_may_still_write,
     fail_retryable_then_take_over, fenced_stale_writes, heartbeat_extends_and_is_fenced,
@@ -104,6 +106,7 @@ macro_rules! for_each_conformance_check {
             claim_many_is_claims_in_order,
             finish_many_is_finishes_in_order,
             write_many_is_writes_in_order,
+            a_finish_and_a_claim_in_one_call,
             fence_monotonic_across_gc_and_reopen,
             outcome_size_cap,
             list_filters,

@@ -33,6 +33,16 @@ async fn finish_checked<B: RecordBackend>(backend: &B, finish: Finish) -> Result
         );
         return Ok(());
     }
+    finish_transaction(backend, finish).await
+}
+
+/// A finish (its outcome checked) decided in the record transaction, which
+/// says exactly why it refuses.
+pub(super) async fn finish_transaction<B: RecordBackend>(
+    backend: &B,
+    finish: Finish,
+) -> Result<(), StoreError> {
+    let limit = backend.options().max_outcome_bytes;
     let call = plain_call("finishing an attempt", &finish.key);
     backend.transact(call, finish_decision(finish, limit)).await
 }
@@ -47,7 +57,7 @@ pub(super) async fn finish<B: RecordBackend>(
 }
 
 /// `finish` with its outcome checked against the store's limit.
-fn checked<B: RecordBackend>(backend: &B, finish: Finish) -> Result<Finish, StoreError> {
+pub(super) fn checked<B: RecordBackend>(backend: &B, finish: Finish) -> Result<Finish, StoreError> {
     let Finish {
         key,
         fence,

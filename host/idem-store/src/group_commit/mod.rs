@@ -235,6 +235,21 @@ impl Writes for GroupCommit {
             .map(as_finished)
             .collect())
     }
+
+    /// Claims and finishes together (a lone worker's end of one operation
+    /// and claim of the next): in line on one writer, sharing a commit with
+    /// whatever else waits; otherwise one store call of its own, which the
+    /// store makes one round trip where it can (PostgreSQL pipelines a
+    /// finish and a claim in one transaction).
+    async fn write_many(
+        &self,
+        writes: Vec<Write>,
+    ) -> Result<Vec<Result<WriteOutcome, StoreError>>, StoreError> {
+        if !self.mixed() || writes.len() >= self.claims.max_batch {
+            return self.inner.write_many(writes).await;
+        }
+        Ok(self.claims.submit_many(writes).await)
+    }
 }
 
 /// A claim's answer from its line. Another kind of answer (never, from a

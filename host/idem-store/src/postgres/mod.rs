@@ -31,7 +31,10 @@
 //!   `machine::new_record`, and a holder's finish a single conditional
 //!   `UPDATE` mirroring `machine::finish` (each checked against the machine
 //!   after every such write in debug builds); when they write nothing, the
-//!   transaction above decides.
+//!   transaction above decides. A holder's finish and a fresh claim of
+//!   another key (a lone worker ending one operation as it claims the
+//!   next) go together: `BEGIN`, both statements and `COMMIT` pipelined,
+//!   one round trip and one WAL flush.
 //! - **Isolation**: READ COMMITTED plus the row lock. Each call touches one
 //!   record, and `FOR UPDATE` serialises every writer of that record and
 //!   returns its latest committed version, which is all the state machine
@@ -52,7 +55,8 @@
 //! `statements.rs` every statement, built from the pieces in `sql.rs`; `schema.rs` migrates;
 //! `connection.rs` the pool's connections, errors and the retry rule;
 //! `row.rs` the record rows; the backend ports (`crate::backend`):
-//! `records.rs` (records and their log; `batch_claim.rs` and
+//! `records.rs` (records and their log; `fast.rs` its one-statement
+//! claim and finish, and the two in one round trip; `batch_claim.rs` and
 //! `batch_finish.rs` its batch statements), `ownership.rs` (memberships and
 //! job leases), `policy_registry.rs` (namespace registrations, kept
 //! components and settings); `tls.rs` and `url.rs` how to connect.
@@ -63,6 +67,8 @@ mod batch_claim;
 mod batch_finish;
 #[cfg(feature = "postgres")]
 mod connection;
+#[cfg(feature = "postgres")]
+mod fast;
 #[cfg(feature = "postgres")]
 mod open;
 #[cfg(feature = "postgres")]

@@ -5,17 +5,17 @@ use async_trait::async_trait;
 use tokio_postgres::types::ToSql;
 
 use super::connection::Attempt;
+use super::fast::{ClaimValues, FinishValues};
 use super::row::values;
 use super::{Inner, PostgresStore};
-use crate::backend::{BatchAnswer, Call, Decide, Fences, RecordBackend, Written};
+use crate::backend::{BatchAnswer, Call, Decide, Fences, Paired, RecordBackend, Written};
 use crate::codec::{self, AttemptRow, RecordRow, attempt_values};
 use crate::machine;
 use crate::port::Batching;
 use crate::vocabulary::StoreError;
 use crate::vocabulary::{AttemptEntry, AttemptFilter};
 use crate::vocabulary::{
-    ClaimRequest, Finish, KeptOperation, ListFilter, Outcome, Record, RecordKey, RecordState,
-    StoreOptions,
+    ClaimRequest, Finish, ListFilter, Outcome, Record, RecordKey, RecordState, StoreOptions,
 };
 
 /// The fence drawn in the transaction's first round trip (when the call
@@ -204,24 +204,10 @@ impl Inner {
             .prepare_cached(sql)
             .await
             .map_err(|e| self.err("claiming", e))?;
-        let Attempt::Done(row) =
-            self.settle("claiming", conn.query_opt(&statement, params).await)?
-        else {
-            return Ok(Attempt::Again);
-        };
-        let Some(row) = row else {
-            return Ok(Attempt::Done(None));
-        };
-        let written = Written {
-            fence: self.unsigned(self.column(&row, "fence")?, "fence")?,
-            now_ms: self.unsigned(self.column(&row, "created")?, "created")?,
-            row: if cfg!(debug_assertions) {
-                self.decode_prefixed(&row, "")?
-            } else {
-                None
-            },
-        };
-        Ok(Attempt::Done(Some(written)))
+        match self.settle("claiming", conn.query_opt(&statement, params).await)? {
+            Attempt::Done(row) => Ok(Attempt::Done(self.claim_written(row)?)),
+            Attempt::Again => Ok(Attempt::Again),
+        }
     }
 }
 
@@ -259,57 +245,11 @@ impl RecordBackend for PostgresStore {
 
     async fn fast_claim(&self, request: &ClaimRequest) -> Result<Option<Written>, StoreError> {
         let inner = &self.inner;
-        let (manual, offset) = inner.clock();
-        let lease = i64::try_from(machine::millis(request.lease)).unwrap_or(i64::MAX);
-        let retention = i64::try_from(machine::millis(request.retention)).unwrap_or(i64::MAX);
-        let key = request.key.digest.0.to_vec();
-        let fingerprint = request.fingerprint.0.to_vec();
-        let h = &request.holder;
-        let attempt = h.attempt.map(i64::from);
-        let pid = i64::from(h.pid);
-        let group = request.ownership.as_ref().map(|t| t.group.clone());
-        let epoch = request
-            .ownership
-            .as_ref()
-            .map(|t| i64::try_from(t.epoch).unwrap_or(i64::MAX));
-        let operation = request.operation_digest.map(|d| d.0.to_vec());
-        let kept = request.operation.as_ref().map(KeptOperation::to_column);
-        let token = h.token.map(|t| t.0.to_vec());
-        let all: [&(dyn ToSql + Sync); 19] = [
-            &request.key.namespace,
-            &key,
-            &request.policy_digest,
-            &fingerprint,
-            &request.partition,
-            &lease,
-            &retention,
-            &h.run_id,
-            &h.trigger,
-            &attempt,
-            &h.host,
-            &pid,
-            &manual,
-            &offset,
-            &group,
-            &epoch,
-            &operation,
-            &kept,
-            &token,
-        ];
-        // Without an ownership token, the statement takes neither group nor
-        // epoch: its operation digest is `$15`, the kept operation `$16`,
-        // the holder's token `$17`.
-        let unowned: [&(dyn ToSql + Sync); 17] = [
-            all[0], all[1], all[2], all[3], all[4], all[5], all[6], all[7], all[8], all[9],
-            all[10], all[11], all[12], all[13], &operation, &kept, &token,
-        ];
-        let (sql, params) = match &request.ownership {
-            Some(_) => (&inner.sql.fast_claim_owned, &all[..]),
-            None => (&inner.sql.fast_claim, &unowned[..]),
-        };
+        let values = ClaimValues::of(inner, request);
+        let (sql, params) = values.statement(inner);
         let mut retries = inner.retries("claiming", "serialization failures");
         loop {
-            match inner.fast_claim_once(sql, params).await? {
+            match inner.fast_claim_once(sql, &params).await? {
                 Attempt::Done(written) => return Ok(written),
                 Attempt::Again => retries.again()?,
             }
@@ -324,38 +264,33 @@ impl RecordBackend for PostgresStore {
         outcome: &Outcome,
     ) -> Result<Option<Written>, StoreError> {
         let inner = &self.inner;
-        let (manual, offset) = inner.clock();
-        let key_bytes = key.digest.0.to_vec();
-        let fence = i64::try_from(fence).unwrap_or(i64::MAX);
+        let values = FinishValues::of(inner, key, fence, state, outcome);
         let rows = inner
             .query(
                 "finishing an attempt",
                 &inner.sql.finish_fast,
-                &[
-                    &manual,
-                    &offset,
-                    &key.namespace,
-                    &key_bytes,
-                    &state.as_str(),
-                    &outcome.status,
-                    &outcome.body,
-                    &outcome.error,
-                    &fence,
-                ],
+                &values.params(),
             )
             .await?;
-        let [row] = rows.as_slice() else {
-            return Ok(None);
-        };
-        Ok(Some(Written {
-            fence: inner.unsigned(inner.column(row, "fence")?, "fence")?,
-            now_ms: inner.unsigned(inner.column(row, "updated")?, "updated")?,
-            row: if cfg!(debug_assertions) {
-                inner.decode_prefixed(row, "")?
-            } else {
-                None
-            },
-        }))
+        inner.finish_written(&rows)
+    }
+
+    async fn fast_pair(
+        &self,
+        finish: &Finish,
+        claim: &ClaimRequest,
+    ) -> Result<Option<Paired>, StoreError> {
+        let inner = &self.inner;
+        let mut retries = inner.retries(
+            "finishing an attempt and claiming the next",
+            "serialization failures",
+        );
+        loop {
+            match inner.fast_pair_once(finish, claim).await? {
+                Attempt::Done(paired) => return Ok(Some(paired)),
+                Attempt::Again => retries.again()?,
+            }
+        }
     }
 
     async fn batch_claim(

@@ -26,6 +26,11 @@ impl ToClaim {
         &self.request
     }
 
+    /// The operation.
+    pub(crate) fn operation(&self) -> &Operation {
+        &self.op
+    }
+
     /// The operation, its derivation and its request.
     pub(crate) fn into_parts(self) -> (Operation, KeyedDerivation, ClaimRequest) {
         (self.op, self.keyed, self.request)
@@ -238,32 +243,47 @@ impl Engine {
         let results = one_answer_each(results, count, "finishes")?;
         let mut answers = Vec::with_capacity(count);
         for (result, finish) in results.into_iter().zip(finishes) {
-            let result = match result {
-                Err(e)
-                    if in_doubt::already_recorded(
-                        &self.store,
-                        &finish.key,
-                        finish.fence,
-                        finish.ending,
-                        &finish.outcome,
-                        &e,
-                    )
-                    .await =>
-                {
-                    Ok(())
-                }
-                other => other.map_err(EngineError::from),
-            };
-            telemetry::finished(finish.ending, &result);
-            answers.push(result);
+            answers.push(self.finish_answer(finish, result).await);
         }
         Ok(answers)
+    }
+
+    /// What the store's answer to `finish` means to its holder: an end
+    /// refused only because the same end was already recorded under its
+    /// fence (a retry of a commit whose answer was lost) is `Ok`.
+    pub(super) async fn finish_answer(
+        &self,
+        finish: &Finish,
+        result: Result<(), StoreError>,
+    ) -> Result<(), EngineError> {
+        let result = match result {
+            Err(e)
+                if in_doubt::already_recorded(
+                    &self.store,
+                    &finish.key,
+                    finish.fence,
+                    finish.ending,
+                    &finish.outcome,
+                    &e,
+                )
+                .await =>
+            {
+                Ok(())
+            }
+            other => other.map_err(EngineError::from),
+        };
+        telemetry::finished(finish.ending, &result);
+        result
     }
 }
 
 /// A batch call's answers, checked to be one per question asked: a store
 /// answering fewer or more would pair answers with the wrong operations.
-fn one_answer_each<T>(answers: Vec<T>, asked: usize, what: &str) -> Result<Vec<T>, EngineError> {
+pub(super) fn one_answer_each<T>(
+    answers: Vec<T>,
+    asked: usize,
+    what: &str,
+) -> Result<Vec<T>, EngineError> {
     if answers.len() == asked {
         return Ok(answers);
     }

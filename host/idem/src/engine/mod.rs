@@ -48,6 +48,7 @@ mod execution;
 mod fenced;
 mod in_doubt;
 mod look_ahead;
+mod pair;
 mod run_once;
 pub(crate) mod telemetry;
 

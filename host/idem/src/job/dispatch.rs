@@ -2,11 +2,12 @@
 //! each claimed operation's effect in a task of its own, count the ends.
 
 use std::collections::VecDeque;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use idem_core::{Digest, Operation};
-use idem_store::{RecordKey, RecordState, StoreError};
+use idem_store::{Finish, RecordKey, RecordState, StoreError};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio::task::{JoinError, JoinSet};
 
@@ -38,6 +39,39 @@ struct Shared<E> {
     permits: Arc<Semaphore>,
     wait_for_peers: Option<Duration>,
     store_outage: Duration,
+    /// Operations read ahead that need a claim, in order: they hold no
+    /// claim (and no lease) while they wait for a slot.
+    pending: Mutex<VecDeque<ToClaim>>,
+    /// A lone worker (concurrency 1): the task ending an operation claims
+    /// the next pending one in the same store call, and runs it in its slot.
+    lone: bool,
+    /// The run takes no more operations (a store outage past its budget).
+    stopping: AtomicBool,
+}
+
+impl<E> Shared<E> {
+    /// The pending operation a lone worker claims with `finish`, if any
+    /// may share its store call (see [`Engine::pairs`]).
+    fn next_to_pair(&self, finish: &Finish) -> Option<ToClaim> {
+        if !self.lone || self.stopping.load(Ordering::Acquire) {
+            return None;
+        }
+        let mut pending = self
+            .pending
+            .lock()
+            .expect("the pending queue is never poisoned");
+        match pending.front() {
+            Some(next) if self.engine.pairs(finish, next) => pending.pop_front(),
+            _ => None,
+        }
+    }
+}
+
+/// The operation a task goes on with after its own, in the same slot: one
+/// claimed together with its own end, or one whose claim must be sent again.
+enum Next {
+    Claimed(FirstClaim),
+    Unclaimed(ToClaim),
 }
 
 /// Runs every operation `fed` through `effect`, at most `concurrency` at
@@ -60,18 +94,24 @@ pub(crate) async fn run_all<E: Effect>(
         permits: permits.clone(),
         wait_for_peers: limits.wait_for_peers,
         store_outage: limits.store_outage,
+        pending: Mutex::new(VecDeque::new()),
+        lone: limits.concurrency == 1,
+        stopping: AtomicBool::new(false),
     });
+    let pending = || {
+        shared
+            .pending
+            .lock()
+            .expect("the pending queue is never poisoned")
+    };
     let mut summary = Summary::default();
     let mut taken: u64 = 0;
-    // Operations read ahead that need a claim, in order: they hold no
-    // claim (and no lease) while they wait for a slot.
-    let mut pending: VecDeque<ToClaim> = VecDeque::new();
     loop {
         // Count what has finished so far.
         while let Some(joined) = tasks.try_join_next() {
             count(&mut summary, joined, observer);
         }
-        if pending.is_empty() {
+        if pending().is_empty() {
             // The next operations (at least one, waiting for the second
             // read if need be; more if they are ready): what is already
             // done is settled now from one read, without a slot or a claim.
@@ -86,7 +126,8 @@ pub(crate) async fn run_all<E: Effect>(
                 }
             }
             taken += ahead.len() as u64;
-            settle_ahead(&engine, ahead, &mut pending, &mut summary, observer).await;
+            let left = settle_ahead(&engine, ahead, &mut summary, observer).await;
+            pending().extend(left);
             continue;
         }
         // Wait for one free slot, then take every other free one (up to the
@@ -99,13 +140,21 @@ pub(crate) async fn run_all<E: Effect>(
                 .await
                 .expect("the semaphore is never closed"),
         ];
-        while held.len() < limits.claim_batch.min(pending.len()) {
-            match permits.clone().try_acquire_owned() {
-                Ok(permit) => held.push(permit),
-                Err(_) => break,
+        let batch: Vec<ToClaim> = {
+            let mut pending = pending();
+            while held.len() < limits.claim_batch.min(pending.len()) {
+                match permits.clone().try_acquire_owned() {
+                    Ok(permit) => held.push(permit),
+                    Err(_) => break,
+                }
             }
+            // A lone worker's task may have claimed them all meanwhile.
+            let n = held.len().min(pending.len());
+            pending.drain(..n).collect()
+        };
+        if batch.is_empty() {
+            continue;
         }
-        let batch: Vec<ToClaim> = pending.drain(..held.len()).collect();
         let (claimed, gave_up) =
             claim_riding_out(&engine, batch, limits.store_outage, observer).await;
         // What the store did claim (or answered with a record) goes on, even
@@ -115,18 +164,7 @@ pub(crate) async fn run_all<E: Effect>(
             let permit = held.next().expect("a permit per operation of the batch");
             let shared = shared.clone();
             let observer = observer.clone();
-            tasks.spawn(async move {
-                let op = claimed.operation().clone();
-                let key = claimed.key();
-                let begun = begin(&shared, claimed, &observer).await;
-                let (end, note) = settle(&shared, op, key, begun, permit).await;
-                // Said as it happens, counted when the main loop collects it.
-                observer(JobEvent::Ended {
-                    end,
-                    note: note.as_deref(),
-                });
-                end
-            });
+            tasks.spawn(async move { run_in_slot(&shared, claimed, permit, &observer).await });
         }
         let Some((gave_up, unclaimed)) = gave_up else {
             continue;
@@ -158,13 +196,53 @@ pub(crate) async fn run_all<E: Effect>(
         break;
     }
     // Read ahead but never claimed (the run stopped on an outage): not run.
-    for _ in pending.drain(..) {
+    // Said under the queue's lock, so a lone worker's task takes none of
+    // them after this.
+    shared.stopping.store(true, Ordering::Release);
+    let left = pending().drain(..).count();
+    for _ in 0..left {
         ended(&mut summary, End::NotRun, None, observer);
     }
     while let Some(joined) = tasks.join_next().await {
         count(&mut summary, joined, observer);
     }
     (summary, taken)
+}
+
+/// One slot's task: begins and settles `claimed`, then, for a lone worker
+/// whose end shared its store call with the next claim, that operation, and
+/// so on. Each end is said as it happens; all are counted when the main
+/// loop collects the task.
+async fn run_in_slot<E: Effect>(
+    shared: &Shared<E>,
+    claimed: FirstClaim,
+    permit: OwnedSemaphorePermit,
+    observer: &Observer,
+) -> Vec<End> {
+    let mut ends = Vec::with_capacity(1);
+    let mut next = Some((Next::Claimed(claimed), permit));
+    while let Some((this, permit)) = next.take() {
+        let (op, key, begun) = match this {
+            Next::Claimed(claimed) => {
+                let op = claimed.operation().clone();
+                let key = claimed.key();
+                (op, key, begin(shared, claimed, observer).await)
+            }
+            Next::Unclaimed(item) => {
+                let op = item.operation().clone();
+                let key = item.request().key.digest;
+                (op, key, claim_alone(shared, item, observer).await)
+            }
+        };
+        let (end, note, then) = settle(shared, op, key, begun, permit, observer).await;
+        observer(JobEvent::Ended {
+            end,
+            note: note.as_deref(),
+        });
+        ends.push(end);
+        next = then;
+    }
+    ends
 }
 
 /// Claims `batch` in one store call, trying again while the store is
@@ -230,33 +308,33 @@ async fn claim_riding_out(
 }
 
 /// Settles the operations of `ahead` whose records are final now (one
-/// read: `Engine::settle_ahead`) and queues the rest, in order, for a
+/// read: `Engine::settle_ahead`) and returns the rest, in order, for a
 /// claim. A read that fails settles nothing: every operation is claimed,
 /// which rides out an outage as always.
 async fn settle_ahead(
     engine: &Engine,
     ahead: Vec<ToClaim>,
-    pending: &mut VecDeque<ToClaim>,
     summary: &mut Summary,
     observer: &Observer,
-) {
+) -> Vec<ToClaim> {
     let answers = match engine.settle_ahead(&ahead).await {
         Ok(answers) => answers,
         Err(e) => {
             tracing::debug!(error = %e, "the look-ahead read failed; claiming instead");
-            pending.extend(ahead);
-            return;
+            return ahead;
         }
     };
+    let mut left = Vec::new();
     for (item, answer) in ahead.into_iter().zip(answers) {
         match answer {
             Some(begun) => {
                 let (end, note) = not_executed(begun, item.request().key.digest);
                 ended(summary, end, note.as_deref(), observer);
             }
-            None => pending.push_back(item),
+            None => left.push(item),
         }
     }
+    left
 }
 
 /// Settles what the batch claim answered for one operation. A fresh claim
@@ -281,11 +359,28 @@ async fn begin<E>(
     .await
 }
 
-/// Counts a finished task's operation (already reported by the task); a
+/// Claims `item` alone and settles what the claim answered, sending it
+/// again while the store is unavailable, within the outage budget: a lone
+/// worker's next operation whose shared store call did not claim it.
+async fn claim_alone<E>(
+    shared: &Shared<E>,
+    item: ToClaim,
+    observer: &Observer,
+) -> Result<Begin, EngineError> {
+    let budget = shared.store_outage;
+    one::settle_riding_out(&shared.engine, item, None, budget, |e| {
+        observer(JobEvent::Warning(&format!(
+            "the store is unavailable ({e}) while claiming; trying again for up to {budget:?}"
+        )))
+    })
+    .await
+}
+
+/// Counts a finished task's operations (already reported by the task); a
 /// task that panicked is an operation whose outcome is unknown.
-fn count(summary: &mut Summary, joined: Result<End, JoinError>, observer: &Observer) {
+fn count(summary: &mut Summary, joined: Result<Vec<End>, JoinError>, observer: &Observer) {
     match joined {
-        Ok(end) => summary.count(end),
+        Ok(ends) => ends.into_iter().for_each(|end| summary.count(end)),
         Err(e) => {
             tracing::error!(error = %e, "operation task failed");
             ended(summary, End::Unknown, None, observer);
@@ -303,6 +398,9 @@ fn ended(summary: &mut Summary, end: End, note: Option<&str>, observer: &Observe
 /// a word.
 type Ended = (End, Option<String>);
 
+/// How one operation ended, and the operation its slot goes on with.
+type EndedThen = (End, Option<String>, Option<(Next, OwnedSemaphorePermit)>);
+
 /// Settles one begun operation: runs the effect if this run holds it, and
 /// with `wait_for_peers`, waits for one a live peer holds and begins it
 /// again. Gives up its slot (`permit`) when its effect is over (before its
@@ -314,21 +412,30 @@ async fn settle<E: Effect>(
     key: Digest,
     begun: Result<Begin, EngineError>,
     permit: OwnedSemaphorePermit,
-) -> Ended {
+    observer: &Observer,
+) -> EndedThen {
     match begun {
         Ok(Begin::InProgress { key, .. }) if shared.wait_for_peers.is_some() => {
             drop(permit);
-            wait_for_peer(shared, op, key).await
+            wait_for_peer(shared, op, key, observer).await
         }
-        Ok(Begin::Execute(execution)) => run_held(shared, op, execution, permit).await,
-        other => not_executed(other, key),
+        Ok(Begin::Execute(execution)) => run_held(shared, op, execution, permit, observer).await,
+        other => {
+            let (end, note) = not_executed(other, key);
+            (end, note, None)
+        }
     }
 }
 
 /// Waits (holding no slot) until the peer holding `key` ends its claim,
 /// then takes a slot and begins the operation again: a replay, or what the
 /// policy decides for a failure or a lapsed claim.
-async fn wait_for_peer<E: Effect>(shared: &Shared<E>, op: Operation, key: RecordKey) -> Ended {
+async fn wait_for_peer<E: Effect>(
+    shared: &Shared<E>,
+    op: Operation,
+    key: RecordKey,
+    observer: &Observer,
+) -> EndedThen {
     let max = shared.wait_for_peers.unwrap_or_default();
     tracing::debug!(key = %key.digest, "in progress: waiting for the live run holding it");
     match peers::still_held_after(shared.engine.store(), &key, max).await {
@@ -338,13 +445,11 @@ async fn wait_for_peer<E: Effect>(shared: &Shared<E>, op: Operation, key: Record
                 "key {}: still in progress elsewhere after waiting {max:?}",
                 key.digest
             );
-            return (End::InProgress, Some(note));
+            return (End::InProgress, Some(note), None);
         }
         Err(e) => {
-            return (
-                End::NotRun,
-                Some(format!("key {}: not run: {e}", key.digest)),
-            );
+            let note = format!("key {}: not run: {e}", key.digest);
+            return (End::NotRun, Some(note), None);
         }
     }
     let permit = shared
@@ -354,9 +459,12 @@ async fn wait_for_peer<E: Effect>(shared: &Shared<E>, op: Operation, key: Record
         .await
         .expect("the semaphore is never closed");
     match shared.engine.begin(&op).await {
-        Ok(Begin::Execute(execution)) => run_held(shared, op, execution, permit).await,
+        Ok(Begin::Execute(execution)) => run_held(shared, op, execution, permit, observer).await,
         // Held again by someone (a peer took it over): the wait is over.
-        other => not_executed(other, key.digest),
+        other => {
+            let (end, note) = not_executed(other, key.digest);
+            (end, note, None)
+        }
     }
 }
 
@@ -398,26 +506,74 @@ fn not_executed(begun: Result<Begin, EngineError>, key: Digest) -> Ended {
 }
 
 /// Runs the effect of an operation this run holds, gives up its slot, and
-/// records its end through the finisher.
+/// records its end through the finisher. A lone worker instead records
+/// its end in the store call that claims the next pending operation, and
+/// keeps its slot for that one.
 async fn run_held<E: Effect>(
     shared: &Shared<E>,
     op: Operation,
     execution: crate::engine::Execution,
     permit: OwnedSemaphorePermit,
-) -> Ended {
+    observer: &Observer,
+) -> EndedThen {
     let key = execution.key_hex();
-    let finisher = &shared.finisher;
+    let mut then = None;
     let performed = run_effect_recording(
         &*shared.effect,
         op,
         execution,
         async |execution, ending, outcome| {
-            drop(permit);
-            finisher.finish(execution, ending, outcome).await
+            let finish = execution.into_finish(ending, outcome);
+            let Some(next) = shared.next_to_pair(&finish) else {
+                drop(permit);
+                return shared.finisher.record(finish).await;
+            };
+            // An outage met here is told once; each write then rides it
+            // out alone.
+            let budget = shared.store_outage;
+            let tell = |e: &EngineError| {
+                observer(JobEvent::Warning(&format!(
+                    "the store is unavailable ({e}) while recording an end and claiming the next operation; trying again for up to {budget:?}"
+                )))
+            };
+            match shared.engine.finish_and_claim(&finish, next).await {
+                Ok((finished, claimed)) => {
+                    let finish_unavailable =
+                        matches!(&finished, Err(e) if e.is_store_unavailable());
+                    let next = match claimed.store_unavailable() {
+                        Some(e) => {
+                            if !finish_unavailable {
+                                tell(&EngineError::Store(e.clone()));
+                            }
+                            Next::Unclaimed(claimed.into_retry())
+                        }
+                        None => Next::Claimed(claimed),
+                    };
+                    then = Some((next, permit));
+                    match finished {
+                        // Sent again alone (recognised if it was recorded).
+                        Err(e) if e.is_store_unavailable() => {
+                            tell(&e);
+                            shared.finisher.record(finish).await
+                        }
+                        finished => finished,
+                    }
+                }
+                // Neither may be assumed written: each is sent again alone,
+                // and recognised if it was (the end by its fence, the claim
+                // by its holder token).
+                Err((e, next)) => {
+                    if e.is_store_unavailable() {
+                        tell(&e);
+                    }
+                    then = Some((Next::Unclaimed(next), permit));
+                    shared.finisher.record(finish).await
+                }
+            }
         },
     )
     .await;
-    match performed {
+    let (end, note) = match performed {
         Ok(Performed::Completed) => (End::Executed, None),
         Ok(Performed::Failed { .. }) => (End::Failed, None),
         Ok(Performed::NotStarted { reason }) => (End::Failed, Some(format!("key {key}: {reason}"))),
@@ -430,5 +586,6 @@ async fn run_held<E: Effect>(
             Some(format!("deposed while running; result not recorded: {e}")),
         ),
         Err(e) => (End::Unknown, Some(e.to_string())),
-    }
+    };
+    (end, note, then)
 }

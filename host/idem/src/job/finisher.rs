@@ -16,11 +16,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use idem_store::{Ending, Finish, Outcome, StoreError};
+use idem_store::{Finish, StoreError};
 use tokio::sync::{mpsc, oneshot};
 
 use super::outage;
-use crate::engine::{Engine, EngineError, Execution};
+use crate::engine::{Engine, EngineError};
 
 type Reply = oneshot::Sender<Result<(), EngineError>>;
 type Pending = (Finish, Reply);
@@ -51,14 +51,9 @@ impl Finisher {
         }
     }
 
-    /// Records `execution`'s end; the answer is [`Execution::finish`]'s.
-    pub(crate) async fn finish(
-        &self,
-        execution: Execution,
-        ending: Ending,
-        outcome: Outcome,
-    ) -> Result<(), EngineError> {
-        let finish = execution.into_finish(ending, outcome);
+    /// Records an end already taken out of its execution; the answer is
+    /// [`crate::engine::Execution::finish`]'s.
+    pub(crate) async fn record(&self, finish: Finish) -> Result<(), EngineError> {
         let Some(tx) = &self.batched else {
             let mut answers = record(&self.engine, vec![finish], self.budget).await;
             return answers

@@ -264,9 +264,11 @@ impl JobRunner {
             store_outage: self.options.store_outage,
         };
         let (not_owned, skipped, planned) = (plan.not_owned(), plan.skipped(), plan.to_run());
-        // Enough queued for two full claim batches: the next batch is
-        // ready when a slot frees, and no more is held.
-        let queue = 2 * limits.claim_batch.min(limits.concurrency);
+        // Enough queued for two full batches read ahead: what is already
+        // done is settled a batch per read, whatever the concurrency (a
+        // replay holds no slot), and the next batch is ready when the last
+        // is taken. No more is held.
+        let queue = 2 * limits.claim_batch;
         let (fed, feeder) = feed::start(source, plan, queue);
         let engine = Arc::new(engine);
         let (mut ran, taken) = dispatch::run_all(

@@ -50,8 +50,9 @@ macro_rules! on_every_store {
 on_every_store!(
     workers_run_each_operation_once_and_a_killed_one_leaves_only_its_operation_unknown,
     overlapping_runs_waiting_for_peers_both_account_for_every_operation,
-    a_rerun_of_what_is_done_claims_nothing,
 );
+
+mod store_calls;
 
 struct Env {
     dir: tempfile::TempDir,
@@ -297,80 +298,6 @@ fn a_plain_rerun_says_it_is_a_rerun() {
     assert!(
         out.contains("why: 3 duplicates prevented: a re-run after the first run had stopped"),
         "{out}"
-    );
-}
-
-/// How many store calls of `call` a metrics file counts (0 when none).
-fn store_calls(metrics: &str, call: &str) -> u64 {
-    let prefix = format!("idem_store_call_seconds_count{{call=\"{call}\"}} ");
-    metrics
-        .lines()
-        .find_map(|l| l.strip_prefix(&prefix))
-        .map_or(0, |n| n.trim().parse().unwrap())
-}
-
-/// `idem run --json --metrics-file NAME -- true` of `ops`: its output and
-/// the metrics file's text.
-fn run_with_metrics(env: &Env, ops: &str, name: &str) -> (Output, String) {
-    let metrics = env.path(name);
-    let out = env
-        .run(
-            "billing-charge",
-            ops,
-            &[
-                "--json",
-                "--metrics-file",
-                metrics.to_str().unwrap(),
-                "--",
-                "true",
-            ],
-        )
-        .output()
-        .unwrap();
-    let text = std::fs::read_to_string(&metrics)
-        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
-    (out, text)
-}
-
-/// A re-run where every operation is done settles them from one read per
-/// batch (`Records::get_many`), with no claim: no slot waits, no lease
-/// runs. Where one operation is not done, only that one is claimed.
-fn a_rerun_of_what_is_done_claims_nothing(env: Env) {
-    let ops = env.write("ops.jsonl", &charges(150));
-    let ops = ops.to_str().unwrap();
-    let first = env
-        .run("billing-charge", ops, &["--json", "--", "true"])
-        .output()
-        .unwrap();
-    assert_eq!(summary(&first)["executed"], 150);
-    let (again, text) = run_with_metrics(&env, ops, "again.prom");
-    assert_eq!(summary(&again)["replayed"], 150, "{}", text);
-    // No write at all (a group commit would carry a claim as write_many).
-    for write in ["claim", "claim_many", "write_many", "finish", "finish_many"] {
-        assert_eq!(store_calls(&text, write), 0, "{write}:\n{text}");
-    }
-    // 150 operations in reads of at most --claim-batch (64) each.
-    let reads = store_calls(&text, "get_many");
-    assert!((3..=150).contains(&reads), "{reads} reads:\n{text}");
-    // One more operation, new: claimed alone; the rest replay unclaimed.
-    let more = env.write(
-        "more.jsonl",
-        &(charges(150) + &charge("c-new", "i-new") + "\n"),
-    );
-    let (third, text) = run_with_metrics(&env, more.to_str().unwrap(), "more.prom");
-    let tally = summary(&third);
-    assert_eq!(
-        (tally["replayed"].as_u64(), tally["executed"].as_u64()),
-        (Some(150), Some(1))
-    );
-    // The new one executed; the rest replayed (answered from the read).
-    assert!(
-        text.contains("idem_begin_total{answer=\"execute\"} 1\n"),
-        "{text}"
-    );
-    assert!(
-        text.contains("idem_begin_total{answer=\"replay\"} 150\n"),
-        "{text}"
     );
 }
 

@@ -1,0 +1,237 @@
+//! The one-statement fast paths (a fresh claim, a holder's finish) and the
+//! pair of them in one round trip and one commit (`fast_pair`: a lone
+//! worker's end of one operation and claim of the next).
+//!
+//! Each statement's values are gathered once ([`ClaimValues`],
+//! [`FinishValues`]) so that a path alone and the pair send exactly the
+//! same statement.
+
+use tokio_postgres::Row;
+use tokio_postgres::types::ToSql;
+
+use super::Inner;
+use super::connection::Attempt;
+use crate::backend::{Paired, Written};
+use crate::machine;
+use crate::vocabulary::StoreError;
+use crate::vocabulary::{ClaimRequest, Finish, KeptOperation, Outcome, RecordKey, RecordState};
+
+/// The bound values of the fresh-claim statement.
+pub(super) struct ClaimValues<'r> {
+    request: &'r ClaimRequest,
+    manual: Option<i64>,
+    offset: i64,
+    lease: i64,
+    retention: i64,
+    key: Vec<u8>,
+    fingerprint: Vec<u8>,
+    attempt: Option<i64>,
+    pid: i64,
+    group: Option<String>,
+    epoch: Option<i64>,
+    operation: Option<Vec<u8>>,
+    kept: Option<String>,
+    token: Option<Vec<u8>>,
+}
+
+impl<'r> ClaimValues<'r> {
+    pub(super) fn of(inner: &Inner, request: &'r ClaimRequest) -> Self {
+        let (manual, offset) = inner.clock();
+        let h = &request.holder;
+        ClaimValues {
+            request,
+            manual,
+            offset,
+            lease: i64::try_from(machine::millis(request.lease)).unwrap_or(i64::MAX),
+            retention: i64::try_from(machine::millis(request.retention)).unwrap_or(i64::MAX),
+            key: request.key.digest.0.to_vec(),
+            fingerprint: request.fingerprint.0.to_vec(),
+            attempt: h.attempt.map(i64::from),
+            pid: i64::from(h.pid),
+            group: request.ownership.as_ref().map(|t| t.group.clone()),
+            epoch: request
+                .ownership
+                .as_ref()
+                .map(|t| i64::try_from(t.epoch).unwrap_or(i64::MAX)),
+            operation: request.operation_digest.map(|d| d.0.to_vec()),
+            kept: request.operation.as_ref().map(KeptOperation::to_column),
+            token: h.token.map(|t| t.0.to_vec()),
+        }
+    }
+
+    /// The statement (with or without the ownership check) and its values.
+    pub(super) fn statement<'s>(
+        &'s self,
+        inner: &'s Inner,
+    ) -> (&'s str, Vec<&'s (dyn ToSql + Sync)>) {
+        let r = self.request;
+        let mut params: Vec<&(dyn ToSql + Sync)> = vec![
+            &r.key.namespace,
+            &self.key,
+            &r.policy_digest,
+            &self.fingerprint,
+            &r.partition,
+            &self.lease,
+            &self.retention,
+            &r.holder.run_id,
+            &r.holder.trigger,
+            &self.attempt,
+            &r.holder.host,
+            &self.pid,
+            &self.manual,
+            &self.offset,
+        ];
+        // Without an ownership token the statement takes neither group nor
+        // epoch: its operation digest is `$15`, the kept operation `$16`,
+        // the holder's token `$17`.
+        let sql = match &r.ownership {
+            Some(_) => {
+                params.extend([&self.group as &(dyn ToSql + Sync), &self.epoch]);
+                &inner.sql.fast_claim_owned
+            }
+            None => &inner.sql.fast_claim,
+        };
+        params.extend([
+            &self.operation as &(dyn ToSql + Sync),
+            &self.kept,
+            &self.token,
+        ]);
+        (sql, params)
+    }
+}
+
+/// The bound values of the finish statement.
+pub(super) struct FinishValues<'f> {
+    key: &'f RecordKey,
+    outcome: &'f Outcome,
+    manual: Option<i64>,
+    offset: i64,
+    key_bytes: Vec<u8>,
+    state: &'static str,
+    fence: i64,
+}
+
+impl<'f> FinishValues<'f> {
+    pub(super) fn of(
+        inner: &Inner,
+        key: &'f RecordKey,
+        fence: u64,
+        state: RecordState,
+        outcome: &'f Outcome,
+    ) -> Self {
+        let (manual, offset) = inner.clock();
+        FinishValues {
+            key,
+            outcome,
+            manual,
+            offset,
+            key_bytes: key.digest.0.to_vec(),
+            state: state.as_str(),
+            fence: i64::try_from(fence).unwrap_or(i64::MAX),
+        }
+    }
+
+    pub(super) fn params(&self) -> [&(dyn ToSql + Sync); 9] {
+        [
+            &self.manual,
+            &self.offset,
+            &self.key.namespace,
+            &self.key_bytes,
+            &self.state,
+            &self.outcome.status,
+            &self.outcome.body,
+            &self.outcome.error,
+            &self.fence,
+        ]
+    }
+}
+
+impl Inner {
+    /// What a fresh claim's statement wrote (`None`: a row existed).
+    pub(super) fn claim_written(&self, row: Option<Row>) -> Result<Option<Written>, StoreError> {
+        let Some(row) = row else {
+            return Ok(None);
+        };
+        Ok(Some(Written {
+            fence: self.unsigned(self.column(&row, "fence")?, "fence")?,
+            now_ms: self.unsigned(self.column(&row, "created")?, "created")?,
+            row: self.written_row(&row)?,
+        }))
+    }
+
+    /// What a finish's statement wrote (`None`: it matched no holder).
+    pub(super) fn finish_written(&self, rows: &[Row]) -> Result<Option<Written>, StoreError> {
+        let [row] = rows else {
+            return Ok(None);
+        };
+        Ok(Some(Written {
+            fence: self.unsigned(self.column(row, "fence")?, "fence")?,
+            now_ms: self.unsigned(self.column(row, "updated")?, "updated")?,
+            row: self.written_row(row)?,
+        }))
+    }
+
+    /// The whole row as written, for the debug check (it costs the row's
+    /// bytes on the wire, so release builds leave it).
+    fn written_row(&self, row: &Row) -> Result<Option<crate::vocabulary::Record>, StoreError> {
+        if cfg!(debug_assertions) {
+            self.decode_prefixed(row, "")
+        } else {
+            Ok(None)
+        }
+    }
+
+    /// One try of the pair: `BEGIN`, the finish, the fresh claim and
+    /// `COMMIT`, pipelined (one round trip, one WAL flush). A statement
+    /// that fails aborts the transaction (its `COMMIT` rolls back), so
+    /// neither write is half-made; a serialization failure or deadlock is
+    /// [`Attempt::Again`].
+    pub(super) async fn fast_pair_once(
+        &self,
+        finish: &Finish,
+        claim: &ClaimRequest,
+    ) -> Result<Attempt<Paired>, StoreError> {
+        const CONTEXT: &str = "finishing an attempt and claiming the next";
+        let fail = |e| self.err(CONTEXT, e);
+        let ended = FinishValues::of(
+            self,
+            &finish.key,
+            finish.fence,
+            finish.ending.state(),
+            &finish.outcome,
+        );
+        let fresh = ClaimValues::of(self, claim);
+        let (claim_sql, claim_params) = fresh.statement(self);
+        let mut conn = self.conn().await?;
+        let finish_statement = conn
+            .prepare_cached(&self.sql.finish_fast)
+            .await
+            .map_err(fail)?;
+        let claim_statement = conn.prepare_cached(claim_sql).await.map_err(fail)?;
+        let finish_params = ended.params();
+        conn.in_transaction = true;
+        // Pipelined: `biased` polls (so sends) them in this order.
+        let (begun, finished, claimed, committed) = tokio::join!(
+            biased;
+            conn.batch_execute("BEGIN"),
+            conn.query(&finish_statement, &finish_params),
+            conn.query_opt(&claim_statement, &claim_params),
+            conn.batch_execute("COMMIT"),
+        );
+        if committed.is_ok() {
+            // COMMIT answered: the transaction is over either way.
+            conn.in_transaction = false;
+        }
+        let all = begun
+            .and(finished)
+            .and_then(|finished| Ok((finished, claimed?)))
+            .and_then(|both| committed.map(|()| both));
+        let Attempt::Done((finished, claimed)) = self.settle(CONTEXT, all)? else {
+            return Ok(Attempt::Again);
+        };
+        Ok(Attempt::Done(Paired {
+            finish: self.finish_written(&finished)?,
+            claim: self.claim_written(claimed)?,
+        }))
+    }
+}
