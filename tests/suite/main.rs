@@ -3,6 +3,7 @@
 mod authoring;
 mod chaos;
 mod cli;
+mod clients;
 mod determinism;
 mod docs;
 mod engine;

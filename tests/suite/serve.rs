@@ -2,9 +2,10 @@
 //! heartbeat, complete, replay, a stale fence refused, a retryable failure
 //! re-executed under a higher fence, a lapsed claim resolved, the report)
 //! on SQLite and PostgreSQL; the bearer token; refusing to listen beyond
-//! loopback without one; a graceful shutdown that finishes a call in
-//! flight; and the Python client of docs/guide/serve.md, run as written. The
-//! OpenAPI document and the fuzz of bad input are in `serve_contract.rs`.
+//! loopback without one; and a graceful shutdown that finishes a call in
+//! flight. The OpenAPI document and the fuzz of bad input are in
+//! `serve_contract.rs`; the client packages, and their pages' examples, in
+//! `clients.rs`.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -13,7 +14,7 @@ use std::time::Duration;
 
 use idem_store::{AttemptFilter, ListFilter, RecordState, Store, StoreOptions};
 use idem_store_conformance::{drop_postgres_schema, fresh_schema};
-use idem_tests::{idem_bin, policy_path, postgres_url, workspace_root};
+use idem_tests::{idem_bin, policy_path, postgres_url};
 use serde_json::{Value, json};
 
 /// A running `idem serve`, killed when dropped (unless it already exited).
@@ -628,62 +629,4 @@ fn sigterm_lets_the_call_in_flight_finish() {
         ["completed", "executed", "executed", "replayed"],
         "every answer is in the attempt log"
     );
-}
-
-/// The ```python block of docs/guide/serve.md, as written.
-fn python_snippet() -> String {
-    let doc = std::fs::read_to_string(workspace_root().join("docs/guide/serve.md")).unwrap();
-    let start = doc
-        .find("```python\n")
-        .expect("docs/guide/serve.md has a python block")
-        + 10;
-    let len = doc[start..].find("```").expect("the block ends");
-    doc[start..start + len].to_string()
-}
-
-#[test]
-fn the_python_client_in_the_docs_runs() {
-    let python = Command::new("python3").arg("--version").output();
-    if python.is_err() {
-        let ci = std::env::var("CI").is_ok_and(|v| v == "true" || v == "1");
-        assert!(!ci, "python3 is needed under CI=true");
-        eprintln!("SKIPPED the_python_client_in_the_docs_runs: no python3 on PATH");
-        return;
-    }
-    let store = TestStore::sqlite();
-    let env = [("IDEM_SERVE_TOKEN", "py-t0ken")];
-    let server = Server::start(&store.url, &[], &env);
-    let code = python_snippet();
-    let run = || {
-        let out = Command::new("python3")
-            .args(["-c", &code])
-            .env("IDEM_SERVE_URL", format!("http://{}", server.addr))
-            .env("IDEM_SERVE_TOKEN", "py-t0ken")
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "the snippet failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).unwrap()
-    };
-    let first = run();
-    assert_eq!(
-        first,
-        "charged: receipt for i1: 100 EUR\na second begin replays: receipt for i1: 100 EUR\n"
-    );
-    // Run again (the job re-run by hand): nothing is charged twice.
-    let second = run();
-    assert_eq!(
-        second,
-        "already charged: receipt for i1: 100 EUR\na second begin replays: receipt for i1: 100 EUR\n"
-    );
-    let (rt, handle) = store.open();
-    let records = rt
-        .block_on(handle.records().list(ListFilter::default()))
-        .unwrap();
-    assert_eq!(records.len(), 1);
-    assert_eq!(records[0].record.attempts, 1);
-    assert_eq!(records[0].record.state, RecordState::Completed);
 }

@@ -1,0 +1,14 @@
+// A client for `idem serve`, the idem sidecar: side effects that happen
+// exactly once, from TypeScript and JavaScript (Node 20 and later).
+//
+//   const client = new IdemClient({ baseUrl: "http://127.0.0.1:7676", token });
+//   const receipt = await withIdempotency(client, operation, (claim) => charge(claim.key, claim.fence));
+//
+// See README.md, and docs/guide/client-typescript.md in the idem repository.
+
+export { IdemClient } from "./client.js";
+export type { Body, CompleteOptions, FailOptions, IdemClientOptions, ResolveOptions } from "./client.js";
+export * from "./errors.js";
+export { decodeJson, encodeJson, withIdempotency } from "./idempotency.js";
+export type { IdempotencyOptions } from "./idempotency.js";
+export type * from "./types.js";
