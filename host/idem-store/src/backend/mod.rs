@@ -27,4 +27,4 @@ mod transaction;
 pub use ownership::OwnershipBackend;
 pub use policy_registry::RegistryBackend;
 pub use records::RecordBackend;
-pub use transaction::{BatchAnswer, Call, Decide, Fences, Paired, Step, Written};
+pub use transaction::{BatchAnswer, Call, Decide, Fences, Step, Written};

@@ -2,7 +2,7 @@
 
 use async_trait::async_trait;
 
-use super::{BatchAnswer, Call, Decide, Paired, Written};
+use super::{BatchAnswer, Call, Decide, Written};
 use crate::port::Batching;
 use crate::vocabulary::StoreError;
 use crate::vocabulary::{AttemptEntry, AttemptFilter};
@@ -89,22 +89,6 @@ pub trait RecordBackend: Send + Sync + 'static {
         _state: RecordState,
         _outcome: &Outcome,
     ) -> Result<Option<Written>, StoreError> {
-        Ok(None)
-    }
-
-    /// A holder's finish and a fresh claim of another key in one round trip
-    /// and one commit, for [`crate::Writes::write_many`] of exactly that pair
-    /// (a job's lone worker ending one operation as it claims the next):
-    /// each written as [`RecordBackend::fast_finish`] and
-    /// [`RecordBackend::fast_claim`] would write it alone, and answered
-    /// alike (`None`: that write was not made, its record transaction
-    /// decides). The outer `None`: no such path (default), the two go their
-    /// own ways.
-    async fn fast_pair(
-        &self,
-        _finish: &Finish,
-        _claim: &ClaimRequest,
-    ) -> Result<Option<Paired>, StoreError> {
         Ok(None)
     }
 

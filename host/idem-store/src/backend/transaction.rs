@@ -119,14 +119,3 @@ pub enum BatchAnswer {
     /// Neither: the single path decides.
     Single,
 }
-
-/// What [`super::RecordBackend::fast_pair`] wrote: the finish's and the
-/// claim's fast-path answers (`None`: not written, the record transaction
-/// decides that one).
-#[derive(Debug)]
-pub struct Paired {
-    /// The holder's end.
-    pub finish: Option<Written>,
-    /// The fresh claim.
-    pub claim: Option<Written>,
-}

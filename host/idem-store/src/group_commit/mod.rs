@@ -42,7 +42,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 
 use crate::machine;
-use crate::port::{Batching, Writes};
+use crate::port::{Batching, Writes, write_by_kind};
 use crate::store::Store;
 use crate::vocabulary::StoreError;
 use crate::vocabulary::{ClaimOutcome, ClaimRequest, Finish, Write, WriteOutcome};
@@ -238,14 +238,16 @@ impl Writes for GroupCommit {
 
     /// Claims and finishes together (a lone worker's end of one operation
     /// and claim of the next): in line on one writer, sharing a commit with
-    /// whatever else waits; otherwise one store call of its own, which the
-    /// store makes one round trip where it can (PostgreSQL pipelines a
-    /// finish and a claim in one transaction).
+    /// whatever else waits; otherwise each kind in its own line, both at
+    /// once (PostgreSQL commits them side by side on two connections).
     async fn write_many(
         &self,
         writes: Vec<Write>,
     ) -> Result<Vec<Result<WriteOutcome, StoreError>>, StoreError> {
-        if !self.mixed() || writes.len() >= self.claims.max_batch {
+        if !self.mixed() {
+            return write_by_kind(self, writes).await;
+        }
+        if writes.len() >= self.claims.max_batch {
             return self.inner.write_many(writes).await;
         }
         Ok(self.claims.submit_many(writes).await)

@@ -154,7 +154,7 @@ pub trait Writes: Send + Sync + 'static {
     /// order, as two callers racing would be. Where the store's batches are
     /// [`Batching::one_transaction`], all of them share one commit; the
     /// default sends the claims in one `claim_many` and the finishes in one
-    /// `finish_many`.
+    /// `finish_many`, both at once.
     async fn write_many(
         &self,
         writes: Vec<Write>,
@@ -185,15 +185,25 @@ pub(crate) async fn write_by_kind<S: Writes + ?Sized>(
         }
     }
     let asked = (claims.len(), finishes.len());
-    let claimed = match claims.len() {
-        0 => Vec::new(),
-        1 => vec![store.claim(claims.pop().expect("one claim")).await],
-        _ => store.claim_many(claims).await?,
+    // The two kinds are independent calls: sent at once, a store with
+    // several connections (PostgreSQL) commits them side by side, where
+    // one transaction would run them one after the other before its one
+    // commit (measured slower: `docs/benchmarks.md`, a lone worker).
+    let claiming = async {
+        match claims.len() {
+            0 => Ok(Vec::new()),
+            1 => Ok(vec![store.claim(claims.pop().expect("one claim")).await]),
+            _ => store.claim_many(claims).await,
+        }
     };
-    let finished = match finishes.len() {
-        0 => Vec::new(),
-        _ => store.finish_many(finishes).await?,
+    let finishing = async {
+        match finishes.len() {
+            0 => Ok(Vec::new()),
+            _ => store.finish_many(finishes).await,
+        }
     };
+    let (claimed, finished) = tokio::join!(claiming, finishing);
+    let (claimed, finished) = (claimed?, finished?);
     if (claimed.len(), finished.len()) != asked {
         return Err(StoreError::Task(format!(
             "the store answered {} of {} claims and {} of {} finishes",

@@ -1,20 +1,15 @@
-//! The one-statement fast paths (a fresh claim, a holder's finish) and the
-//! pair of them in one round trip and one commit (`fast_pair`: a lone
-//! worker's end of one operation and claim of the next).
-//!
-//! Each statement's values are gathered once ([`ClaimValues`],
-//! [`FinishValues`]) so that a path alone and the pair send exactly the
-//! same statement.
+//! The one-statement fast paths: a fresh claim and a holder's finish, each
+//! one autocommit statement. Their bound values are gathered here
+//! ([`ClaimValues`], [`FinishValues`]), and what they wrote read back.
 
 use tokio_postgres::Row;
 use tokio_postgres::types::ToSql;
 
 use super::Inner;
-use super::connection::Attempt;
-use crate::backend::{Paired, Written};
+use crate::backend::Written;
 use crate::machine;
 use crate::vocabulary::StoreError;
-use crate::vocabulary::{ClaimRequest, Finish, KeptOperation, Outcome, RecordKey, RecordState};
+use crate::vocabulary::{ClaimRequest, KeptOperation, Outcome, RecordKey, RecordState};
 
 /// The bound values of the fresh-claim statement.
 pub(super) struct ClaimValues<'r> {
@@ -179,59 +174,5 @@ impl Inner {
         } else {
             Ok(None)
         }
-    }
-
-    /// One try of the pair: `BEGIN`, the finish, the fresh claim and
-    /// `COMMIT`, pipelined (one round trip, one WAL flush). A statement
-    /// that fails aborts the transaction (its `COMMIT` rolls back), so
-    /// neither write is half-made; a serialization failure or deadlock is
-    /// [`Attempt::Again`].
-    pub(super) async fn fast_pair_once(
-        &self,
-        finish: &Finish,
-        claim: &ClaimRequest,
-    ) -> Result<Attempt<Paired>, StoreError> {
-        const CONTEXT: &str = "finishing an attempt and claiming the next";
-        let fail = |e| self.err(CONTEXT, e);
-        let ended = FinishValues::of(
-            self,
-            &finish.key,
-            finish.fence,
-            finish.ending.state(),
-            &finish.outcome,
-        );
-        let fresh = ClaimValues::of(self, claim);
-        let (claim_sql, claim_params) = fresh.statement(self);
-        let mut conn = self.conn().await?;
-        let finish_statement = conn
-            .prepare_cached(&self.sql.finish_fast)
-            .await
-            .map_err(fail)?;
-        let claim_statement = conn.prepare_cached(claim_sql).await.map_err(fail)?;
-        let finish_params = ended.params();
-        conn.in_transaction = true;
-        // Pipelined: `biased` polls (so sends) them in this order.
-        let (begun, finished, claimed, committed) = tokio::join!(
-            biased;
-            conn.batch_execute("BEGIN"),
-            conn.query(&finish_statement, &finish_params),
-            conn.query_opt(&claim_statement, &claim_params),
-            conn.batch_execute("COMMIT"),
-        );
-        if committed.is_ok() {
-            // COMMIT answered: the transaction is over either way.
-            conn.in_transaction = false;
-        }
-        let all = begun
-            .and(finished)
-            .and_then(|finished| Ok((finished, claimed?)))
-            .and_then(|both| committed.map(|()| both));
-        let Attempt::Done((finished, claimed)) = self.settle(CONTEXT, all)? else {
-            return Ok(Attempt::Again);
-        };
-        Ok(Attempt::Done(Paired {
-            finish: self.finish_written(&finished)?,
-            claim: self.claim_written(claimed)?,
-        }))
     }
 }

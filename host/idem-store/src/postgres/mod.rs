@@ -31,10 +31,7 @@
 //!   `machine::new_record`, and a holder's finish a single conditional
 //!   `UPDATE` mirroring `machine::finish` (each checked against the machine
 //!   after every such write in debug builds); when they write nothing, the
-//!   transaction above decides. A holder's finish and a fresh claim of
-//!   another key (a lone worker ending one operation as it claims the
-//!   next) go together: `BEGIN`, both statements and `COMMIT` pipelined,
-//!   one round trip and one WAL flush.
+//!   transaction above decides.
 //! - **Isolation**: READ COMMITTED plus the row lock. Each call touches one
 //!   record, and `FOR UPDATE` serialises every writer of that record and
 //!   returns its latest committed version, which is all the state machine
@@ -56,7 +53,7 @@
 //! `connection.rs` the pool's connections, errors and the retry rule;
 //! `row.rs` the record rows; the backend ports (`crate::backend`):
 //! `records.rs` (records and their log; `fast.rs` its one-statement
-//! claim and finish, and the two in one round trip; `batch_claim.rs` and
+//! claim and finish; `batch_claim.rs` and
 //! `batch_finish.rs` its batch statements), `ownership.rs` (memberships and
 //! job leases), `policy_registry.rs` (namespace registrations, kept
 //! components and settings); `tls.rs` and `url.rs` how to connect.

@@ -8,7 +8,7 @@ use super::connection::Attempt;
 use super::fast::{ClaimValues, FinishValues};
 use super::row::values;
 use super::{Inner, PostgresStore};
-use crate::backend::{BatchAnswer, Call, Decide, Fences, Paired, RecordBackend, Written};
+use crate::backend::{BatchAnswer, Call, Decide, Fences, RecordBackend, Written};
 use crate::codec::{self, AttemptRow, RecordRow, attempt_values};
 use crate::machine;
 use crate::port::Batching;
@@ -273,24 +273,6 @@ impl RecordBackend for PostgresStore {
             )
             .await?;
         inner.finish_written(&rows)
-    }
-
-    async fn fast_pair(
-        &self,
-        finish: &Finish,
-        claim: &ClaimRequest,
-    ) -> Result<Option<Paired>, StoreError> {
-        let inner = &self.inner;
-        let mut retries = inner.retries(
-            "finishing an attempt and claiming the next",
-            "serialization failures",
-        );
-        loop {
-            match inner.fast_pair_once(finish, claim).await? {
-                Attempt::Done(paired) => return Ok(Some(paired)),
-                Attempt::Again => retries.again()?,
-            }
-        }
     }
 
     async fn batch_claim(

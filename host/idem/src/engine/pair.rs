@@ -1,9 +1,10 @@
 //! A lone worker's end of one operation and claim of the next in one store
-//! call ([`Writes::write_many`](idem_store::Writes::write_many): one
-//! transaction on SQLite, one pipelined round trip on PostgreSQL), so that
-//! a job at one worker commits once per operation instead of twice. Each
-//! write is still decided alone, conditional on its own key and fence,
-//! and answered as it would be alone.
+//! call ([`Writes::write_many`](idem_store::Writes::write_many)): on SQLite
+//! one transaction, so a job at one worker commits once per operation
+//! instead of twice; on PostgreSQL the two at once, on two connections (one
+//! transaction there runs them one after the other before its commit, and
+//! measured slower). Each write is still decided alone, conditional on its
+//! own key and fence, and answered as it would be alone.
 
 use idem_store::{Finish, StoreError, Write, WriteOutcome};
 
