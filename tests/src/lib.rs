@@ -95,6 +95,21 @@ pub fn postgres_url(test: &str) -> Option<String> {
     idem_store_conformance::postgres_test_url(test)
 }
 
+/// The NATS (JetStream) URL for tests that need a broker
+/// (`IDEM_TEST_NATS_URL`), with the rule of [`postgres_url`]: without it the
+/// test says it was skipped, unless `CI=true`, where it fails.
+pub fn nats_url(test: &str) -> Option<String> {
+    match std::env::var("IDEM_TEST_NATS_URL") {
+        Ok(url) if !url.is_empty() => Some(url),
+        _ => {
+            let ci = std::env::var("CI").is_ok_and(|v| v == "true" || v == "1");
+            assert!(!ci, "{test}: IDEM_TEST_NATS_URL is not set, and CI=true");
+            eprintln!("SKIPPED {test}: set IDEM_TEST_NATS_URL (e.g. nats://127.0.0.1:4222)");
+            None
+        }
+    }
+}
+
 /// Runs `command` and returns its output, failing the test with its stderr
 /// unless it exited successfully.
 pub fn succeed(command: &mut std::process::Command) -> std::process::Output {

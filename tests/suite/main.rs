@@ -4,6 +4,7 @@ mod authoring;
 mod chaos;
 mod cli;
 mod clients;
+mod consume;
 mod determinism;
 mod docs;
 mod engine;

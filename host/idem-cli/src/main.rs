@@ -68,6 +68,8 @@ enum Command {
     Exec(subcommand::exec::ExecArgs),
     /// Run every operation of a JSONL file through a command, at most once per key.
     Run(subcommand::run::RunArgs),
+    /// Run each message of a NATS JetStream stream through a command, at most once per key.
+    Consume(subcommand::consume::ConsumeArgs),
     /// Show the records a store holds.
     Inspect(subcommand::inspect::InspectArgs),
     /// Why did it run twice: the duplicates in the attempt log by cause.
@@ -110,6 +112,7 @@ fn main() -> ExitCode {
         Command::Describe(args) => subcommand::describe::run(args),
         Command::Exec(args) => subcommand::exec::run(args),
         Command::Run(args) => subcommand::run::run(args),
+        Command::Consume(args) => subcommand::consume::run(args),
         Command::Inspect(args) => subcommand::inspect::run(args),
         Command::Report(args) => subcommand::report::run(args),
         Command::Review(args) => subcommand::review::run(args),

@@ -24,6 +24,7 @@
 
 #![warn(missing_docs)]
 
+pub mod consume;
 pub mod engine;
 pub mod forensics;
 pub mod job;

@@ -212,7 +212,7 @@ fn warn_if_others_can_read(path: &std::path::Path) {
 }
 
 /// Resolves at the first SIGTERM or SIGINT.
-async fn shutdown_signal() {
+pub(crate) async fn shutdown_signal() {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{SignalKind, signal};

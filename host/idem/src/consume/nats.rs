@@ -1,0 +1,140 @@
+//! NATS JetStream as a [`MessageSource`]: a durable pull consumer with
+//! explicit acknowledgement, on the `async-nats` client.
+//!
+//! JetStream's own deduplication (`Nats-Msg-Id`) covers publishes within
+//! a window; it says nothing of a consumer that crashed after its effect
+//! and before its ack, which is what the consumer here is for.
+
+use std::time::Duration;
+
+use async_nats::jetstream::consumer::{AckPolicy, PullConsumer, pull};
+use async_nats::jetstream::{self, AckKind};
+use async_trait::async_trait;
+use futures_util::StreamExt;
+
+use super::{Delivery, MessageSource, SourceError};
+
+/// A JetStream durable pull consumer.
+pub struct JetStreamSource {
+    consumer: PullConsumer,
+    described: String,
+}
+
+impl JetStreamSource {
+    /// Connects to `url` (`nats://host:port`) and binds to the durable
+    /// consumer `consumer` of `stream`, creating it (explicit
+    /// acknowledgement, `filter` as its subject filter, `ack_wait` before a
+    /// delivery not acknowledged goes to another consumer) if it does not
+    /// exist. The stream must exist.
+    pub async fn connect(
+        url: &str,
+        stream: &str,
+        consumer: &str,
+        filter: Option<&str>,
+        ack_wait: Duration,
+    ) -> Result<Self, SourceError> {
+        let described = format!("{url} stream {stream} consumer {consumer}");
+        let client = async_nats::connect(url)
+            .await
+            .map_err(|e| SourceError::new(format!("connecting to {url}"), e))?;
+        let context = jetstream::new(client);
+        let found = context
+            .get_stream(stream)
+            .await
+            .map_err(|e| SourceError::new(format!("finding stream {stream} at {url}"), e))?;
+        let config = pull::Config {
+            durable_name: Some(consumer.to_string()),
+            ack_policy: AckPolicy::Explicit,
+            ack_wait,
+            filter_subject: filter.unwrap_or_default().to_string(),
+            ..Default::default()
+        };
+        let consumer = found
+            .get_or_create_consumer(consumer, config)
+            .await
+            .map_err(|e| SourceError::new(format!("binding to consumer {consumer}"), e))?;
+        Ok(JetStreamSource {
+            consumer,
+            described,
+        })
+    }
+}
+
+#[async_trait]
+impl MessageSource for JetStreamSource {
+    async fn fetch(
+        &mut self,
+        max: usize,
+        wait: Duration,
+    ) -> Result<Vec<Box<dyn Delivery>>, SourceError> {
+        let fail = |e: &dyn std::fmt::Display| {
+            SourceError::new(format!("fetching from {}", self.described), e)
+        };
+        let mut batch = self
+            .consumer
+            .batch()
+            .max_messages(max)
+            .expires(wait)
+            .messages()
+            .await
+            .map_err(|e| fail(&e))?;
+        let mut out: Vec<Box<dyn Delivery>> = Vec::with_capacity(max);
+        while let Some(message) = batch.next().await {
+            let message = message.map_err(|e| fail(&e))?;
+            out.push(Box::new(JetStreamDelivery(message)));
+        }
+        Ok(out)
+    }
+
+    fn describe(&self) -> String {
+        self.described.clone()
+    }
+}
+
+/// One JetStream delivery.
+struct JetStreamDelivery(jetstream::Message);
+
+impl JetStreamDelivery {
+    async fn send(&self, kind: AckKind, what: &str) -> Result<(), SourceError> {
+        self.0
+            .ack_with(kind)
+            .await
+            .map_err(|e| SourceError::new(format!("{what} {}", self.describe()), e))
+    }
+}
+
+#[async_trait]
+impl Delivery for JetStreamDelivery {
+    fn body(&self) -> &[u8] {
+        &self.0.payload
+    }
+
+    fn describe(&self) -> String {
+        match self.0.info() {
+            Ok(info) => format!("{} message {}", info.stream, info.stream_sequence),
+            Err(_) => format!("a message on {}", self.0.subject),
+        }
+    }
+
+    fn delivered(&self) -> u64 {
+        self.0
+            .info()
+            .map_or(1, |info| u64::try_from(info.delivered).unwrap_or(1))
+    }
+
+    async fn ack(&self) -> Result<(), SourceError> {
+        self.send(AckKind::Ack, "acknowledging").await
+    }
+
+    async fn nack(&self, delay: Duration) -> Result<(), SourceError> {
+        self.send(AckKind::Nak(Some(delay)), "putting off").await
+    }
+
+    async fn term(&self) -> Result<(), SourceError> {
+        self.send(AckKind::Term, "terminating").await
+    }
+
+    async fn in_progress(&self) -> Result<(), SourceError> {
+        self.send(AckKind::Progress, "extending").await
+    }
+}

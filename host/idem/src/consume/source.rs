@@ -1,0 +1,74 @@
+//! The message-source port: what a broker gives a consumer (deliveries,
+//! each to be acknowledged, negatively acknowledged or terminated), with
+//! one implementation per broker behind a cargo feature.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+/// A broker's failure: fetching, or acknowledging.
+#[derive(Debug, thiserror::Error)]
+#[error("{context}: {detail}")]
+pub struct SourceError {
+    /// What was being done ("fetching from stream ORDERS").
+    pub context: String,
+    /// What the broker's client said.
+    pub detail: String,
+}
+
+impl SourceError {
+    /// An error of `context` carrying `detail`.
+    pub fn new(context: impl Into<String>, detail: impl std::fmt::Display) -> Self {
+        SourceError {
+            context: context.into(),
+            detail: detail.to_string(),
+        }
+    }
+}
+
+/// One delivery of one message. The consumer settles every delivery it
+/// takes exactly once: [`Delivery::ack`] once the operation's end is
+/// recorded (or it was a duplicate), [`Delivery::nack`] to have it
+/// delivered again later, [`Delivery::term`] for a message no delivery can
+/// ever process (not an operation).
+#[async_trait]
+pub trait Delivery: Send + Sync {
+    /// The message body.
+    fn body(&self) -> &[u8];
+
+    /// Where it came from, for messages about it ("ORDERS #42").
+    fn describe(&self) -> String;
+
+    /// How many times the broker has delivered it (1 the first time).
+    fn delivered(&self) -> u64;
+
+    /// Done with it: the broker forgets it.
+    async fn ack(&self) -> Result<(), SourceError>;
+
+    /// Deliver it again after `delay`.
+    async fn nack(&self, delay: Duration) -> Result<(), SourceError>;
+
+    /// Never deliver it again, without it having been processed.
+    async fn term(&self) -> Result<(), SourceError>;
+
+    /// Still working on it: the broker's redelivery timer starts again
+    /// (a JetStream `+WPI`). Default: nothing to say.
+    async fn in_progress(&self) -> Result<(), SourceError> {
+        Ok(())
+    }
+}
+
+/// A broker's messages, fetched in batches.
+#[async_trait]
+pub trait MessageSource: Send {
+    /// Up to `max` deliveries, waiting up to `wait` for the first; empty
+    /// when none came in time.
+    async fn fetch(
+        &mut self,
+        max: usize,
+        wait: Duration,
+    ) -> Result<Vec<Box<dyn Delivery>>, SourceError>;
+
+    /// What it reads from ("nats://127.0.0.1:4222 stream ORDERS consumer billing").
+    fn describe(&self) -> String;
+}
