@@ -349,6 +349,10 @@ pub(crate) async fn report(State(app): State<Arc<App>>, Api(req): Api<ReportRequ
         }
     }
     let namespace = app.engine().policy().info().namespace.clone();
+    // Answers to duplicates reach the log in batches behind the caller's
+    // back: a report must see every answer this server gave before it
+    // was asked (a client that got a replay, then asks, finds it).
+    app.engine().flush_log().await;
     let filter = AttemptFilter {
         namespace: Some(namespace.clone()),
         key,

@@ -252,6 +252,9 @@ async fn render(
         .iter()
         .find(|(name, _)| Some(*name) == window)
         .unwrap_or(&WINDOWS[1]);
+    // Every answer given before the page was asked for is on it (answers
+    // reach the log in batches).
+    app.engine.flush_log().await;
     let read = async {
         let (waiting, total) =
             review::waiting_for_review(store, Some(&namespace), SHOWN_WAITING).await?;
