@@ -99,12 +99,26 @@ pub fn postgres_url(test: &str) -> Option<String> {
 /// (`IDEM_TEST_NATS_URL`), with the rule of [`postgres_url`]: without it the
 /// test says it was skipped, unless `CI=true`, where it fails.
 pub fn nats_url(test: &str) -> Option<String> {
-    match std::env::var("IDEM_TEST_NATS_URL") {
+    service_url(test, "IDEM_TEST_NATS_URL", "nats://127.0.0.1:4222")
+}
+
+/// The RabbitMQ URL for tests that need one (`IDEM_TEST_AMQP_URL`), with
+/// the rule of [`postgres_url`].
+pub fn amqp_url(test: &str) -> Option<String> {
+    service_url(
+        test,
+        "IDEM_TEST_AMQP_URL",
+        "amqp://guest:guest@127.0.0.1:5672/%2f",
+    )
+}
+
+fn service_url(test: &str, variable: &str, example: &str) -> Option<String> {
+    match std::env::var(variable) {
         Ok(url) if !url.is_empty() => Some(url),
         _ => {
             let ci = std::env::var("CI").is_ok_and(|v| v == "true" || v == "1");
-            assert!(!ci, "{test}: IDEM_TEST_NATS_URL is not set, and CI=true");
-            eprintln!("SKIPPED {test}: set IDEM_TEST_NATS_URL (e.g. nats://127.0.0.1:4222)");
+            assert!(!ci, "{test}: {variable} is not set, and CI=true");
+            eprintln!("SKIPPED {test}: set {variable} (e.g. {example})");
             None
         }
     }

@@ -21,6 +21,7 @@
 //! duplicate). `idem run --job-lease NAME` exits [`exit::JOB_LEASE_HELD`]
 //! (75, the same "try later") when another live run holds the job lease.
 
+mod command_effect;
 mod exit;
 mod input;
 mod ops_file;

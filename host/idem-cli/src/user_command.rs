@@ -27,6 +27,7 @@ enum CommandEnd {
 }
 
 /// The user's command, run once per operation this run holds the claim of.
+#[derive(Clone)]
 pub struct UserCommand {
     /// The command and its arguments.
     pub argv: Vec<String>,

@@ -1,5 +1,5 @@
 //! `idem consume`: exactly-once effects for the messages of a broker
-//! (NATS JetStream today). Each message is an operation in idem's
+//! (NATS JetStream or RabbitMQ). Each message is an operation in idem's
 //! operation JSON, run through the policy and the store exactly as `idem
 //! run` runs a line, by a command per message or by long-lived workers
 //! (`--worker`); a delivery is acknowledged only once its end is recorded
@@ -10,17 +10,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Args;
+use idem::consume::amqp::AmqpSource;
 use idem::consume::{ConsumeOptions, MessageSource, consume, nats::JetStreamSource};
 use idem::engine::Engine;
 use idem::job::{Effect, JobEvent, Summary};
 
 use super::serve::shutdown_signal;
+use crate::command_effect::CommandEffect;
 use crate::exit::{self, Failure};
 use crate::policy_args::PolicyArgs;
 use crate::run_flags::RunFlags;
 use crate::store_args::{StoreArgs, runtime};
-use crate::user_command::UserCommand;
-use crate::worker::WorkerPool;
 
 /// `idem consume`'s flags.
 #[derive(Args, Debug)]
@@ -29,25 +29,37 @@ pub struct ConsumeArgs {
     pub policy: PolicyArgs,
     #[command(flatten)]
     pub store: StoreArgs,
-    /// The broker: `nats://HOST:PORT` (NATS with JetStream).
+    /// The broker: `nats://HOST:PORT` (NATS with JetStream; --stream and
+    /// --consumer) or `amqp://USER:PASS@HOST:PORT/VHOST` (RabbitMQ;
+    /// --queue).
     #[arg(long, value_name = "URL")]
     pub from: String,
-    /// The JetStream stream to read (it must exist).
+    /// JetStream: the stream to read (it must exist).
     #[arg(long, value_name = "NAME")]
-    pub stream: String,
-    /// The durable pull consumer to read through; created (explicit
-    /// acknowledgement) when it does not exist. Consumers sharing one name
-    /// share its messages.
+    pub stream: Option<String>,
+    /// JetStream: the durable pull consumer to read through; created
+    /// (explicit acknowledgement) when it does not exist. Consumers sharing
+    /// one name share its messages.
     #[arg(long, value_name = "NAME")]
-    pub consumer: String,
-    /// Only the subjects matching this filter (when the consumer is
-    /// created).
+    pub consumer: Option<String>,
+    /// JetStream: only the subjects matching this filter (when the consumer
+    /// is created).
     #[arg(long, value_name = "SUBJECT")]
     pub subject: Option<String>,
-    /// How long a delivery not acknowledged waits before the broker gives
-    /// it to another consumer (when the consumer is created), e.g. `30s`.
+    /// JetStream: how long a delivery not acknowledged waits before the
+    /// broker gives it to another consumer (when the consumer is created),
+    /// e.g. `30s`.
     #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration, default_value = "30s")]
     pub ack_wait: Duration,
+    /// RabbitMQ: the queue to consume (it must exist). Consumers of one
+    /// queue share its messages.
+    #[arg(long, value_name = "NAME")]
+    pub queue: Option<String>,
+    /// RabbitMQ: how many deliveries may be unacknowledged at once
+    /// (default: twice --concurrency). Deliveries put off count until
+    /// they go back.
+    #[arg(long, value_name = "N")]
+    pub prefetch: Option<u16>,
     /// How many messages' effects run at once.
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub concurrency: usize,
@@ -82,25 +94,16 @@ pub fn run(args: ConsumeArgs) -> Result<u8, Failure> {
     if args.ack_wait.is_zero() {
         return Err(Failure::input("--ack-wait must be more than 0"));
     }
-    if !(args.from.starts_with("nats://") || args.from.starts_with("tls://")) {
-        return Err(Failure::input(format!(
-            "--from {}: not a broker idem reads; expected nats://HOST:PORT",
-            args.from
-        )));
-    }
+    let broker = Broker::of(&args)?;
     let policy = args.policy.load()?;
     runtime()?.block_on(async {
         let store = args.store.open().await?;
         let engine = Arc::new(Engine::new(policy, store, args.run.engine_options()));
-        let mut source = JetStreamSource::connect(
-            &args.from,
-            &args.stream,
-            &args.consumer,
-            args.subject.as_deref(),
-            args.ack_wait,
-        )
-        .await
-        .map_err(|e| Failure::input(e.to_string()))?;
+        let mut source = broker
+            .connect(&args)
+            .await
+            .map_err(|e| Failure::input(e.to_string()))?;
+        let source = &mut *source;
         let options = ConsumeOptions {
             concurrency: args.concurrency,
             outage_budget: args.run.store_outage,
@@ -108,27 +111,14 @@ pub fn run(args: ConsumeArgs) -> Result<u8, Failure> {
             stop_when_idle: args.stop_when_idle,
             ..ConsumeOptions::default()
         };
-        let summary = if args.worker {
-            let pool = WorkerPool::new(
-                args.command.clone(),
-                args.concurrency,
-                args.run.permanent_exit_codes.clone(),
-            );
-            let summary = consume_with(&engine, &mut source, pool.clone(), options).await;
-            for complaint in pool.shutdown().await {
-                eprintln!("idem: {complaint}");
-            }
-            summary
-        } else {
-            let command = UserCommand {
-                argv: args.command.clone(),
-                forward_stdout: false,
-                held_stdout: None,
-                op_on_stdin: true,
-                permanent_exit_codes: args.run.permanent_exit_codes.clone(),
-            };
-            consume_with(&engine, &mut source, command, options).await
-        };
+        let effect = CommandEffect::new(
+            &args.command,
+            args.worker,
+            args.concurrency,
+            &args.run.permanent_exit_codes,
+        );
+        let summary = consume_with(&engine, source, effect.clone(), options).await;
+        effect.shutdown().await;
         engine.flush_log().await;
         print_summary(&summary, &args);
         Ok(if summary.outage.is_some() {
@@ -137,6 +127,92 @@ pub fn run(args: ConsumeArgs) -> Result<u8, Failure> {
             exit::SUCCESS
         })
     })
+}
+
+/// The broker `--from` names, its own flags checked.
+enum Broker {
+    JetStream { stream: String, consumer: String },
+    Rabbit { queue: String, prefetch: u16 },
+}
+
+impl Broker {
+    fn of(args: &ConsumeArgs) -> Result<Broker, Failure> {
+        let scheme = args.from.split_once("://").map(|(s, _)| s);
+        let jetstream = [
+            ("--stream", args.stream.is_some()),
+            ("--consumer", args.consumer.is_some()),
+            ("--subject", args.subject.is_some()),
+        ];
+        let rabbit = [
+            ("--queue", args.queue.is_some()),
+            ("--prefetch", args.prefetch.is_some()),
+        ];
+        let refuse = |flags: &[(&str, bool)], broker: &str| match flags
+            .iter()
+            .find(|(_, given)| *given)
+        {
+            Some((flag, _)) => Err(Failure::input(format!("{flag} is not a flag for {broker}"))),
+            None => Ok(()),
+        };
+        match scheme {
+            Some("nats" | "tls") => {
+                refuse(&rabbit, "NATS (--from nats://…)")?;
+                let (Some(stream), Some(consumer)) = (&args.stream, &args.consumer) else {
+                    return Err(Failure::input(
+                        "reading NATS JetStream needs --stream and --consumer",
+                    ));
+                };
+                Ok(Broker::JetStream {
+                    stream: stream.clone(),
+                    consumer: consumer.clone(),
+                })
+            }
+            Some("amqp") => {
+                refuse(&jetstream, "RabbitMQ (--from amqp://…)")?;
+                let Some(queue) = &args.queue else {
+                    return Err(Failure::input("reading RabbitMQ needs --queue"));
+                };
+                let twice = u16::try_from(args.concurrency.saturating_mul(2)).unwrap_or(u16::MAX);
+                let prefetch = args.prefetch.unwrap_or(twice);
+                if prefetch == 0 {
+                    return Err(Failure::input("--prefetch must be at least 1"));
+                }
+                Ok(Broker::Rabbit {
+                    queue: queue.clone(),
+                    prefetch,
+                })
+            }
+            Some("amqps") => Err(Failure::input(format!(
+                "--from {}: amqps:// (TLS) is not supported yet; use amqp:// on a trusted network",
+                args.from
+            ))),
+            _ => Err(Failure::input(format!(
+                "--from {}: not a broker idem reads; expected nats://HOST:PORT or amqp://HOST:PORT",
+                args.from
+            ))),
+        }
+    }
+
+    async fn connect(
+        &self,
+        args: &ConsumeArgs,
+    ) -> Result<Box<dyn MessageSource>, idem::consume::SourceError> {
+        Ok(match self {
+            Broker::JetStream { stream, consumer } => Box::new(
+                JetStreamSource::connect(
+                    &args.from,
+                    stream,
+                    consumer,
+                    args.subject.as_deref(),
+                    args.ack_wait,
+                )
+                .await?,
+            ),
+            Broker::Rabbit { queue, prefetch } => {
+                Box::new(AmqpSource::connect(&args.from, queue, *prefetch).await?)
+            }
+        })
+    }
 }
 
 async fn consume_with<E: Effect>(

@@ -5,7 +5,7 @@
 //! The job itself (ownership, the job lease, batched claims and
 //! completions, the tally) is the library's [`idem::job::JobRunner`]; this
 //! is its face: flags, reading and checking the JSONL, the user's command
-//! as the effect ([`UserCommand`]), the progress bar, the summary and the
+//! as the effect ([`CommandEffect`]), the progress bar, the summary and the
 //! exit status.
 //!
 //! Partitioned ownership (`--shard I/N`, `--members … --member NAME`): the
@@ -24,7 +24,7 @@
 //! keys: the policy is called once per line); memory grows by about 150
 //! bytes per operation, never with the operations' size.
 //! `--worker` feeds long-lived workers instead of starting the command per
-//! operation ([`WorkerPool`]).
+//! operation ([`CommandEffect::Workers`]).
 
 use std::fs::File;
 use std::io::{BufWriter, IsTerminal, Write};
@@ -42,14 +42,13 @@ use idem::job::{
 use idem_serve::MetricsExport;
 use indicatif::{ProgressBar, ProgressStyle};
 
+use crate::command_effect::CommandEffect;
 use crate::exit::{self, Failure, engine_failure};
 use crate::input::shown;
 use crate::ops_file::OpsFile;
 use crate::policy_args::PolicyArgs;
 use crate::run_flags::{OwnershipFlags, RunFlags};
 use crate::store_args::{StoreArgs, runtime};
-use crate::user_command::UserCommand;
-use crate::worker::WorkerPool;
 
 /// `idem run`'s flags.
 #[derive(Args, Debug)]
@@ -171,27 +170,14 @@ pub fn run(args: RunArgs) -> Result<u8, Failure> {
         let progress = progress_bar();
         let runner = JobRunner::new(engine, options)
             .on_event(report_to(progress.clone(), skip_file.clone()));
-        let ran = if args.worker {
-            let pool = WorkerPool::new(
-                args.command.clone(),
-                concurrency.get(),
-                args.run.permanent_exit_codes.clone(),
-            );
-            let ran = run_through(&runner, ops, pool.clone()).await;
-            for complaint in pool.shutdown().await {
-                eprintln!("idem: {complaint}");
-            }
-            ran
-        } else {
-            let command = UserCommand {
-                argv: args.command.clone(),
-                forward_stdout: false,
-                held_stdout: None,
-                op_on_stdin: true,
-                permanent_exit_codes: args.run.permanent_exit_codes.clone(),
-            };
-            run_through(&runner, ops, command).await
-        };
+        let effect = CommandEffect::new(
+            &args.command,
+            args.worker,
+            concurrency.get(),
+            &args.run.permanent_exit_codes,
+        );
+        let ran = run_through(&runner, ops, effect.clone()).await;
+        effect.shutdown().await;
         progress.finish_and_clear();
         let summary = ran.map_err(|e| job_failure(e, &args))?;
         if let Some(skip_file) = &skip_file {

@@ -19,8 +19,10 @@
 //! consumer stops fetching, settles what it holds, and says why.
 //!
 //! `source.rs` is the port a broker implements; `nats.rs` (feature `nats`)
-//! JetStream's.
+//! JetStream's, `amqp.rs` (feature `amqp`) RabbitMQ's.
 
+#[cfg(feature = "amqp")]
+pub mod amqp;
 #[cfg(feature = "nats")]
 pub mod nats;
 mod source;
@@ -149,6 +151,7 @@ pub async fn consume<E: Effect>(
                 .stop_when_idle
                 .is_some_and(|idle| idle_since.elapsed() >= idle)
                 && tasks.is_empty()
+                && source.held() == 0
             {
                 break;
             }

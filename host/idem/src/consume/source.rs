@@ -71,4 +71,12 @@ pub trait MessageSource: Send {
 
     /// What it reads from ("nats://127.0.0.1:4222 stream ORDERS consumer billing").
     fn describe(&self) -> String;
+
+    /// Deliveries put off ([`Delivery::nack`]) that this process still
+    /// holds, to hand back after their delay (a broker with no delayed
+    /// redelivery of its own). A consumer that stops when idle waits for
+    /// them to go back. Default: none.
+    fn held(&self) -> usize {
+        0
+    }
 }

@@ -1,0 +1,117 @@
+//! The checks of `mod.rs` through NATS JetStream: a stream of its own per
+//! test; a reader is a durable pull consumer (`idem consume` creates it).
+
+use async_nats::jetstream::{self, consumer::PullConsumer, stream};
+use idem_tests::nats_url;
+
+use super::Broker;
+
+struct Stream {
+    url: String,
+    context: jetstream::Context,
+    name: String,
+    subject: String,
+    runtime: tokio::runtime::Runtime,
+}
+
+impl Stream {
+    fn create(url: &str, test: &str) -> Stream {
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        let name = super::unique(test).replace(['.', '-'], "_");
+        let subject = format!("idemtest.{name}");
+        let context = runtime.block_on(async {
+            let client = async_nats::connect(url).await.expect("NATS is reachable");
+            let context = jetstream::new(client);
+            context
+                .create_stream(stream::Config {
+                    name: name.clone(),
+                    subjects: vec![subject.clone()],
+                    ..Default::default()
+                })
+                .await
+                .expect("create the stream");
+            context
+        });
+        Stream {
+            url: url.to_string(),
+            context,
+            name,
+            subject,
+            runtime,
+        }
+    }
+}
+
+impl Broker for Stream {
+    fn flags(&self, reader: &str) -> Vec<String> {
+        [
+            "--from",
+            &self.url,
+            "--stream",
+            &self.name,
+            "--consumer",
+            reader,
+        ]
+        .map(str::to_string)
+        .to_vec()
+    }
+
+    fn publish(&self, bodies: &[String]) {
+        self.runtime.block_on(async {
+            for body in bodies {
+                self.context
+                    .publish(self.subject.clone(), body.clone().into())
+                    .await
+                    .expect("publish")
+                    .await
+                    .expect("the stream stored it");
+            }
+        });
+    }
+
+    fn unsettled(&self, reader: &str) -> u64 {
+        self.runtime.block_on(async {
+            let stream = self.context.get_stream(&self.name).await.unwrap();
+            let mut consumer: PullConsumer = stream.get_consumer(reader).await.unwrap();
+            let info = consumer.info().await.unwrap();
+            info.num_pending + info.num_ack_pending as u64
+        })
+    }
+
+    fn redeliver_soon(&self) -> Vec<String> {
+        vec!["--ack-wait".into(), "2s".into()]
+    }
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        let _ = self
+            .runtime
+            .block_on(self.context.delete_stream(&self.name));
+    }
+}
+
+#[test]
+fn messages_published_and_delivered_again_run_each_effect_once() {
+    let test = "consume::nats::messages_published_and_delivered_again_run_each_effect_once";
+    let Some(url) = nats_url(test) else { return };
+    super::messages_published_and_delivered_again_run_each_effect_once(&Stream::create(
+        &url, "dup",
+    ));
+}
+
+#[test]
+fn a_consumer_killed_mid_effect_leaves_one_effect_and_its_message_goes_to_review() {
+    let test = "consume::nats::a_consumer_killed_mid_effect_leaves_one_effect_and_its_message_goes_to_review";
+    let Some(url) = nats_url(test) else { return };
+    super::a_consumer_killed_mid_effect_leaves_one_effect_and_its_message_goes_to_review(
+        &Stream::create(&url, "kill"),
+    );
+}
+
+#[test]
+fn two_consumers_one_killed_mid_run_the_other_takes_over() {
+    let test = "consume::nats::two_consumers_one_killed_mid_run_the_other_takes_over";
+    let Some(url) = nats_url(test) else { return };
+    super::two_consumers_one_killed_mid_run_the_other_takes_over(&Stream::create(&url, "two"));
+}
