@@ -115,3 +115,47 @@ fn two_consumers_one_killed_mid_run_the_other_takes_over() {
     let Some(url) = nats_url(test) else { return };
     super::two_consumers_one_killed_mid_run_the_other_takes_over(&Stream::create(&url, "two"));
 }
+
+#[test]
+fn an_effect_longer_than_the_ack_wait_is_reported_in_progress_and_not_delivered_again() {
+    let test = "consume::nats::an_effect_longer_than_the_ack_wait_is_reported_in_progress_and_not_delivered_again";
+    let Some(url) = nats_url(test) else { return };
+    let stream = Stream::create(&url, "long");
+    let dir = tempfile::tempdir().unwrap();
+    stream.publish(&[super::charge("long")]);
+    // The effect takes 7 s, the ack wait is 3 s, and a second slot is free:
+    // without the consumer's reports the broker would deliver the message
+    // again to that slot.
+    let out = super::consume(
+        &stream,
+        dir.path(),
+        "billing",
+        &[
+            "--ack-wait",
+            "3s",
+            "--concurrency",
+            "2",
+            "--stop-when-idle",
+            "2s",
+        ],
+        &format!("sleep 7; {}", super::APPEND),
+    )
+    .output()
+    .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let tally = super::summary(&out);
+    // Delivered again, it would have been put off (in progress) or, once
+    // the policy's wait for the first ran out, replayed.
+    assert_eq!(
+        (
+            tally["executed"].as_u64(),
+            tally["in_progress"].as_u64(),
+            tally["replayed"].as_u64()
+        ),
+        (Some(1), Some(0), Some(0)),
+        "delivered once: {tally}; {stderr}"
+    );
+    assert_eq!(super::effects_of(dir.path(), "long"), 1);
+    assert_eq!(stream.unsettled("billing"), 0);
+}

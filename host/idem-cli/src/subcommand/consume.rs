@@ -48,7 +48,8 @@ pub struct ConsumeArgs {
     pub subject: Option<String>,
     /// JetStream: how long a delivery not acknowledged waits before the
     /// broker gives it to another consumer (when the consumer is created),
-    /// e.g. `30s`.
+    /// e.g. `30s`. A running effect is reported in progress every third of
+    /// it, so an effect may take longer.
     #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration, default_value = "30s")]
     pub ack_wait: Duration,
     /// RabbitMQ: the queue to consume (it must exist). Consumers of one

@@ -14,6 +14,10 @@
 //! | sent to review (an expired claim the policy will not re-run) | acknowledged: it waits in review (`idem review`) |
 //! | rejected, conflict (the key names another operation), not an operation, a policy failure | terminated (never delivered again) and warned about |
 //!
+//! From the claim to the end of the effect, a delivery is reported in
+//! progress as often as the source asks ([`MessageSource::progress_every`]:
+//! JetStream's `+WPI`), so a long effect keeps its delivery.
+//!
 //! The store's outages are ridden out within a budget, as a job does
 //! (`job::begin_riding_out`, `job::run_effect_riding_out`); past it the
 //! consumer stops fetching, settles what it holds, and says why.
@@ -100,6 +104,7 @@ pub async fn consume<E: Effect>(
     let mut taken: u64 = 0;
     let mut idle_since = Instant::now();
     let mut broker_down: Option<Instant> = None;
+    let progress_every = source.progress_every();
     loop {
         while let Some(joined) = tasks.try_join_next() {
             settle_task(&mut summary, joined, &observer);
@@ -163,7 +168,15 @@ pub async fn consume<E: Effect>(
             let (engine, effect, observer) = (engine.clone(), effect.clone(), observer.clone());
             let options = options.clone();
             tasks.spawn(async move {
-                let settled = settle(&engine, &*effect, delivery, &options, &observer).await;
+                let settled = settle(
+                    &engine,
+                    &*effect,
+                    delivery,
+                    &options,
+                    progress_every,
+                    &observer,
+                )
+                .await;
                 drop(permit);
                 settled
             });
@@ -222,6 +235,7 @@ async fn settle<E: Effect>(
     effect: &E,
     delivery: Box<dyn Delivery>,
     options: &ConsumeOptions,
+    progress_every: Option<Duration>,
     observer: &Arc<dyn Fn(JobEvent<'_>) + Send + Sync>,
 ) -> (Option<End>, bool) {
     let budget = options.outage_budget;
@@ -240,13 +254,36 @@ async fn settle<E: Effect>(
             return (None, false);
         }
     };
-    let begun = begin_riding_out(engine, &op, budget, |e| {
-        warn(format!(
-            "the store is unavailable ({e}); trying again for up to {budget:?}"
-        ))
-    })
-    .await;
-    let (end, then, note, outage) = answer(engine, effect, op, begun, options, &*delivery).await;
+    let work = async {
+        let begun = begin_riding_out(engine, &op, budget, |e| {
+            warn(format!(
+                "the store is unavailable ({e}); trying again for up to {budget:?}"
+            ))
+        })
+        .await;
+        answer(engine, effect, op, begun, options, &*delivery).await
+    };
+    let (end, then, note, outage) = match progress_every {
+        None => work.await,
+        // From the claim to the end of the effect, the broker is told the
+        // delivery is being worked on before its redelivery timer runs out
+        // (a JetStream `+WPI`).
+        Some(every) => {
+            let mut work = std::pin::pin!(work);
+            let mut tick = tokio::time::interval(every);
+            tick.tick().await;
+            loop {
+                tokio::select! {
+                    out = &mut work => break out,
+                    _ = tick.tick() => {
+                        if let Err(e) = delivery.in_progress().await {
+                            warn(format!("{}: {e}", delivery.describe()));
+                        }
+                    }
+                }
+            }
+        }
+    };
     let settled = match then {
         Settle::Ack => delivery.ack().await,
         Settle::Nack(delay) => delivery.nack(delay).await,

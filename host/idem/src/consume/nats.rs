@@ -89,6 +89,14 @@ impl MessageSource for JetStreamSource {
     fn describe(&self) -> String {
         self.described.clone()
     }
+
+    /// A third of the consumer's ack wait (as the server has it: a
+    /// consumer that existed keeps its own), so that a running effect is
+    /// reported twice before the broker would give its delivery away.
+    fn progress_every(&self) -> Option<Duration> {
+        let ack_wait = self.consumer.cached_info().config.ack_wait;
+        (!ack_wait.is_zero()).then(|| (ack_wait / 3).max(Duration::from_millis(100)))
+    }
 }
 
 /// One JetStream delivery.

@@ -72,6 +72,14 @@ pub trait MessageSource: Send {
     /// What it reads from ("nats://127.0.0.1:4222 stream ORDERS consumer billing").
     fn describe(&self) -> String;
 
+    /// How often a delivery whose effect is running is reported in
+    /// progress ([`Delivery::in_progress`]), so that the broker does not
+    /// give it to another consumer meanwhile; `None`: never (the broker
+    /// has no timer, or no way to restart it). Default: never.
+    fn progress_every(&self) -> Option<Duration> {
+        None
+    }
+
     /// Deliveries put off ([`Delivery::nack`]) that this process still
     /// holds, to hand back after their delay (a broker with no delayed
     /// redelivery of its own). A consumer that stops when idle waits for

@@ -1,0 +1,284 @@
+//! How much `idem::consume` costs over a bare consumer that only
+//! acknowledges, on the machine's real brokers: the benchmark behind the
+//! consumer figures in docs/benchmarks.md.
+//!
+//! ```text
+//! cargo run --release -p idem --features nats,amqp --example consume_throughput -- \
+//!     POLICY.wasm [MESSAGES] [CONCURRENCY] [ROUNDS]
+//! ```
+//!
+//! POLICY is the `billing-charge` component. For each broker (NATS
+//! JetStream at `IDEM_BENCH_NATS_URL`, default `nats://127.0.0.1:4222`;
+//! RabbitMQ at `IDEM_BENCH_AMQP_URL`, default
+//! `amqp://guest:guest@127.0.0.1:5672/%2f`; either skipped when set to
+//! `off`) and each round, MESSAGES distinct charges (default 10,000) are
+//! published twice, to a place of their own each time: one copy read by a
+//! bare consumer (fetch a batch of CONCURRENCY, default 8, acknowledge
+//! them all at once), the other by `consume` (each message's key derived,
+//! claimed and completed in a fresh SQLite store, an effect that does
+//! nothing, then acknowledged), interleaved. It prints each rate and their
+//! ratio per round, and the median ratio.
+
+use std::future::IntoFuture;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures_util::future::join_all;
+use idem::consume::amqp::AmqpSource;
+use idem::consume::nats::JetStreamSource;
+use idem::consume::{ConsumeOptions, MessageSource, consume};
+use idem::core::Operation;
+use idem::engine::{Engine, EngineOptions, ExecContext};
+use idem::job::{EffectOutcome, JobEvent};
+use idem::policy::{LoadedPolicy, PolicyRuntime, RuntimeConfig};
+use idem::store::{Outcome, StoreOptions};
+
+type Error = Box<dyn std::error::Error>;
+
+#[tokio::main]
+async fn main() -> Result<(), Error> {
+    let mut args = std::env::args().skip(1);
+    let policy = PathBuf::from(
+        args.next()
+            .ok_or("usage: consume_throughput POLICY.wasm [MESSAGES] [CONCURRENCY] [ROUNDS]")?,
+    );
+    let messages: usize = args.next().map_or(Ok(10_000), |a| a.parse())?;
+    let concurrency: usize = args.next().map_or(Ok(8), |a| a.parse())?;
+    let rounds: usize = args.next().map_or(Ok(3), |a| a.parse())?;
+    let policy = PolicyRuntime::new(RuntimeConfig::default())?.load_file(&policy)?;
+    let nats = std::env::var("IDEM_BENCH_NATS_URL").unwrap_or("nats://127.0.0.1:4222".into());
+    let amqp = std::env::var("IDEM_BENCH_AMQP_URL")
+        .unwrap_or("amqp://guest:guest@127.0.0.1:5672/%2f".into());
+    println!("{messages} messages, {concurrency} at once, {rounds} rounds");
+    for (broker, url) in [("NATS JetStream", nats), ("RabbitMQ", amqp)] {
+        if url == "off" {
+            continue;
+        }
+        let mut ratios = Vec::new();
+        for round in 1..=rounds {
+            let bare = {
+                let place = Place::create(&url, "bare", messages).await?;
+                let mut source = place.source(concurrency).await?;
+                let started = Instant::now();
+                bare_consumer(&mut *source, messages, concurrency).await?;
+                let rate = messages as f64 / started.elapsed().as_secs_f64();
+                place.remove().await;
+                rate
+            };
+            let with_idem = {
+                let place = Place::create(&url, "idem", messages).await?;
+                let mut source = place.source(concurrency).await?;
+                let dir = tempfile::tempdir()?;
+                let started = Instant::now();
+                let executed =
+                    idem_consumer(&policy, &dir, &mut *source, messages, concurrency).await?;
+                let rate = messages as f64 / started.elapsed().as_secs_f64();
+                place.remove().await;
+                if executed != messages as u64 {
+                    return Err(format!("idem executed {executed} of {messages}").into());
+                }
+                rate
+            };
+            let ratio = with_idem / bare;
+            ratios.push(ratio);
+            println!(
+                "{broker} round {round}: bare {bare:.0} msg/s, idem {with_idem:.0} msg/s, idem ÷ bare {ratio:.2}"
+            );
+        }
+        ratios.sort_by(f64::total_cmp);
+        println!(
+            "{broker}: median idem ÷ bare {:.2}",
+            ratios[ratios.len() / 2]
+        );
+    }
+    Ok(())
+}
+
+/// Fetches batches and acknowledges each batch at once, until `messages`
+/// are acknowledged.
+async fn bare_consumer(
+    source: &mut dyn MessageSource,
+    messages: usize,
+    batch: usize,
+) -> Result<(), Error> {
+    let mut acked = 0;
+    while acked < messages {
+        let deliveries = source.fetch(batch, Duration::from_secs(5)).await?;
+        if deliveries.is_empty() {
+            return Err(format!("only {acked} of {messages} came").into());
+        }
+        for done in join_all(deliveries.iter().map(|d| d.ack())).await {
+            done?;
+        }
+        acked += deliveries.len();
+    }
+    Ok(())
+}
+
+/// `consume` with an effect that does nothing, until `messages` are
+/// settled; how many were executed.
+async fn idem_consumer(
+    policy: &LoadedPolicy,
+    dir: &tempfile::TempDir,
+    source: &mut dyn MessageSource,
+    messages: usize,
+    concurrency: usize,
+) -> Result<u64, Error> {
+    let url = format!("sqlite:{}", dir.path().join("idem.db").display());
+    let store = idem::store::open(&url, StoreOptions::default()).await?;
+    let engine = Arc::new(Engine::new(policy.clone(), store, EngineOptions::default()));
+    let options = ConsumeOptions {
+        concurrency,
+        stop_after: Some(messages as u64),
+        ..ConsumeOptions::default()
+    };
+    let effect = Arc::new(|_op: Operation, _ctx: ExecContext| async {
+        EffectOutcome::Completed(Outcome::new(0, "done"))
+    });
+    let observer = Arc::new(|event: JobEvent<'_>| {
+        if let JobEvent::Warning(text) = event {
+            eprintln!("{text}");
+        }
+    });
+    let summary = consume(
+        engine.clone(),
+        source,
+        effect,
+        options,
+        std::future::pending(),
+        observer,
+    )
+    .await;
+    engine.flush_log().await;
+    Ok(summary.executed)
+}
+
+fn charge(n: usize, run: &str) -> String {
+    format!(
+        r#"{{"kind":"charge","tenant":"acme","fields":{{"customer":"c{n}","billing_period":"2026-11","invoice_id":"{run}-{n}","amount":"100","currency":"EUR"}}}}"#
+    )
+}
+
+/// A stream or a queue of its own, holding `messages` charges.
+enum Place {
+    Nats {
+        url: String,
+        context: async_nats::jetstream::Context,
+        name: String,
+    },
+    Rabbit {
+        url: String,
+        channel: lapin::Channel,
+        _connection: lapin::Connection,
+        name: String,
+    },
+}
+
+impl Place {
+    async fn create(url: &str, what: &str, messages: usize) -> Result<Place, Error> {
+        let name = format!(
+            "bench_{what}_{}_{}",
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)?
+                .as_nanos()
+        );
+        let bodies: Vec<String> = (0..messages).map(|n| charge(n, &name)).collect();
+        if url.starts_with("nats://") {
+            let context = async_nats::jetstream::new(async_nats::connect(url).await?);
+            let subject = format!("bench.{name}");
+            context
+                .create_stream(async_nats::jetstream::stream::Config {
+                    name: name.clone(),
+                    subjects: vec![subject.clone()],
+                    ..Default::default()
+                })
+                .await?;
+            for window in bodies.chunks(500) {
+                let mut acks = Vec::new();
+                for body in window {
+                    acks.push(
+                        context
+                            .publish(subject.clone(), body.clone().into())
+                            .await?,
+                    );
+                }
+                for stored in join_all(acks.into_iter().map(IntoFuture::into_future)).await {
+                    stored?;
+                }
+            }
+            return Ok(Place::Nats {
+                url: url.to_string(),
+                context,
+                name,
+            });
+        }
+        use lapin::options::{BasicPublishOptions, ConfirmSelectOptions, QueueDeclareOptions};
+        let connection =
+            lapin::Connection::connect(url, lapin::ConnectionProperties::default()).await?;
+        let channel = connection.create_channel().await?;
+        channel
+            .confirm_select(ConfirmSelectOptions::default())
+            .await?;
+        channel
+            .queue_declare(
+                name.as_str().into(),
+                QueueDeclareOptions::durable(),
+                lapin::types::FieldTable::default(),
+            )
+            .await?;
+        for window in bodies.chunks(500) {
+            let mut confirms = Vec::new();
+            for body in window {
+                confirms.push(
+                    channel
+                        .basic_publish(
+                            "".into(),
+                            name.as_str().into(),
+                            BasicPublishOptions::default(),
+                            body.as_bytes(),
+                            lapin::BasicProperties::default().with_delivery_mode(2),
+                        )
+                        .await?,
+                );
+            }
+            for confirmed in join_all(confirms).await {
+                if !confirmed?.is_ack() {
+                    return Err("the broker refused a message".into());
+                }
+            }
+        }
+        Ok(Place::Rabbit {
+            url: url.to_string(),
+            channel,
+            _connection: connection,
+            name,
+        })
+    }
+
+    async fn source(&self, concurrency: usize) -> Result<Box<dyn MessageSource>, Error> {
+        Ok(match self {
+            Place::Nats { url, name, .. } => Box::new(
+                JetStreamSource::connect(url, name, "bench", None, Duration::from_secs(30)).await?,
+            ),
+            Place::Rabbit { url, name, .. } => {
+                let prefetch = u16::try_from(concurrency * 2).unwrap_or(u16::MAX);
+                Box::new(AmqpSource::connect(url, name, prefetch).await?)
+            }
+        })
+    }
+
+    async fn remove(self) {
+        match self {
+            Place::Nats { context, name, .. } => {
+                let _ = context.delete_stream(&name).await;
+            }
+            Place::Rabbit { channel, name, .. } => {
+                let _ = channel
+                    .queue_delete(name.as_str().into(), Default::default())
+                    .await;
+            }
+        }
+    }
+}
