@@ -17,7 +17,10 @@
 //! them all at once), the other by `consume` (each message's key derived,
 //! claimed and completed in a fresh SQLite store, an effect that does
 //! nothing, then acknowledged), interleaved. It prints each rate and their
-//! ratio per round, and the median ratio.
+//! ratio per round, and the median ratio. `IDEM_BENCH_STORE=memory` puts
+//! idem's records in memory instead (where the time goes without the
+//! disk); a `postgres://…` URL there uses PostgreSQL (its records are
+//! told apart by each round's invoice ids).
 
 use std::future::IntoFuture;
 use std::path::PathBuf;
@@ -50,7 +53,10 @@ async fn main() -> Result<(), Error> {
     let nats = std::env::var("IDEM_BENCH_NATS_URL").unwrap_or("nats://127.0.0.1:4222".into());
     let amqp = std::env::var("IDEM_BENCH_AMQP_URL")
         .unwrap_or("amqp://guest:guest@127.0.0.1:5672/%2f".into());
-    println!("{messages} messages, {concurrency} at once, {rounds} rounds");
+    println!(
+        "{messages} messages, {concurrency} at once, {rounds} rounds, idem's store: {}",
+        std::env::var("IDEM_BENCH_STORE").unwrap_or("sqlite (a fresh file per round)".into())
+    );
     for (broker, url) in [("NATS JetStream", nats), ("RabbitMQ", amqp)] {
         if url == "off" {
             continue;
@@ -125,7 +131,11 @@ async fn idem_consumer(
     messages: usize,
     concurrency: usize,
 ) -> Result<u64, Error> {
-    let url = format!("sqlite:{}", dir.path().join("idem.db").display());
+    let url = match std::env::var("IDEM_BENCH_STORE").as_deref() {
+        Ok("memory") => "memory:".to_string(),
+        Ok(url) if url.starts_with("postgres") => url.to_string(),
+        _ => format!("sqlite:{}", dir.path().join("idem.db").display()),
+    };
     let store = idem::store::open(&url, StoreOptions::default()).await?;
     let engine = Arc::new(Engine::new(policy.clone(), store, EngineOptions::default()));
     let options = ConsumeOptions {
