@@ -15,6 +15,7 @@ use idem::consume::{ConsumeOptions, MessageSource, consume, nats::JetStreamSourc
 use idem::engine::Engine;
 use idem::job::{Effect, JobEvent, Summary};
 
+use super::run::print_waiting;
 use super::serve::shutdown_signal;
 use crate::command_effect::CommandEffect;
 use crate::exit::{self, Failure};
@@ -245,14 +246,7 @@ fn print_summary(summary: &Summary, args: &ConsumeArgs) {
         println!("{}", serde_json::to_string(summary).unwrap_or_default());
         return;
     }
-    let waiting = summary.unknown + summary.sent_to_review;
-    if waiting > 0 {
-        println!(
-            "{waiting} record{} wait for a person: idem review --store {}",
-            if waiting == 1 { "" } else { "s" },
-            args.store.shown()
-        );
-    }
+    print_waiting(summary, "of these deliveries", &args.store);
     println!(
         "deliveries: executed {}, replayed {}, in progress (put off) {}, conflicts {}, rejected {}, sent to review {}, failed {}, fenced {}, unknown {}, not operations {}",
         summary.executed,

@@ -408,6 +408,23 @@ const RUN_OPERATIONS: &str = "idem_run_operations";
 /// read of each key's timeline).
 const WHY_KEYS: usize = 1_000;
 
+/// What waits for a person, first (the rest of a summary is history): the
+/// records `whose` that ended unknown or were sent to review, and the
+/// command that lists them. Nothing when none wait.
+pub(crate) fn print_waiting(summary: &Summary, whose: &str, store: &StoreArgs) {
+    let waiting = summary.unknown + summary.sent_to_review;
+    if waiting > 0 {
+        println!(
+            "{waiting} record{} {whose} wait{} for a person (outcome unknown {}, sent to review {}): idem review --store {}",
+            if waiting == 1 { "" } else { "s" },
+            if waiting == 1 { "s" } else { "" },
+            summary.unknown,
+            summary.sent_to_review,
+            store.shown()
+        );
+    }
+}
+
 /// The closing summary: one JSON object with `--json`, else a line (and a
 /// line about ownership when the run had a share).
 fn print_summary(summary: &Summary, args: &RunArgs, ownership_group: Option<&str>) {
@@ -415,18 +432,7 @@ fn print_summary(summary: &Summary, args: &RunArgs, ownership_group: Option<&str
         println!("{}", serde_json::to_string(summary).unwrap_or_default());
         return;
     }
-    // What waits for a person comes first: the rest is history.
-    let waiting = summary.unknown + summary.sent_to_review;
-    if waiting > 0 {
-        println!(
-            "{waiting} record{} of this run wait{} for a person (outcome unknown {}, sent to review {}): idem review --store {}",
-            if waiting == 1 { "" } else { "s" },
-            if waiting == 1 { "s" } else { "" },
-            summary.unknown,
-            summary.sent_to_review,
-            args.store.shown()
-        );
-    }
+    print_waiting(summary, "of this run", &args.store);
     println!(
         "executed {}, replayed {}, in progress {}, conflicts {}, rejected {}, sent to review {}, failed {}, fenced {}, unknown {}",
         summary.executed,
