@@ -21,6 +21,7 @@ use lapin::options::{
 use lapin::types::{AMQPValue, FieldTable};
 use lapin::{Channel, Connection, ConnectionProperties, Consumer};
 
+use super::source::without_password;
 use super::{Delivery, MessageSource, SourceError};
 
 /// A consumer on one RabbitMQ queue. A lost connection is opened again
@@ -85,20 +86,6 @@ impl AmqpSource {
     fn failed(&mut self, e: impl std::fmt::Display) -> SourceError {
         self.open = None;
         SourceError::new(format!("fetching from {}", self.described), e)
-    }
-}
-
-/// `url` with any password replaced, for messages.
-fn without_password(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => {
-            let user = &url[scheme + 3..at];
-            match user.split_once(':') {
-                Some((name, _)) => format!("{}{name}:***{}", &url[..scheme + 3], &url[at..]),
-                None => url.to_string(),
-            }
-        }
-        _ => url.to_string(),
     }
 }
 
@@ -250,25 +237,4 @@ async fn requeue(delivery: &lapin::message::Delivery) -> lapin::Result<bool> {
             requeue: true,
         })
         .await
-}
-
-#[cfg(test)]
-mod tests {
-    use super::without_password;
-
-    #[test]
-    fn a_password_is_never_shown() {
-        assert_eq!(
-            without_password("amqp://guest:secret@127.0.0.1:5672/%2f"),
-            "amqp://guest:***@127.0.0.1:5672/%2f"
-        );
-        assert_eq!(
-            without_password("amqp://127.0.0.1:5672"),
-            "amqp://127.0.0.1:5672"
-        );
-        assert_eq!(
-            without_password("amqp://guest@host/v"),
-            "amqp://guest@host/v"
-        );
-    }
 }

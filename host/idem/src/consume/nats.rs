@@ -12,6 +12,7 @@ use async_nats::jetstream::{self, AckKind};
 use async_trait::async_trait;
 use futures_util::StreamExt;
 
+use super::source::without_password;
 use super::{Delivery, MessageSource, SourceError};
 
 /// A JetStream durable pull consumer.
@@ -33,15 +34,16 @@ impl JetStreamSource {
         filter: Option<&str>,
         ack_wait: Duration,
     ) -> Result<Self, SourceError> {
-        let described = format!("{url} stream {stream} consumer {consumer}");
+        let shown = without_password(url);
+        let described = format!("{shown} stream {stream} consumer {consumer}");
         let client = async_nats::connect(url)
             .await
-            .map_err(|e| SourceError::new(format!("connecting to {url}"), e))?;
+            .map_err(|e| SourceError::new(format!("connecting to {shown}"), e))?;
         let context = jetstream::new(client);
         let found = context
             .get_stream(stream)
             .await
-            .map_err(|e| SourceError::new(format!("finding stream {stream} at {url}"), e))?;
+            .map_err(|e| SourceError::new(format!("finding stream {stream} at {shown}"), e))?;
         let config = pull::Config {
             durable_name: Some(consumer.to_string()),
             ack_policy: AckPolicy::Explicit,

@@ -88,3 +88,44 @@ pub trait MessageSource: Send {
         0
     }
 }
+
+/// `url` with any password replaced, for messages: a broker's URL may
+/// carry its credentials (`amqp://user:pass@…`, `nats://user:pass@…`).
+#[cfg(any(feature = "nats", feature = "amqp"))]
+pub(super) fn without_password(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let user = &url[scheme + 3..at];
+            match user.split_once(':') {
+                Some((name, _)) => format!("{}{name}:***{}", &url[..scheme + 3], &url[at..]),
+                None => url.to_string(),
+            }
+        }
+        _ => url.to_string(),
+    }
+}
+
+#[cfg(all(test, any(feature = "nats", feature = "amqp")))]
+mod tests {
+    use super::without_password;
+
+    #[test]
+    fn a_password_is_never_shown() {
+        assert_eq!(
+            without_password("amqp://guest:secret@127.0.0.1:5672/%2f"),
+            "amqp://guest:***@127.0.0.1:5672/%2f"
+        );
+        assert_eq!(
+            without_password("amqp://127.0.0.1:5672"),
+            "amqp://127.0.0.1:5672"
+        );
+        assert_eq!(
+            without_password("amqp://guest@host/v"),
+            "amqp://guest@host/v"
+        );
+        assert_eq!(
+            without_password("nats://billing:s3cret@10.0.0.7:4222"),
+            "nats://billing:***@10.0.0.7:4222"
+        );
+    }
+}
