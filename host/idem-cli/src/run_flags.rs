@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use clap::Args;
 use idem::engine::EngineOptions;
+use idem::job::Ownership;
 use idem_core::{Operation, RunContext, Trigger};
 
 /// How a run is labelled and how claims behave.
@@ -102,10 +103,10 @@ pub fn parse_lease(text: &str) -> Result<Duration, String> {
     Ok(lease)
 }
 
-/// `idem run`'s partitioned ownership and job lease.
+/// Partitioned ownership, as `idem run` and `idem consume` take it.
 #[derive(Args, Debug, Clone, Default)]
-pub struct OwnershipFlags {
-    /// Process only the operations whose partition this shard owns, as
+pub struct PartitionFlags {
+    /// Process only the operations (messages) whose partition this shard owns, as
     /// `I/N`: worker I of workers 0..N-1 (rendezvous hashing of the policy's
     /// partition key).
     #[arg(long, value_name = "I/N", value_parser = parse_shard, conflicts_with_all = ["members", "member"])]
@@ -121,6 +122,13 @@ pub struct OwnershipFlags {
     /// (default: the policy's namespace).
     #[arg(long, value_name = "NAME")]
     pub group: Option<String>,
+}
+
+/// `idem run`'s partitioned ownership and job lease.
+#[derive(Args, Debug, Clone, Default)]
+pub struct OwnershipFlags {
+    #[command(flatten)]
+    pub partition: PartitionFlags,
     /// Take the job-level lease NAME first; if another live run holds it,
     /// exit at once with status 75 (efficiency only: docs/guide/fleet.md).
     #[arg(long, value_name = "NAME")]
@@ -160,7 +168,7 @@ fn parse_shard(text: &str) -> Result<Shard, String> {
     Ok(Shard { index, count })
 }
 
-impl OwnershipFlags {
+impl PartitionFlags {
     /// The membership and this worker's name, when ownership is asked for:
     /// `--shard I/N` gives members `0..N-1` and names this one `I`.
     pub fn membership(&self) -> Result<Option<(Vec<String>, String)>, String> {
@@ -196,6 +204,18 @@ impl OwnershipFlags {
             ));
         }
         Ok(Some((members, me.clone())))
+    }
+}
+
+impl PartitionFlags {
+    /// The ownership asked for, its group defaulting to `namespace` (the
+    /// policy's).
+    pub fn ownership(&self, namespace: &str) -> Result<Option<Ownership>, String> {
+        Ok(self.membership()?.map(|(members, member)| Ownership {
+            group: self.group.clone().unwrap_or_else(|| namespace.to_string()),
+            members,
+            member,
+        }))
     }
 }
 
@@ -246,10 +266,10 @@ mod tests {
 
     #[test]
     fn members_from_a_list_or_a_file() {
-        let flags = |members: &str, member: &str| OwnershipFlags {
+        let flags = |members: &str, member: &str| PartitionFlags {
             members: Some(members.into()),
             member: Some(member.into()),
-            ..OwnershipFlags::default()
+            ..PartitionFlags::default()
         };
         assert_eq!(
             flags("a, b,c", "b").membership(),
@@ -263,14 +283,14 @@ mod tests {
             flags(file.to_str().unwrap(), "w2").membership(),
             Ok(Some((vec!["w1".into(), "w2".into()], "w2".into())))
         );
-        let shard = OwnershipFlags {
+        let shard = PartitionFlags {
             shard: Some(Shard { index: 2, count: 3 }),
-            ..OwnershipFlags::default()
+            ..PartitionFlags::default()
         };
         assert_eq!(
             shard.membership(),
             Ok(Some((vec!["0".into(), "1".into(), "2".into()], "2".into())))
         );
-        assert_eq!(OwnershipFlags::default().membership(), Ok(None));
+        assert_eq!(PartitionFlags::default().membership(), Ok(None));
     }
 }

@@ -159,7 +159,7 @@ async fn idem_consumer(
         std::future::pending(),
         observer,
     )
-    .await;
+    .await?;
     engine.flush_log().await;
     Ok(summary.executed)
 }

@@ -6,10 +6,10 @@
 use futures_util::future::join_all;
 use idem_tests::amqp_url;
 use lapin::options::{
-    BasicPublishOptions, ConfirmSelectOptions, ExchangeDeclareOptions, ExchangeDeleteOptions,
-    QueueBindOptions, QueueDeclareOptions, QueueDeleteOptions,
+    BasicGetOptions, BasicPublishOptions, ConfirmSelectOptions, ExchangeDeclareOptions,
+    ExchangeDeleteOptions, QueueBindOptions, QueueDeclareOptions, QueueDeleteOptions,
 };
-use lapin::types::FieldTable;
+use lapin::types::{AMQPValue, FieldTable};
 use lapin::{BasicProperties, Channel, Connection, ConnectionProperties, ExchangeKind};
 
 use super::Broker;
@@ -45,6 +45,15 @@ impl Exchange {
                 )
                 .await
                 .expect("declare the exchange");
+            // Where --review-to forwards: a queue bound to nothing.
+            channel
+                .queue_declare(
+                    format!("{name}.review").as_str().into(),
+                    QueueDeclareOptions::durable(),
+                    FieldTable::default(),
+                )
+                .await
+                .expect("declare the review queue");
             for reader in readers {
                 let queue = format!("{name}.{reader}");
                 channel
@@ -140,12 +149,50 @@ impl Broker for Exchange {
         // A closed connection's deliveries go back at once.
         Vec::new()
     }
+
+    fn review_to(&self) -> String {
+        format!("{}.review", self.name)
+    }
+
+    fn forwarded(&self, headers: &[&str]) -> Vec<(String, Vec<String>)> {
+        self.runtime.block_on(async {
+            let mut out = Vec::new();
+            while let Some(got) = self
+                .channel
+                .basic_get(
+                    self.review_to().as_str().into(),
+                    BasicGetOptions { no_ack: true },
+                )
+                .await
+                .unwrap()
+            {
+                let table = got
+                    .delivery
+                    .properties
+                    .headers()
+                    .clone()
+                    .unwrap_or_default();
+                let values = headers
+                    .iter()
+                    .map(|h| match table.inner().get(*h) {
+                        Some(AMQPValue::LongString(v)) => v.to_string(),
+                        _ => String::new(),
+                    })
+                    .collect();
+                out.push((
+                    String::from_utf8_lossy(&got.delivery.data).into_owned(),
+                    values,
+                ));
+            }
+            out
+        })
+    }
 }
 
 impl Drop for Exchange {
     fn drop(&mut self) {
         self.runtime.block_on(async {
-            for queue in &self.readers {
+            for queue in self.readers.iter().chain([&self.review_to()]) {
                 let _ = self
                     .channel
                     .queue_delete(queue.as_str().into(), QueueDeleteOptions::default())

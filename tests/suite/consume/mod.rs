@@ -8,7 +8,9 @@
 //!   gets the message again sends the lapsed claim to review (the billing
 //!   policy does not re-run a charge blindly) and acknowledges it;
 //! - two consumers share thousands of deliveries, one is killed mid-run
-//!   and the other takes over: no effect twice, nothing lost.
+//!   and the other takes over: no effect twice, nothing lost;
+//! - two consumers as shards 0 and 1 of 2 (`--shard`; NATS only, RabbitMQ
+//!   refuses it): each runs only the partitions it owns, every effect once.
 
 mod amqp;
 mod nats;
@@ -37,6 +39,14 @@ trait Broker {
     /// Flags for a consumer about to be killed: how soon the broker gives
     /// its deliveries to another.
     fn redeliver_soon(&self) -> Vec<String>;
+
+    /// A place for `--review-to` (a subject a stream of its own captures;
+    /// a queue no reader reads).
+    fn review_to(&self) -> String;
+
+    /// What was forwarded to [`Broker::review_to`], in order: each body and
+    /// the value of each of `headers` (empty when absent).
+    fn forwarded(&self, headers: &[&str]) -> Vec<(String, Vec<String>)>;
 }
 
 fn charge(invoice: &str) -> String {
@@ -242,12 +252,21 @@ fn a_consumer_killed_mid_effect_leaves_one_effect_and_its_message_goes_to_review
     }
     kill_group(&mut first);
     // The second consumer gets what the first left: k3 again once the
-    // broker gives it back, by then (or once put off) past its 1 s lease.
+    // broker gives it back, by then (or once put off) past its 1 s lease;
+    // it forwards k3 to the review place.
+    let review_to = broker.review_to();
     let out = consume(
         broker,
         dir.path(),
         "billing",
-        &["--lease", "1s", "--stop-when-idle", "5s"],
+        &[
+            "--lease",
+            "1s",
+            "--stop-when-idle",
+            "5s",
+            "--review-to",
+            &review_to,
+        ],
         APPEND,
     )
     .output()
@@ -268,6 +287,16 @@ fn a_consumer_killed_mid_effect_leaves_one_effect_and_its_message_goes_to_review
         .unwrap();
     let listed = String::from_utf8_lossy(&review.stdout);
     assert!(listed.contains("k3"), "{listed}");
+    // The message itself went to the review place, naming its record.
+    let headers = ["idem-namespace", "idem-key", "idem-reason", "idem-delivery"];
+    let forwarded = broker.forwarded(&headers);
+    assert_eq!(forwarded.len(), 1, "{forwarded:?}");
+    let (body, values) = &forwarded[0];
+    assert_eq!(body, &charge("k3"));
+    let key = &values[1];
+    assert_eq!(key.len(), 64, "{values:?}");
+    assert!(listed.contains(&key[..12]), "{key} in {listed}");
+    assert!(values.iter().all(|v| !v.is_empty()), "{values:?}");
 }
 
 fn two_consumers_one_killed_mid_run_the_other_takes_over(broker: &dyn Broker) {
@@ -371,6 +400,17 @@ fn a_broker_flag_that_does_not_fit_is_refused_before_anything_opens() {
                 "amqp://127.0.0.1:5672",
                 "--queue",
                 "q",
+                "--shard",
+                "0/2",
+            ][..],
+            "--shard and --members are for NATS",
+        ),
+        (
+            &[
+                "--from",
+                "amqp://127.0.0.1:5672",
+                "--queue",
+                "q",
                 "--prefetch",
                 "0",
             ][..],
@@ -399,4 +439,82 @@ fn a_broker_flag_that_does_not_fit_is_refused_before_anything_opens() {
         assert!(stderr.contains(says), "{flags:?}: {stderr}");
         assert!(!store.exists(), "{flags:?}: no store was opened");
     }
+}
+
+fn two_shards_each_run_only_the_messages_they_own(broker: &dyn Broker) {
+    const CHARGES: usize = 60;
+    let dir = tempfile::tempdir().unwrap();
+    let bodies: Vec<String> = (0..CHARGES).map(|n| charge(&format!("o{n}"))).collect();
+    broker.publish(&bodies);
+    // Two consumers of one reader, shards 0 and 1 of 2: each effect writes
+    // its partition to its shard's file.
+    let shards: Vec<Child> = (0..2)
+        .map(|i| {
+            let effect = format!(r#"echo "$IDEM_PARTITION" >> part{i}; {APPEND}"#);
+            let shard = format!("{i}/2");
+            consume(
+                broker,
+                dir.path(),
+                "billing",
+                &["--shard", &shard, "--concurrency", "4"],
+                &effect,
+            )
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+        })
+        .collect();
+    let ledger = dir.path().join("ledger");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while std::fs::read_to_string(&ledger)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| !l.is_empty())
+        .count()
+        < CHARGES
+    {
+        assert!(Instant::now() < deadline, "the shards made no progress");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Every charge made: stop both (SIGTERM: what runs finishes and is
+    // acknowledged).
+    let mut executed = 0;
+    let mut not_owned = 0;
+    for shard in shards {
+        let pid = shard.id().to_string();
+        assert!(
+            Command::new("kill")
+                .args(["-s", "TERM", &pid])
+                .status()
+                .unwrap()
+                .success()
+        );
+        let out = shard.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{stderr}");
+        let tally = summary(&out);
+        executed += tally["executed"].as_u64().unwrap();
+        not_owned += tally["not_owned"].as_u64().unwrap();
+        assert_eq!(tally["stale_epoch"], 0, "{tally}");
+    }
+    eprintln!("put off as another shard's: {not_owned}");
+    assert_eq!(executed, CHARGES as u64);
+    for n in 0..CHARGES {
+        assert_eq!(effects_of(dir.path(), &format!("o{n}")), 1, "invoice o{n}");
+    }
+    // Each shard ran only partitions it owns, and both ran some.
+    let members = idem_core::ownership::shard_members(2);
+    for i in 0..2 {
+        let ran = std::fs::read_to_string(dir.path().join(format!("part{i}"))).unwrap_or_default();
+        let partitions: Vec<&str> = ran.lines().filter(|l| !l.is_empty()).collect();
+        assert!(!partitions.is_empty(), "shard {i} ran nothing");
+        for partition in partitions {
+            assert!(
+                idem_core::ownership::owns(partition, &i.to_string(), &members),
+                "shard {i} ran partition {partition}, not its own"
+            );
+        }
+    }
+    assert_eq!(broker.unsettled("billing"), 0, "every message settled");
 }

@@ -30,6 +30,16 @@ impl Stream {
                 })
                 .await
                 .expect("create the stream");
+            // Where --review-to forwards: a stream of its own, so that no
+            // reader of the first sees what went to review.
+            context
+                .create_stream(stream::Config {
+                    name: format!("{name}_review"),
+                    subjects: vec![format!("{subject}.review")],
+                    ..Default::default()
+                })
+                .await
+                .expect("create the review stream");
             context
         });
         Stream {
@@ -81,6 +91,39 @@ impl Broker for Stream {
     fn redeliver_soon(&self) -> Vec<String> {
         vec!["--ack-wait".into(), "2s".into()]
     }
+
+    fn review_to(&self) -> String {
+        format!("{}.review", self.subject)
+    }
+
+    fn forwarded(&self, headers: &[&str]) -> Vec<(String, Vec<String>)> {
+        self.runtime.block_on(async {
+            let mut stream = self
+                .context
+                .get_stream(format!("{}_review", self.name))
+                .await
+                .unwrap();
+            let count = stream.info().await.unwrap().state.messages;
+            let mut out = Vec::new();
+            for sequence in 1..=count {
+                let message = stream.get_raw_message(sequence).await.unwrap();
+                let values = headers
+                    .iter()
+                    .map(|h| {
+                        message
+                            .headers
+                            .get(*h)
+                            .map_or(String::new(), |v| v.to_string())
+                    })
+                    .collect();
+                out.push((
+                    String::from_utf8_lossy(&message.payload).into_owned(),
+                    values,
+                ));
+            }
+            out
+        })
+    }
 }
 
 impl Drop for Stream {
@@ -88,6 +131,9 @@ impl Drop for Stream {
         let _ = self
             .runtime
             .block_on(self.context.delete_stream(&self.name));
+        let _ = self
+            .runtime
+            .block_on(self.context.delete_stream(format!("{}_review", self.name)));
     }
 }
 
@@ -158,4 +204,11 @@ fn an_effect_longer_than_the_ack_wait_is_reported_in_progress_and_not_delivered_
     );
     assert_eq!(super::effects_of(dir.path(), "long"), 1);
     assert_eq!(stream.unsettled("billing"), 0);
+}
+
+#[test]
+fn two_shards_each_run_only_the_messages_they_own() {
+    let test = "consume::nats::two_shards_each_run_only_the_messages_they_own";
+    let Some(url) = nats_url(test) else { return };
+    super::two_shards_each_run_only_the_messages_they_own(&Stream::create(&url, "shards"));
 }

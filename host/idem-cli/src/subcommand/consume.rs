@@ -13,14 +13,14 @@ use clap::Args;
 use idem::consume::amqp::AmqpSource;
 use idem::consume::{ConsumeOptions, MessageSource, consume, nats::JetStreamSource};
 use idem::engine::Engine;
-use idem::job::{Effect, JobEvent, Summary};
+use idem::job::{Effect, JobError, JobEvent, Summary};
 
 use super::run::print_waiting;
 use super::serve::shutdown_signal;
 use crate::command_effect::CommandEffect;
 use crate::exit::{self, Failure};
 use crate::policy_args::PolicyArgs;
-use crate::run_flags::RunFlags;
+use crate::run_flags::{PartitionFlags, RunFlags};
 use crate::store_args::{StoreArgs, runtime};
 
 /// `idem consume`'s flags.
@@ -62,6 +62,14 @@ pub struct ConsumeArgs {
     /// they go back.
     #[arg(long, value_name = "N")]
     pub prefetch: Option<u16>,
+    /// Forward a message whose lapsed claim the policy sends to review to
+    /// this subject (NATS; a stream must capture it) or queue (RabbitMQ; it
+    /// must exist) before acknowledging it, with headers naming its record
+    /// (idem-namespace, idem-key), why (idem-reason) and where it came from
+    /// (idem-delivery). Without it the message is acknowledged; its record
+    /// waits in `idem review` either way.
+    #[arg(long, value_name = "SUBJECT|QUEUE")]
+    pub review_to: Option<String>,
     /// How many messages' effects run at once.
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub concurrency: usize,
@@ -74,6 +82,8 @@ pub struct ConsumeArgs {
     pub stop_when_idle: Option<Duration>,
     #[command(flatten)]
     pub run: RunFlags,
+    #[command(flatten)]
+    pub partition: PartitionFlags,
     /// Print the summary as JSON.
     #[arg(long)]
     pub json: bool,
@@ -98,6 +108,10 @@ pub fn run(args: ConsumeArgs) -> Result<u8, Failure> {
     }
     let broker = Broker::of(&args)?;
     let policy = args.policy.load()?;
+    let ownership = args
+        .partition
+        .ownership(&policy.info().namespace)
+        .map_err(Failure::input)?;
     runtime()?.block_on(async {
         let store = args.store.open().await?;
         let engine = Arc::new(Engine::new(policy, store, args.run.engine_options()));
@@ -111,6 +125,8 @@ pub fn run(args: ConsumeArgs) -> Result<u8, Failure> {
             outage_budget: args.run.store_outage,
             stop_after: args.max_messages,
             stop_when_idle: args.stop_when_idle,
+            review_to: args.review_to.clone(),
+            ownership,
             ..ConsumeOptions::default()
         };
         let effect = CommandEffect::new(
@@ -121,6 +137,8 @@ pub fn run(args: ConsumeArgs) -> Result<u8, Failure> {
         );
         let summary = consume_with(&engine, source, effect.clone(), options).await;
         effect.shutdown().await;
+        // Only joining the ownership group fails so, before any fetch.
+        let summary = summary.map_err(Failure::input)?;
         engine.flush_log().await;
         print_summary(&summary, &args);
         Ok(if summary.outage.is_some() {
@@ -174,6 +192,16 @@ impl Broker {
                 let Some(queue) = &args.queue else {
                     return Err(Failure::input("reading RabbitMQ needs --queue"));
                 };
+                // Measured: a message put back on a shared queue comes back
+                // to the consumer that returned it, so another member's
+                // message never reaches its owner.
+                if args.partition.shard.is_some() || args.partition.members.is_some() {
+                    return Err(Failure::input(
+                        "--shard and --members are for NATS: RabbitMQ hands a message put back \
+                         on a queue to the consumer that returned it, so it would never reach its \
+                         owner. Give each shard a queue of its own instead",
+                    ));
+                }
                 let twice = u16::try_from(args.concurrency.saturating_mul(2)).unwrap_or(u16::MAX);
                 let prefetch = args.prefetch.unwrap_or(twice);
                 if prefetch == 0 {
@@ -222,7 +250,7 @@ async fn consume_with<E: Effect>(
     source: &mut dyn MessageSource,
     effect: E,
     options: ConsumeOptions,
-) -> Summary {
+) -> Result<Summary, JobError> {
     let observer = Arc::new(|event: JobEvent<'_>| match event {
         JobEvent::Ended {
             note: Some(note), ..
@@ -260,6 +288,12 @@ fn print_summary(summary: &Summary, args: &ConsumeArgs) {
         summary.unknown,
         summary.skipped
     );
+    if summary.not_owned + summary.stale_epoch > 0 {
+        println!(
+            "other members' (put off): {}, refused for a stale ownership epoch: {}",
+            summary.not_owned, summary.stale_epoch
+        );
+    }
     if let Some(outage) = &summary.outage {
         println!("stopped: {}", outage.error);
     }

@@ -119,7 +119,11 @@ pub fn run(args: RunArgs) -> Result<u8, Failure> {
     let concurrency = at_least_one(args.concurrency, "--concurrency")?;
     let claim_batch = at_least_one(args.claim_batch, "--claim-batch")?;
     let finish_batch = at_least_one(args.finish_batch, "--finish-batch")?;
-    let membership = args.ownership.membership().map_err(Failure::input)?;
+    let membership = args
+        .ownership
+        .partition
+        .membership()
+        .map_err(Failure::input)?;
     if args.ownership.job_lease.is_some() && args.ownership.job_lease_ttl.is_zero() {
         return Err(Failure::input("--job-lease-ttl must be more than 0"));
     }
@@ -137,6 +141,7 @@ pub fn run(args: RunArgs) -> Result<u8, Failure> {
     };
     let group = args
         .ownership
+        .partition
         .group
         .clone()
         .unwrap_or_else(|| policy.info().namespace.clone());

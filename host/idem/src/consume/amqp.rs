@@ -15,14 +15,23 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use futures_util::{FutureExt, StreamExt};
+use lapin::Confirmation;
 use lapin::options::{
-    BasicAckOptions, BasicConsumeOptions, BasicNackOptions, BasicQosOptions, BasicRejectOptions,
+    BasicAckOptions, BasicConsumeOptions, BasicNackOptions, BasicPublishOptions, BasicQosOptions,
+    BasicRejectOptions, ConfirmSelectOptions,
 };
 use lapin::types::{AMQPValue, FieldTable};
 use lapin::{Channel, Connection, ConnectionProperties, Consumer};
 
 use super::source::without_password;
 use super::{Delivery, MessageSource, SourceError};
+
+struct Open {
+    _connection: Connection,
+    _channel: Channel,
+    consumer: Consumer,
+    publisher: Channel,
+}
 
 /// A consumer on one RabbitMQ queue. A lost connection is opened again
 /// at the next fetch; deliveries taken on the old one are the broker's to
@@ -31,8 +40,9 @@ pub struct AmqpSource {
     url: String,
     queue: String,
     prefetch: u16,
-    /// The connection and the consumer; `None` once the connection failed.
-    open: Option<(Connection, Channel, Consumer)>,
+    /// The connection, the consumer, and a channel in confirm mode to
+    /// forward messages on; `None` once the connection failed.
+    open: Option<Open>,
     /// Deliveries held to be requeued after their delay.
     held: Arc<AtomicUsize>,
     described: String,
@@ -79,7 +89,20 @@ impl AmqpSource {
             .map_err(|e| {
                 SourceError::new(format!("consuming queue {} on {shown}", self.queue), e)
             })?;
-        self.open = Some((connection, channel, consumer));
+        let publisher = connection
+            .create_channel()
+            .await
+            .map_err(|e| SourceError::new(format!("opening a channel on {shown}"), e))?;
+        publisher
+            .confirm_select(ConfirmSelectOptions::default())
+            .await
+            .map_err(|e| SourceError::new(format!("asking {shown} for confirms"), e))?;
+        self.open = Some(Open {
+            _connection: connection,
+            _channel: channel,
+            consumer,
+            publisher,
+        });
         Ok(())
     }
 
@@ -99,7 +122,11 @@ impl MessageSource for AmqpSource {
         if self.open.is_none() {
             self.open().await?;
         }
-        let (_, _, consumer) = self.open.as_mut().expect("opened above");
+        let Open {
+            consumer,
+            publisher,
+            ..
+        } = self.open.as_mut().expect("opened above");
         let first = match tokio::time::timeout(wait, consumer.next()).await {
             Err(_) => return Ok(Vec::new()),
             Ok(None) => return Err(self.failed("the broker cancelled the consumer")),
@@ -107,12 +134,12 @@ impl MessageSource for AmqpSource {
             Ok(Some(Ok(delivery))) => delivery,
         };
         let mut out: Vec<Box<dyn Delivery>> = Vec::with_capacity(max);
-        out.push(Box::new(AmqpDelivery::new(first, &self.held)));
+        out.push(Box::new(AmqpDelivery::new(first, publisher, &self.held)));
         // The rest of the batch: what has already arrived, without waiting.
         while out.len() < max {
             match consumer.next().now_or_never() {
                 Some(Some(Ok(delivery))) => {
-                    out.push(Box::new(AmqpDelivery::new(delivery, &self.held)))
+                    out.push(Box::new(AmqpDelivery::new(delivery, publisher, &self.held)))
                 }
                 // An error or the end shows at the next fetch; the batch
                 // in hand is settled first.
@@ -134,13 +161,20 @@ impl MessageSource for AmqpSource {
 /// One RabbitMQ delivery.
 struct AmqpDelivery {
     delivery: Arc<lapin::message::Delivery>,
+    /// The connection's channel in confirm mode.
+    publisher: Channel,
     held: Arc<AtomicUsize>,
 }
 
 impl AmqpDelivery {
-    fn new(delivery: lapin::message::Delivery, held: &Arc<AtomicUsize>) -> Self {
+    fn new(
+        delivery: lapin::message::Delivery,
+        publisher: &Channel,
+        held: &Arc<AtomicUsize>,
+    ) -> Self {
         AmqpDelivery {
             delivery: Arc::new(delivery),
+            publisher: publisher.clone(),
             held: held.clone(),
         }
     }
@@ -215,6 +249,51 @@ impl Delivery for AmqpDelivery {
             held.fetch_sub(1, Ordering::Relaxed);
         });
         Ok(())
+    }
+
+    /// Published to the default exchange with `to` as its routing key (the
+    /// queue of that name), persistent and mandatory, and the broker's
+    /// confirm awaited: a queue that does not exist is an error.
+    async fn forward(&self, to: &str, headers: &[(&str, String)]) -> Result<(), SourceError> {
+        let what = format!("forwarding to queue {to}");
+        let mut table = self
+            .delivery
+            .properties
+            .headers()
+            .clone()
+            .unwrap_or_default();
+        for (name, value) in headers {
+            table.insert((*name).into(), AMQPValue::LongString(value.as_str().into()));
+        }
+        let properties = self
+            .delivery
+            .properties
+            .clone()
+            .with_headers(table)
+            .with_delivery_mode(2);
+        let options = BasicPublishOptions {
+            mandatory: true,
+            ..BasicPublishOptions::default()
+        };
+        let confirmed = self
+            .publisher
+            .basic_publish(
+                "".into(),
+                to.into(),
+                options,
+                &self.delivery.data,
+                properties,
+            )
+            .await
+            .map_err(|e| self.error(&what, e))?
+            .await
+            .map_err(|e| self.error(&what, e))?;
+        match confirmed {
+            Confirmation::Ack(None) => Ok(()),
+            Confirmation::Ack(Some(_)) => Err(self.error(&what, "no queue of that name")),
+            Confirmation::Nack(_) => Err(self.error(&what, "the broker refused it")),
+            Confirmation::NotRequested => Err(self.error(&what, "no confirm was asked for")),
+        }
     }
 
     async fn term(&self) -> Result<(), SourceError> {

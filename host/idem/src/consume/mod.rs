@@ -18,15 +18,22 @@
 //! progress as often as the source asks ([`MessageSource::progress_every`]:
 //! JetStream's `+WPI`), so a long effect keeps its delivery.
 //!
+//! The messages of one fetch are derived and claimed together, in one store
+//! call, and the ends that arrive together are recorded in one, as a job
+//! batches them: a claim made so waits for no slot (a fetch takes only as
+//! many messages as there are free slots).
+//!
 //! The store's outages are ridden out within a budget, as a job does
 //! (`job::begin_riding_out`, `job::run_effect_riding_out`); past it the
 //! consumer stops fetching, settles what it holds, and says why.
 //!
+//! `answer.rs` says what the engine's answer means for a delivery;
 //! `source.rs` is the port a broker implements; `nats.rs` (feature `nats`)
 //! JetStream's, `amqp.rs` (feature `amqp`) RabbitMQ's.
 
 #[cfg(feature = "amqp")]
 pub mod amqp;
+mod answer;
 #[cfg(feature = "nats")]
 pub mod nats;
 mod source;
@@ -36,16 +43,18 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use idem_core::Operation;
-use idem_store::{RecordState, StoreError};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
 pub use source::{Delivery, MessageSource, SourceError};
 
-use crate::engine::{Begin, Engine, EngineError};
+use crate::engine::{Engine, EngineError, FirstClaim, ToClaim};
+use crate::job::outage::{self, Backoff};
 use crate::job::{
-    Effect, End, JobEvent, Outage, Performed, Summary, begin_riding_out, run_effect_riding_out,
+    Effect, End, Finisher, JobError, JobEvent, Outage, Ownership, Summary, join_ownership,
+    settle_riding_out,
 };
+use answer::{Settle, answer};
 
 /// How a consumer runs.
 #[derive(Debug, Clone)]
@@ -62,6 +71,23 @@ pub struct ConsumeOptions {
     /// The longest a delivery is put off when its operation is in progress
     /// elsewhere (the policy's suggestion is used up to this).
     pub max_redelivery_delay: Duration,
+    /// Where a message whose lapsed claim the policy sends to review is
+    /// forwarded (a subject on NATS, a queue on RabbitMQ) before it is
+    /// acknowledged, with headers naming its record (`idem-namespace`,
+    /// `idem-key`), why (`idem-reason`) and where it came from
+    /// (`idem-delivery`). `None`: acknowledged; it waits in `idem review`
+    /// either way.
+    pub review_to: Option<String>,
+    /// Partitioned ownership, as `idem run --shard` has it: the consumer
+    /// joins the group's membership, every claim carries its epoch (a
+    /// consumer deposed by a new membership claims nothing more), and a
+    /// message whose partition another member owns is put off
+    /// ([`MessageSource::not_owned_delay`]) for the broker to deliver to
+    /// another consumer. That needs a broker that gives a message put back
+    /// to any of its consumers, as JetStream does; RabbitMQ was measured
+    /// handing it back to the consumer that returned it (so `idem consume`
+    /// refuses `--shard` there: a queue per shard is the way).
+    pub ownership: Option<Ownership>,
 }
 
 impl Default for ConsumeOptions {
@@ -72,6 +98,8 @@ impl Default for ConsumeOptions {
             stop_after: None,
             stop_when_idle: None,
             max_redelivery_delay: Duration::from_secs(300),
+            review_to: None,
+            ownership: None,
         }
     }
 }
@@ -83,12 +111,19 @@ const FETCH_WAIT: Duration = Duration::from_secs(1);
 /// delivered again.
 const RETRY_DELAY: Duration = Duration::from_secs(1);
 
+/// How long a message another member owns is put off on a broker that
+/// keeps it meanwhile (JetStream): the broker, not the consumer, chooses
+/// who gets it next, so it may come back here; the delay bounds that churn
+/// while its owner is away.
+pub const NOT_OWNED_DELAY: Duration = Duration::from_secs(1);
+
 /// Consumes `source` until `shutdown` resolves (or a stop option is met, or
 /// an outage outlasts the budget): each delivery's operation through
 /// `engine` and `effect`, settled as the module docs say. The summary counts
-/// deliveries by how they ended (`skipped`: not an operation, terminated);
-/// a message delivered again is counted again. `observer`
-/// hears every end and warning, as a job's does.
+/// deliveries by how they ended (`skipped`: not an operation, terminated;
+/// `not_owned`: another member's, put off); a message delivered again is
+/// counted again. `observer` hears every end and warning, as a job's does.
+/// The error: joining the ownership group failed (nothing was fetched).
 pub async fn consume<E: Effect>(
     engine: Arc<Engine>,
     source: &mut dyn MessageSource,
@@ -96,15 +131,30 @@ pub async fn consume<E: Effect>(
     options: ConsumeOptions,
     shutdown: impl Future<Output = ()>,
     observer: Arc<dyn Fn(JobEvent<'_>) + Send + Sync>,
-) -> Summary {
+) -> Result<Summary, JobError> {
+    let engine = match &options.ownership {
+        Some(ownership) => {
+            let mut engine_options = engine.options().clone();
+            engine_options.ownership = Some(join_ownership(engine.store(), ownership).await?);
+            Arc::new(engine.reconfigured(engine_options))
+        }
+        None => engine,
+    };
     let mut shutdown = std::pin::pin!(shutdown);
     let permits = Arc::new(Semaphore::new(options.concurrency.max(1)));
-    let mut tasks: JoinSet<(Option<End>, bool)> = JoinSet::new();
+    let finisher = Arc::new(Finisher::start(
+        engine.clone(),
+        options.concurrency.max(1),
+        options.outage_budget,
+    ));
+    let mut tasks: JoinSet<(Counted, bool)> = JoinSet::new();
+    let mut told_not_owned = false;
     let mut summary = Summary::default();
     let mut taken: u64 = 0;
     let mut idle_since = Instant::now();
     let mut broker_down: Option<Instant> = None;
     let progress_every = source.progress_every();
+    let not_owned_delay = source.not_owned_delay();
     loop {
         while let Some(joined) = tasks.try_join_next() {
             settle_task(&mut summary, joined, &observer);
@@ -164,14 +214,27 @@ pub async fn consume<E: Effect>(
         }
         idle_since = Instant::now();
         taken += deliveries.len() as u64;
-        for (delivery, permit) in deliveries.into_iter().zip(held) {
-            let (engine, effect, observer) = (engine.clone(), effect.clone(), observer.clone());
+        let owned = options.ownership.as_ref().map(|o| (o, not_owned_delay));
+        let prepared = prepare(&engine, &deliveries, owned).await;
+        if !told_not_owned && prepared.iter().any(|p| matches!(p, Prepared::NotOwned(_))) {
+            told_not_owned = true;
+            observer(JobEvent::Warning(&format!(
+                "messages owned by other members are put off ({not_owned_delay:?} each) for the \
+                 broker to deliver elsewhere: run a consumer for every member, or give each its \
+                 own subject or queue"
+            )));
+        }
+        for ((delivery, prepared), permit) in deliveries.into_iter().zip(prepared).zip(held) {
+            let (engine, finisher) = (engine.clone(), finisher.clone());
+            let (effect, observer) = (effect.clone(), observer.clone());
             let options = options.clone();
             tasks.spawn(async move {
                 let settled = settle(
                     &engine,
+                    &finisher,
                     &*effect,
                     delivery,
+                    prepared,
                     &options,
                     progress_every,
                     &observer,
@@ -186,21 +249,31 @@ pub async fn consume<E: Effect>(
     while let Some(joined) = tasks.join_next().await {
         settle_task(&mut summary, joined, &observer);
     }
-    summary
+    Ok(summary)
+}
+
+/// How a delivery counts in the summary.
+enum Counted {
+    End(End),
+    /// Not an operation: terminated.
+    Skipped,
+    /// Another member's: put off.
+    NotOwned,
 }
 
 /// Counts a task's end; a task that stopped on an outage past the budget
 /// stops the consumer.
 fn settle_task(
     summary: &mut Summary,
-    joined: Result<(Option<End>, bool), tokio::task::JoinError>,
+    joined: Result<(Counted, bool), tokio::task::JoinError>,
     observer: &Arc<dyn Fn(JobEvent<'_>) + Send + Sync>,
 ) {
     match joined {
         Ok((end, outage)) => {
             match end {
-                Some(end) => summary.count(end),
-                None => summary.skipped += 1,
+                Counted::End(end) => summary.count(end),
+                Counted::Skipped => summary.skipped += 1,
+                Counted::NotOwned => summary.not_owned += 1,
             }
             if outage && summary.outage.is_none() {
                 summary.outage = Some(Outage {
@@ -220,30 +293,95 @@ fn settle_task(
     }
 }
 
-/// What happens to a delivery once the engine has answered.
-enum Settle {
-    Ack,
-    Nack(Duration),
-    Term,
+/// One delivery, made ready in its fetch's batch.
+enum Prepared {
+    /// Not an operation: why.
+    Unreadable(String),
+    /// The policy could not derive its key.
+    Underived(Box<(Operation, EngineError)>),
+    /// Its partition is another member's: put off this long.
+    NotOwned(Duration),
+    /// Claimed in the batch (`first`), or to be claimed on its own (`None`:
+    /// the batch's store call failed; the claim is sent again within the
+    /// outage budget).
+    Ready {
+        item: Box<ToClaim>,
+        first: Option<Box<FirstClaim>>,
+    },
 }
 
-/// Runs one delivery's operation and settles the delivery: how it ended
-/// (`None`: not an operation, terminated), and whether the store was
+/// Reads and derives each delivery's operation and claims them all in one
+/// store call ([`Engine::claim_batch`]'s; what a claim finds is settled in
+/// the delivery's own task).
+async fn prepare(
+    engine: &Engine,
+    deliveries: &[Box<dyn Delivery>],
+    ownership: Option<(&Ownership, Duration)>,
+) -> Vec<Prepared> {
+    let limits = engine.policy().limits().operation;
+    let mut prepared = Vec::with_capacity(deliveries.len());
+    let mut items = Vec::new();
+    for delivery in deliveries {
+        let op = match Operation::from_slice(delivery.body(), &limits) {
+            Ok(op) => op,
+            Err(e) => {
+                prepared.push(Prepared::Unreadable(e.to_string()));
+                continue;
+            }
+        };
+        match engine.derive(&op) {
+            Ok(keyed)
+                if let Some((o, delay)) = ownership
+                    && !idem_core::ownership::owns(&keyed.partition, &o.member, &o.members) =>
+            {
+                prepared.push(Prepared::NotOwned(delay))
+            }
+            Ok(keyed) => {
+                items.push(engine.to_claim((op, keyed)));
+                prepared.push(Prepared::Ready {
+                    item: Box::new(items[items.len() - 1].clone()),
+                    first: None,
+                });
+            }
+            Err(e) => prepared.push(Prepared::Underived(Box::new((op, e)))),
+        }
+    }
+    if items.is_empty() {
+        return prepared;
+    }
+    // On a failure of the whole call each claim is sent again on its own,
+    // as the same request (a claim that committed unseen is its own).
+    let Ok(claimed) = engine.claim_batch_keeping(items).await else {
+        return prepared;
+    };
+    let mut claimed = claimed.into_iter();
+    for slot in &mut prepared {
+        if let Prepared::Ready { first, .. } = slot {
+            *first = claimed.next().map(Box::new);
+        }
+    }
+    prepared
+}
+
+/// Settles one delivery made ready by [`prepare`]: its operation begun
+/// (riding out an outage), run and recorded; the delivery acknowledged,
+/// put off or terminated. How it counts, and whether the store was
 /// unavailable past the budget.
+#[allow(clippy::too_many_arguments)]
 async fn settle<E: Effect>(
     engine: &Engine,
+    finisher: &Finisher,
     effect: &E,
     delivery: Box<dyn Delivery>,
+    prepared: Prepared,
     options: &ConsumeOptions,
     progress_every: Option<Duration>,
     observer: &Arc<dyn Fn(JobEvent<'_>) + Send + Sync>,
-) -> (Option<End>, bool) {
+) -> (Counted, bool) {
     let budget = options.outage_budget;
     let warn = |text: String| observer(JobEvent::Warning(&text));
-    let limits = engine.policy().limits().operation;
-    let op = match Operation::from_slice(delivery.body(), &limits) {
-        Ok(op) => op,
-        Err(e) => {
+    let (op, first) = match prepared {
+        Prepared::Unreadable(e) => {
             warn(format!(
                 "{}: not an operation ({e}); terminated",
                 delivery.describe()
@@ -251,17 +389,33 @@ async fn settle<E: Effect>(
             if let Err(e) = delivery.term().await {
                 warn(format!("{}: {e}", delivery.describe()));
             }
-            return (None, false);
+            return (Counted::Skipped, false);
         }
+        Prepared::NotOwned(delay) => {
+            if let Err(e) = delivery.nack(delay).await {
+                warn(format!("{}: {e}", delivery.describe()));
+            }
+            return (Counted::NotOwned, false);
+        }
+        Prepared::Underived(failed) => {
+            let (op, e) = *failed;
+            (op, Err(e))
+        }
+        Prepared::Ready { item, first } => (item.operation().clone(), Ok((item, first))),
     };
     let work = async {
-        let begun = begin_riding_out(engine, &op, budget, |e| {
-            warn(format!(
-                "the store is unavailable ({e}); trying again for up to {budget:?}"
-            ))
-        })
-        .await;
-        answer(engine, effect, op, begun, options, &*delivery).await
+        let begun = match first {
+            Err(e) => Err(e),
+            Ok((item, first)) => {
+                settle_riding_out(engine, *item, first.map(|f| *f), budget, |e| {
+                    warn(format!(
+                        "the store is unavailable ({e}); trying again for up to {budget:?}"
+                    ))
+                })
+                .await
+            }
+        };
+        answer(finisher, effect, op, begun, options, &*delivery).await
     };
     let (end, then, note, outage) = match progress_every {
         None => work.await,
@@ -288,6 +442,18 @@ async fn settle<E: Effect>(
         Settle::Ack => delivery.ack().await,
         Settle::Nack(delay) => delivery.nack(delay).await,
         Settle::Term => delivery.term().await,
+        Settle::Review(headers) => {
+            let to = options.review_to.as_deref().unwrap_or_default();
+            match forward_riding_out(&*delivery, to, &headers, budget, &warn).await {
+                Ok(()) => delivery.ack().await,
+                // Its record waits in review all the same; delivered again,
+                // the policy answers for it.
+                Err(e) => {
+                    warn(format!("{e}; past the outage budget: put off"));
+                    delivery.nack(RETRY_DELAY).await
+                }
+            }
+        }
     };
     if let Err(e) = settled {
         // Delivered again, it is answered from the record.
@@ -297,133 +463,30 @@ async fn settle<E: Effect>(
         end,
         note: note.as_deref(),
     });
-    (Some(end), outage)
+    (Counted::End(end), outage)
 }
 
-/// How `begun` ends for a delivery: the end, what to do with the delivery,
-/// a note, and whether the store was unavailable past the budget.
-async fn answer<E: Effect>(
-    engine: &Engine,
-    effect: &E,
-    op: Operation,
-    begun: Result<Begin, EngineError>,
-    options: &ConsumeOptions,
+/// [`Delivery::forward`], sent again while it fails, for up to `budget`.
+async fn forward_riding_out(
     delivery: &dyn Delivery,
-) -> (End, Settle, Option<String>, bool) {
-    let at = delivery.describe();
-    let later = |ms: Option<u64>| {
-        ms.map_or(RETRY_DELAY, Duration::from_millis)
-            .clamp(RETRY_DELAY, options.max_redelivery_delay)
-    };
-    match begun {
-        Ok(Begin::Execute(execution)) => {
-            let lease = execution.lease();
-            let ran =
-                run_effect_riding_out(effect, engine, op, execution, options.outage_budget).await;
-            match ran {
-                Ok(Performed::Completed) => (End::Executed, Settle::Ack, None, false),
-                Ok(Performed::Failed {
-                    retryable: false, ..
-                }) => (End::Failed, Settle::Ack, None, false),
-                Ok(Performed::Failed { .. }) => {
-                    (End::Failed, Settle::Nack(RETRY_DELAY), None, false)
+    to: &str,
+    headers: &[(&'static str, String)],
+    budget: Duration,
+    warn: &impl Fn(String),
+) -> Result<(), SourceError> {
+    let mut backoff = Backoff::new(budget);
+    loop {
+        let error = match delivery.forward(to, headers).await {
+            Ok(()) => return Ok(()),
+            Err(e) => e,
+        };
+        match backoff.after_failure().await {
+            outage::Next::Again { first } => {
+                if first {
+                    warn(format!("{error}; trying again for up to {budget:?}"));
                 }
-                Ok(Performed::NotStarted { reason }) => (
-                    End::Failed,
-                    Settle::Nack(RETRY_DELAY),
-                    Some(format!("{at}: {reason}")),
-                    false,
-                ),
-                // The claim lapses after its lease; delivered again then,
-                // the policy decides.
-                Ok(Performed::Unknown { reason }) => (
-                    End::Unknown,
-                    Settle::Nack(lease.min(options.max_redelivery_delay)),
-                    Some(format!("{at}: {reason}; outcome unknown")),
-                    false,
-                ),
-                // Deposed: the record is its taker's to settle.
-                Err(EngineError::Fenced(e)) => (
-                    End::Fenced,
-                    Settle::Ack,
-                    Some(format!("{at}: deposed while running: {e}")),
-                    false,
-                ),
-                Err(e) => (
-                    End::Unknown,
-                    Settle::Nack(lease.min(options.max_redelivery_delay)),
-                    Some(format!("{at}: {e}")),
-                    e.is_store_unavailable(),
-                ),
             }
-        }
-        Ok(Begin::Replay(r)) if r.state == RecordState::Completed => {
-            (End::Replayed, Settle::Ack, None, false)
-        }
-        Ok(Begin::Replay(_)) => (End::ReplayedFailure, Settle::Ack, None, false),
-        Ok(Begin::InProgress { retry_after_ms, .. }) => (
-            End::InProgress,
-            Settle::Nack(later(retry_after_ms)),
-            None,
-            false,
-        ),
-        Ok(Begin::Rejected {
-            marked_unknown: true,
-            reason,
-            key,
-            ..
-        }) => (
-            End::SentToReview,
-            Settle::Ack,
-            Some(format!("{at}: sent key {} to review: {reason}", key.digest)),
-            false,
-        ),
-        Ok(Begin::Rejected {
-            retry_after_ms: Some(ms),
-            reason,
-            ..
-        }) => (
-            End::Rejected,
-            Settle::Nack(later(Some(ms))),
-            Some(format!("{at}: rejected for now: {reason}")),
-            false,
-        ),
-        Ok(Begin::Rejected { reason, .. }) => (
-            End::Rejected,
-            Settle::Term,
-            Some(format!("{at}: rejected: {reason}; terminated")),
-            false,
-        ),
-        Ok(Begin::Conflict { key, reason, .. }) => (
-            End::Conflict,
-            Settle::Term,
-            Some(format!(
-                "{at}: conflict on key {}: {reason}; terminated",
-                key.digest
-            )),
-            false,
-        ),
-        Err(EngineError::Store(e @ StoreError::StaleEpoch { .. })) => (
-            End::StaleEpoch,
-            Settle::Nack(RETRY_DELAY),
-            Some(format!("{at}: {e}")),
-            false,
-        ),
-        Err(e @ EngineError::Policy(_)) => (
-            End::PolicyFailed,
-            Settle::Term,
-            Some(format!("{at}: {e}; terminated")),
-            false,
-        ),
-        // Nothing started: delivered again.
-        Err(e) => {
-            let outage = e.is_store_unavailable();
-            (
-                End::NotRun,
-                Settle::Nack(RETRY_DELAY),
-                Some(format!("{at}: not run: {e}")),
-                outage,
-            )
+            outage::Next::GiveUp(_) => return Err(error),
         }
     }
 }

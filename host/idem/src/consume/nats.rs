@@ -147,4 +147,25 @@ impl Delivery for JetStreamDelivery {
     async fn in_progress(&self) -> Result<(), SourceError> {
         self.send(AckKind::Progress, "extending").await
     }
+
+    /// Published through JetStream and its acknowledgement awaited: the
+    /// copy is stored by the stream that captures `to` (no stream, no copy:
+    /// an error).
+    async fn forward(&self, to: &str, headers: &[(&str, String)]) -> Result<(), SourceError> {
+        let fail = |e: &dyn std::fmt::Display| {
+            SourceError::new(format!("forwarding {} to {to}", self.describe()), e)
+        };
+        let mut all = self.0.headers.clone().unwrap_or_default();
+        for (name, value) in headers {
+            all.insert(*name, value.as_str());
+        }
+        self.0
+            .context
+            .publish_with_headers(to.to_string(), all, self.0.payload.clone())
+            .await
+            .map_err(|e| fail(&e))?
+            .await
+            .map(drop)
+            .map_err(|e| fail(&e))
+    }
 }

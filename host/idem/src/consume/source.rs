@@ -51,6 +51,18 @@ pub trait Delivery: Send + Sync {
     /// Never deliver it again, without it having been processed.
     async fn term(&self) -> Result<(), SourceError>;
 
+    /// Publishes a copy of the message, with `headers` added to its own,
+    /// to `to` (a subject on NATS, where a stream must capture it; a queue
+    /// on RabbitMQ), and returns once the broker holds it. The delivery
+    /// itself is still to be settled. Default: this broker cannot.
+    async fn forward(&self, to: &str, headers: &[(&str, String)]) -> Result<(), SourceError> {
+        let _ = headers;
+        Err(SourceError::new(
+            format!("forwarding {} to {to}", self.describe()),
+            "this message source cannot forward messages",
+        ))
+    }
+
     /// Still working on it: the broker's redelivery timer starts again
     /// (a JetStream `+WPI`). Default: nothing to say.
     async fn in_progress(&self) -> Result<(), SourceError> {
@@ -78,6 +90,13 @@ pub trait MessageSource: Send {
     /// has no timer, or no way to restart it). Default: never.
     fn progress_every(&self) -> Option<Duration> {
         None
+    }
+
+    /// How long a message another member owns is put off (partitioned
+    /// ownership), for the broker to deliver it elsewhere. Default:
+    /// [`super::NOT_OWNED_DELAY`], on a broker that keeps it meanwhile.
+    fn not_owned_delay(&self) -> Duration {
+        super::NOT_OWNED_DELAY
     }
 
     /// Deliveries put off ([`Delivery::nack`]) that this process still

@@ -79,7 +79,7 @@ mod feed;
 mod finisher;
 mod lease;
 mod one;
-mod outage;
+pub(crate) mod outage;
 mod ownership;
 mod peers;
 mod plan;
@@ -94,12 +94,16 @@ use idem_core::Operation;
 
 use crate::engine::{Engine, EngineOptions};
 
+pub(crate) use effect::run_effect_recording;
 pub use effect::{Effect, EffectOutcome, Performed, run_effect};
 pub use error::JobError;
 pub use event::JobEvent;
+pub(crate) use finisher::Finisher;
 pub use lease::JobLeaseOptions;
+pub(crate) use one::settle_riding_out;
 pub use one::{begin_riding_out, run_effect_riding_out};
 pub use ownership::Ownership;
+pub(crate) use ownership::join as join_ownership;
 pub use source::{ListSource, OperationSource, SourceItem, SourceRead, Unreadable};
 pub use summary::{End, Outage, Summary};
 
