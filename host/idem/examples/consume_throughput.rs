@@ -16,7 +16,9 @@
 //! bare consumer (fetch a batch of CONCURRENCY, default 8, acknowledge
 //! them all at once), the other by `consume` (each message's key derived,
 //! claimed and completed in a fresh SQLite store, an effect that does
-//! nothing, then acknowledged), interleaved. It prints each rate and their
+//! nothing, then acknowledged; on JetStream through a standing pull of
+//! CONCURRENCY messages, as `idem consume` reads, and again with a pull
+//! request per fetch), interleaved. It prints each rate and their
 //! ratio per round, and the median ratio. `IDEM_BENCH_STORE=memory` puts
 //! idem's records in memory instead (where the time goes without the
 //! disk); a `postgres://…` URL there uses PostgreSQL (its records are
@@ -65,31 +67,29 @@ async fn main() -> Result<(), Error> {
         for round in 1..=rounds {
             let bare = {
                 let place = Place::create(&url, "bare", messages).await?;
-                let mut source = place.source(concurrency).await?;
+                let mut source = place.source(concurrency, false).await?;
                 let started = Instant::now();
                 bare_consumer(&mut *source, messages, concurrency).await?;
                 let rate = messages as f64 / started.elapsed().as_secs_f64();
                 place.remove().await;
                 rate
             };
-            let with_idem = {
-                let place = Place::create(&url, "idem", messages).await?;
-                let mut source = place.source(concurrency).await?;
-                let dir = tempfile::tempdir()?;
-                let started = Instant::now();
-                let executed =
-                    idem_consumer(&policy, &dir, &mut *source, messages, concurrency).await?;
-                let rate = messages as f64 / started.elapsed().as_secs_f64();
-                place.remove().await;
-                if executed != messages as u64 {
-                    return Err(format!("idem executed {executed} of {messages}").into());
-                }
-                rate
-            };
+            let with_idem = idem_round(&policy, &url, messages, concurrency, true).await?;
             let ratio = with_idem / bare;
             ratios.push(ratio);
+            // On JetStream, idem without the standing pull too (a pull
+            // request per fetch), as the consumer read before it had one.
+            let per_fetch = if url.starts_with("nats") {
+                let rate = idem_round(&policy, &url, messages, concurrency, false).await?;
+                format!(
+                    ", idem with a pull per fetch {rate:.0} msg/s (÷ bare {:.2})",
+                    rate / bare
+                )
+            } else {
+                String::new()
+            };
             println!(
-                "{broker} round {round}: bare {bare:.0} msg/s, idem {with_idem:.0} msg/s, idem ÷ bare {ratio:.2}"
+                "{broker} round {round}: bare {bare:.0} msg/s, idem {with_idem:.0} msg/s, idem ÷ bare {ratio:.2}{per_fetch}"
             );
         }
         ratios.sort_by(f64::total_cmp);
@@ -99,6 +99,27 @@ async fn main() -> Result<(), Error> {
         );
     }
     Ok(())
+}
+
+/// One round of idem's consumer over a place of its own: messages/s.
+async fn idem_round(
+    policy: &LoadedPolicy,
+    url: &str,
+    messages: usize,
+    concurrency: usize,
+    read_ahead: bool,
+) -> Result<f64, Error> {
+    let place = Place::create(url, "idem", messages).await?;
+    let mut source = place.source(concurrency, read_ahead).await?;
+    let dir = tempfile::tempdir()?;
+    let started = Instant::now();
+    let executed = idem_consumer(policy, &dir, &mut *source, messages, concurrency).await?;
+    let rate = messages as f64 / started.elapsed().as_secs_f64();
+    place.remove().await;
+    if executed != messages as u64 {
+        return Err(format!("idem executed {executed} of {messages}").into());
+    }
+    Ok(rate)
 }
 
 /// Fetches batches and acknowledges each batch at once, until `messages`
@@ -267,11 +288,24 @@ impl Place {
         })
     }
 
-    async fn source(&self, concurrency: usize) -> Result<Box<dyn MessageSource>, Error> {
+    /// A source reading the place; on JetStream with a standing pull of
+    /// `concurrency` messages when `read_ahead` (as `idem consume` reads).
+    async fn source(
+        &self,
+        concurrency: usize,
+        read_ahead: bool,
+    ) -> Result<Box<dyn MessageSource>, Error> {
         Ok(match self {
-            Place::Nats { url, name, .. } => Box::new(
-                JetStreamSource::connect(url, name, "bench", None, Duration::from_secs(30)).await?,
-            ),
+            Place::Nats { url, name, .. } => {
+                let source =
+                    JetStreamSource::connect(url, name, "bench", None, Duration::from_secs(30))
+                        .await?;
+                Box::new(if read_ahead {
+                    source.read_ahead(concurrency)
+                } else {
+                    source
+                })
+            }
             Place::Rabbit { url, name, .. } => {
                 let prefetch = u16::try_from(concurrency * 2).unwrap_or(u16::MAX);
                 Box::new(AmqpSource::connect(url, name, prefetch).await?)

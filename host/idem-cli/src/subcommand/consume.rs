@@ -236,7 +236,8 @@ impl Broker {
                     args.subject.as_deref(),
                     args.ack_wait,
                 )
-                .await?,
+                .await?
+                .read_ahead(args.concurrency),
             ),
             Broker::Rabbit { queue, prefetch } => {
                 Box::new(AmqpSource::connect(&args.from, queue, *prefetch).await?)

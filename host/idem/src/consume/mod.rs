@@ -246,6 +246,7 @@ pub async fn consume<E: Effect>(
         }
     }
     // Stop fetching; what runs finishes, is recorded and settled.
+    source.give_back().await;
     while let Some(joined) = tasks.join_next().await {
         settle_task(&mut summary, joined, &observer);
     }

@@ -10,7 +10,7 @@ use std::time::Duration;
 use async_nats::jetstream::consumer::{AckPolicy, PullConsumer, pull};
 use async_nats::jetstream::{self, AckKind};
 use async_trait::async_trait;
-use futures_util::StreamExt;
+use futures_util::{FutureExt, StreamExt};
 
 use super::source::without_password;
 use super::{Delivery, MessageSource, SourceError};
@@ -19,6 +19,9 @@ use super::{Delivery, MessageSource, SourceError};
 pub struct JetStreamSource {
     consumer: PullConsumer,
     described: String,
+    /// With [`JetStreamSource::read_ahead`]: how many messages a standing
+    /// pull keeps coming, and the pull once open.
+    read_ahead: Option<(usize, Option<pull::Stream>)>,
 }
 
 impl JetStreamSource {
@@ -58,7 +61,67 @@ impl JetStreamSource {
         Ok(JetStreamSource {
             consumer,
             described,
+            read_ahead: None,
         })
+    }
+
+    /// Keeps a pull of up to `messages` open (asked again when half are
+    /// taken), so that a fetch takes what has already arrived rather than
+    /// making a pull request (a round trip) of its own. Messages waiting
+    /// here are delivered, their ack wait running, and not yet reported in
+    /// progress: `messages` about the consumer's concurrency keeps that wait
+    /// to about one effect. Without it: a pull request per fetch.
+    pub fn read_ahead(mut self, messages: usize) -> Self {
+        self.read_ahead = Some((messages.max(1), None));
+        self
+    }
+
+    /// A fetch from the standing pull: the first message waited for up to
+    /// `wait`, the rest what has already arrived. A failed pull is opened
+    /// again at the next fetch.
+    async fn fetch_ahead(
+        &mut self,
+        max: usize,
+        wait: Duration,
+    ) -> Result<Vec<Box<dyn Delivery>>, SourceError> {
+        let context = format!("fetching from {}", self.described);
+        let Some((batch, open)) = &mut self.read_ahead else {
+            return Ok(Vec::new());
+        };
+        if open.is_none() {
+            let pull = self
+                .consumer
+                .stream()
+                .max_messages_per_batch(*batch)
+                .messages()
+                .await
+                .map_err(|e| SourceError::new(context.clone(), e))?;
+            *open = Some(pull);
+        }
+        let pull = open.as_mut().expect("opened above");
+        let first = match tokio::time::timeout(wait, pull.next()).await {
+            Err(_) => return Ok(Vec::new()),
+            Ok(Some(Ok(message))) => message,
+            Ok(Some(Err(e))) => {
+                *open = None;
+                return Err(SourceError::new(context, e));
+            }
+            Ok(None) => {
+                *open = None;
+                return Err(SourceError::new(context, "the pull ended"));
+            }
+        };
+        let mut out: Vec<Box<dyn Delivery>> = Vec::with_capacity(max);
+        out.push(Box::new(JetStreamDelivery(first)));
+        while out.len() < max {
+            match pull.next().now_or_never() {
+                Some(Some(Ok(message))) => out.push(Box::new(JetStreamDelivery(message))),
+                // An error or the end shows at the next fetch; the batch in
+                // hand is settled first.
+                _ => break,
+            }
+        }
+        Ok(out)
     }
 }
 
@@ -69,6 +132,9 @@ impl MessageSource for JetStreamSource {
         max: usize,
         wait: Duration,
     ) -> Result<Vec<Box<dyn Delivery>>, SourceError> {
+        if self.read_ahead.is_some() {
+            return self.fetch_ahead(max, wait).await;
+        }
         let fail = |e: &dyn std::fmt::Display| {
             SourceError::new(format!("fetching from {}", self.described), e)
         };
@@ -90,6 +156,23 @@ impl MessageSource for JetStreamSource {
 
     fn describe(&self) -> String {
         self.described.clone()
+    }
+
+    /// What the standing pull has delivered and no fetch took is handed
+    /// back (`-NAK`): delivered again at once, to this consumer's
+    /// successor or a peer.
+    async fn give_back(&mut self) {
+        let Some((_, open)) = &mut self.read_ahead else {
+            return;
+        };
+        if let Some(pull) = open {
+            while let Some(Some(Ok(message))) = pull.next().now_or_never() {
+                if let Err(e) = message.ack_with(AckKind::Nak(None)).await {
+                    tracing::warn!(error = %e, "handing back a message read ahead");
+                }
+            }
+        }
+        *open = None;
     }
 
     /// A third of the consumer's ack wait (as the server has it: a

@@ -92,6 +92,11 @@ pub trait MessageSource: Send {
         None
     }
 
+    /// The consumer stops: hand back at once what was fetched ahead and
+    /// not yet given out (rather than leave it to the broker's redelivery
+    /// timer). Default: nothing is held ahead.
+    async fn give_back(&mut self) {}
+
     /// How long a message another member owns is put off (partitioned
     /// ownership), for the broker to deliver it elsewhere. Default:
     /// [`super::NOT_OWNED_DELAY`], on a broker that keeps it meanwhile.
