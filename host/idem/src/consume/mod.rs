@@ -155,6 +155,8 @@ pub async fn consume<E: Effect>(
     let mut broker_down: Option<Instant> = None;
     let progress_every = source.progress_every();
     let not_owned_delay = source.not_owned_delay();
+    // Shared by every delivery's task (the membership is a list).
+    let task_options = Arc::new(options.clone());
     loop {
         while let Some(joined) = tasks.try_join_next() {
             settle_task(&mut summary, joined, &observer);
@@ -227,7 +229,7 @@ pub async fn consume<E: Effect>(
         for ((delivery, prepared), permit) in deliveries.into_iter().zip(prepared).zip(held) {
             let (engine, finisher) = (engine.clone(), finisher.clone());
             let (effect, observer) = (effect.clone(), observer.clone());
-            let options = options.clone();
+            let options = task_options.clone();
             tasks.spawn(async move {
                 let settled = settle(
                     &engine,
