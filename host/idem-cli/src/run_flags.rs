@@ -119,7 +119,8 @@ pub struct PartitionFlags {
     #[arg(long, value_name = "NAME", requires = "members")]
     pub member: Option<String>,
     /// The group whose membership and ownership epoch the workers share
-    /// (default: the policy's namespace).
+    /// (default: the policy's namespace; for `idem consume`,
+    /// NAMESPACE/consume/STREAM/CONSUMER).
     #[arg(long, value_name = "NAME")]
     pub group: Option<String>,
 }
@@ -179,6 +180,9 @@ impl PartitionFlags {
             )));
         }
         let (Some(spec), Some(me)) = (&self.members, &self.member) else {
+            if self.group.is_some() {
+                return Err("--group needs --shard or --members".into());
+            }
             return Ok(None);
         };
         // A path that exists is a file; anything else is a list.
@@ -208,11 +212,10 @@ impl PartitionFlags {
 }
 
 impl PartitionFlags {
-    /// The ownership asked for, its group defaulting to `namespace` (the
-    /// policy's).
-    pub fn ownership(&self, namespace: &str) -> Result<Option<Ownership>, String> {
+    /// The ownership asked for, its group defaulting to `group`.
+    pub fn ownership(&self, group: &str) -> Result<Option<Ownership>, String> {
         Ok(self.membership()?.map(|(members, member)| Ownership {
-            group: self.group.clone().unwrap_or_else(|| namespace.to_string()),
+            group: self.group.clone().unwrap_or_else(|| group.to_string()),
             members,
             member,
         }))
@@ -292,5 +295,10 @@ mod tests {
             Ok(Some((vec!["0".into(), "1".into(), "2".into()], "2".into())))
         );
         assert_eq!(PartitionFlags::default().membership(), Ok(None));
+        let group_alone = PartitionFlags {
+            group: Some("billing".into()),
+            ..PartitionFlags::default()
+        };
+        assert!(group_alone.membership().is_err());
     }
 }

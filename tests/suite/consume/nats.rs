@@ -212,3 +212,64 @@ fn two_shards_each_run_only_the_messages_they_own() {
     let Some(url) = nats_url(test) else { return };
     super::two_shards_each_run_only_the_messages_they_own(&Stream::create(&url, "shards"));
 }
+
+#[test]
+fn a_shard_deposed_by_a_new_membership_stops_and_says_so() {
+    let test = "consume::nats::a_shard_deposed_by_a_new_membership_stops_and_says_so";
+    let Some(url) = nats_url(test) else { return };
+    let stream = Stream::create(&url, "deposed");
+    let dir = tempfile::tempdir().unwrap();
+    let bodies: Vec<String> = (0..40).map(|n| super::charge(&format!("d{n}"))).collect();
+    stream.publish(&bodies);
+    // Shard 0 of 2 charges slowly, a message at a time.
+    let first = super::consume(
+        &stream,
+        dir.path(),
+        "billing",
+        &["--shard", "0/2"],
+        &format!("sleep 0.5; {}", super::APPEND),
+    )
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::piped())
+    .spawn()
+    .unwrap();
+    let ledger = dir.path().join("ledger");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while std::fs::read_to_string(&ledger)
+        .unwrap_or_default()
+        .is_empty()
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "shard 0 charged nothing"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    // Another consumer joins the same group with three shards: the
+    // membership moves on, and shard 0 of 2 is deposed.
+    let second = super::consume(
+        &stream,
+        dir.path(),
+        "billing",
+        &["--shard", "0/3", "--max-messages", "1"],
+        super::APPEND,
+    )
+    .output()
+    .unwrap();
+    assert!(
+        second.status.success(),
+        "{}",
+        String::from_utf8_lossy(&second.stderr)
+    );
+    let out = first.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(76), "exits as deposed: {stderr}");
+    assert!(stderr.contains("deposed"), "{stderr}");
+    assert_eq!(super::summary(&out)["deposed"], true);
+    for n in 0..40 {
+        assert!(
+            super::effects_of(dir.path(), &format!("d{n}")) <= 1,
+            "invoice d{n}"
+        );
+    }
+}

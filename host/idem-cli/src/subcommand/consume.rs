@@ -106,12 +106,27 @@ pub fn run(args: ConsumeArgs) -> Result<u8, Failure> {
     if args.ack_wait.is_zero() {
         return Err(Failure::input("--ack-wait must be more than 0"));
     }
+    if args
+        .review_to
+        .as_deref()
+        .is_some_and(|to| to.trim().is_empty())
+    {
+        return Err(Failure::input(
+            "--review-to needs a subject or a queue name",
+        ));
+    }
     let broker = Broker::of(&args)?;
     let policy = args.policy.load()?;
-    let ownership = args
-        .partition
-        .ownership(&policy.info().namespace)
-        .map_err(Failure::input)?;
+    // The group defaults to the policy's namespace and the durable
+    // consumer, apart from `idem run --shard`'s (a job of another shard
+    // count would depose the consumers).
+    let group = format!(
+        "{}/consume/{}/{}",
+        policy.info().namespace,
+        args.stream.as_deref().unwrap_or_default(),
+        args.consumer.as_deref().unwrap_or_default()
+    );
+    let ownership = args.partition.ownership(&group).map_err(Failure::input)?;
     runtime()?.block_on(async {
         let store = args.store.open().await?;
         let engine = Arc::new(Engine::new(policy, store, args.run.engine_options()));
@@ -143,6 +158,8 @@ pub fn run(args: ConsumeArgs) -> Result<u8, Failure> {
         print_summary(&summary, &args);
         Ok(if summary.outage.is_some() {
             exit::STORE_UNAVAILABLE
+        } else if summary.deposed {
+            exit::DEPOSED
         } else {
             exit::SUCCESS
         })

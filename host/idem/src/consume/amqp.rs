@@ -21,7 +21,7 @@ use lapin::options::{
     BasicRejectOptions, ConfirmSelectOptions,
 };
 use lapin::types::{AMQPValue, FieldTable};
-use lapin::{Channel, Connection, ConnectionProperties, Consumer};
+use lapin::{BasicProperties, Channel, Connection, ConnectionProperties, Consumer};
 
 use super::source::without_password;
 use super::{Delivery, MessageSource, SourceError};
@@ -265,12 +265,34 @@ impl Delivery for AmqpDelivery {
         for (name, value) in headers {
             table.insert((*name).into(), AMQPValue::LongString(value.as_str().into()));
         }
-        let properties = self
-            .delivery
-            .properties
-            .clone()
+        // What describes the message is kept; not its expiration (the copy
+        // waits until read) nor its user-id (the broker checks it against
+        // this connection's user).
+        let own = &self.delivery.properties;
+        let mut properties = BasicProperties::default()
             .with_headers(table)
             .with_delivery_mode(2);
+        if let Some(v) = own.content_type() {
+            properties = properties.with_content_type(v.clone());
+        }
+        if let Some(v) = own.content_encoding() {
+            properties = properties.with_content_encoding(v.clone());
+        }
+        if let Some(v) = own.message_id() {
+            properties = properties.with_message_id(v.clone());
+        }
+        if let Some(v) = own.correlation_id() {
+            properties = properties.with_correlation_id(v.clone());
+        }
+        if let Some(v) = own.timestamp() {
+            properties = properties.with_timestamp(*v);
+        }
+        if let Some(v) = own.kind() {
+            properties = properties.with_type(v.clone());
+        }
+        if let Some(v) = own.app_id() {
+            properties = properties.with_app_id(v.clone());
+        }
         let options = BasicPublishOptions {
             mandatory: true,
             ..BasicPublishOptions::default()

@@ -11,7 +11,7 @@
 //! | execute, outcome unknown (the effect's process was killed) | negatively acknowledged after the lease: the policy decides then |
 //! | replay of what is done | acknowledged, without an effect |
 //! | in progress elsewhere | negatively acknowledged, delivered again after the delay the policy's decision gives |
-//! | sent to review (an expired claim the policy will not re-run) | acknowledged: it waits in review (`idem review`) |
+//! | sent to review (an expired claim the policy will not re-run) | forwarded to [`ConsumeOptions::review_to`] if set, then acknowledged: it waits in review (`idem review`) |
 //! | rejected, conflict (the key names another operation), not an operation, a policy failure | terminated (never delivered again) and warned about |
 //!
 //! From the claim to the end of the effect, a delivery is reported in
@@ -24,8 +24,8 @@
 //! many messages as there are free slots).
 //!
 //! The store's outages are ridden out within a budget, as a job does
-//! (`job::begin_riding_out`, `job::run_effect_riding_out`); past it the
-//! consumer stops fetching, settles what it holds, and says why.
+//! (`job::settle_riding_out`, and the job's finisher for the ends); past it
+//! the consumer stops fetching, settles what it holds, and says why.
 //!
 //! `answer.rs` says what the engine's answer means for a delivery;
 //! `source.rs` is the port a broker implements; `nats.rs` (feature `nats`)
@@ -80,7 +80,7 @@ pub struct ConsumeOptions {
     pub review_to: Option<String>,
     /// Partitioned ownership, as `idem run --shard` has it: the consumer
     /// joins the group's membership, every claim carries its epoch (a
-    /// consumer deposed by a new membership claims nothing more), and a
+    /// consumer deposed by a new membership stops: [`Summary::deposed`]), and a
     /// message whose partition another member owns is put off
     /// ([`MessageSource::not_owned_delay`]) for the broker to deliver to
     /// another consumer. That needs a broker that gives a message put back
@@ -162,6 +162,16 @@ pub async fn consume<E: Effect>(
             settle_task(&mut summary, joined, &observer);
         }
         if summary.outage.is_some() || options.stop_after.is_some_and(|n| taken >= n) {
+            break;
+        }
+        // Deposed: the membership moved on, so every claim from here would
+        // be refused; what this consumer had is another member's now.
+        if summary.stale_epoch > 0 && options.ownership.is_some() {
+            observer(JobEvent::Warning(
+                "the ownership group's membership moved on (another consumer joined with \
+                 another list): this consumer is deposed; stopped",
+            ));
+            summary.deposed = true;
             break;
         }
         let permit = tokio::select! {
@@ -353,9 +363,14 @@ async fn prepare(
         return prepared;
     }
     // On a failure of the whole call each claim is sent again on its own,
-    // as the same request (a claim that committed unseen is its own).
-    let Ok(claimed) = engine.claim_batch_keeping(items).await else {
-        return prepared;
+    // as the same request (a claim that committed unseen is its own), and
+    // rides out an outage there.
+    let claimed = match engine.claim_batch_keeping(items).await {
+        Ok(claimed) => claimed,
+        Err((e, _)) => {
+            tracing::warn!(error = %e, "a batch of claims failed; each is claimed alone");
+            return prepared;
+        }
     };
     let mut claimed = claimed.into_iter();
     for slot in &mut prepared {
@@ -418,7 +433,27 @@ async fn settle<E: Effect>(
                 .await
             }
         };
-        answer(finisher, effect, op, begun, options, &*delivery).await
+        let (end, then, note, outage) =
+            answer(finisher, effect, op, begun, options, &*delivery).await;
+        // Forwarded while the delivery is still reported in progress. A
+        // forward that fails past the budget is not tried again (delivered
+        // again, the record in review is answered, not forwarded): the
+        // delivery is acknowledged and the warning names it; the record
+        // waits in `idem review`, its operation shown there.
+        let then = match then {
+            Settle::Review(headers) => {
+                let to = options.review_to.as_deref().unwrap_or_default();
+                if let Err(e) = forward_riding_out(&*delivery, to, &headers, budget, &warn).await {
+                    warn(format!(
+                        "{e}; not forwarded, past the outage budget: acknowledged, its record \
+                         waits in idem review"
+                    ));
+                }
+                Settle::Ack
+            }
+            then => then,
+        };
+        (end, then, note, outage)
     };
     let (end, then, note, outage) = match progress_every {
         None => work.await,
@@ -445,18 +480,7 @@ async fn settle<E: Effect>(
         Settle::Ack => delivery.ack().await,
         Settle::Nack(delay) => delivery.nack(delay).await,
         Settle::Term => delivery.term().await,
-        Settle::Review(headers) => {
-            let to = options.review_to.as_deref().unwrap_or_default();
-            match forward_riding_out(&*delivery, to, &headers, budget, &warn).await {
-                Ok(()) => delivery.ack().await,
-                // Its record waits in review all the same; delivered again,
-                // the policy answers for it.
-                Err(e) => {
-                    warn(format!("{e}; past the outage budget: put off"));
-                    delivery.nack(RETRY_DELAY).await
-                }
-            }
-        }
+        Settle::Review(_) => unreachable!("forwarded and acknowledged above"),
     };
     if let Err(e) = settled {
         // Delivered again, it is answered from the record.

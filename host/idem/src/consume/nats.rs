@@ -65,8 +65,9 @@ impl JetStreamSource {
         })
     }
 
-    /// Keeps a pull of up to `messages` open (asked again when half are
-    /// taken), so that a fetch takes what has already arrived rather than
+    /// Keeps a pull of `messages` open (asked for again when half are taken,
+    /// so up to about one and a half times that wait here), so that a fetch
+    /// takes what has already arrived rather than
     /// making a pull request (a round trip) of its own. Messages waiting
     /// here are delivered, their ack wait running, and not yet reported in
     /// progress: `messages` about the consumer's concurrency keeps that wait
@@ -166,10 +167,19 @@ impl MessageSource for JetStreamSource {
             return;
         };
         if let Some(pull) = open {
-            while let Some(Some(Ok(message))) = pull.next().now_or_never() {
+            let mut client = None;
+            while let Some(Some(item)) = pull.next().now_or_never() {
+                let Ok(message) = item else { continue };
                 if let Err(e) = message.ack_with(AckKind::Nak(None)).await {
                     tracing::warn!(error = %e, "handing back a message read ahead");
                 }
+                client.get_or_insert_with(|| message.context.client());
+            }
+            // The hand-backs are publishes: sent before the process ends.
+            if let Some(client) = client
+                && let Err(e) = client.flush().await
+            {
+                tracing::warn!(error = %e, "handing back the messages read ahead");
             }
         }
         *open = None;
@@ -238,7 +248,20 @@ impl Delivery for JetStreamDelivery {
         let fail = |e: &dyn std::fmt::Display| {
             SourceError::new(format!("forwarding {} to {to}", self.describe()), e)
         };
-        let mut all = self.0.headers.clone().unwrap_or_default();
+        // The message's own headers but JetStream's (`Nats-Msg-Id`,
+        // `Nats-Expected-*`, `Nats-Rollup`, `Nats-TTL`, …), which would make
+        // the review stream drop, refuse or roll up the copy.
+        let mut all = async_nats::HeaderMap::new();
+        if let Some(own) = &self.0.headers {
+            for (name, values) in own.iter() {
+                if name.to_string().to_ascii_lowercase().starts_with("nats-") {
+                    continue;
+                }
+                for value in values {
+                    all.append(name.clone(), value.clone());
+                }
+            }
+        }
         for (name, value) in headers {
             all.insert(*name, value.as_str());
         }

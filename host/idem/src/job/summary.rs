@@ -84,6 +84,10 @@ pub struct Summary {
     /// unavailable for longer than [`super::JobOptions::store_outage`].
     #[serde(skip_serializing_if = "Option::is_none")]
     pub outage: Option<Outage>,
+    /// Set when a consumer stopped because it was deposed: its ownership
+    /// group's membership moved on (`idem consume --shard`).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub deposed: bool,
 }
 
 /// Why a run stopped early: its store was gone past the outage budget.
