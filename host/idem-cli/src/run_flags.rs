@@ -172,7 +172,7 @@ fn parse_shard(text: &str) -> Result<Shard, String> {
 impl PartitionFlags {
     /// The membership and this worker's name, when ownership is asked for:
     /// `--shard I/N` gives members `0..N-1` and names this one `I`.
-    pub fn membership(&self) -> Result<Option<(Vec<String>, String)>, String> {
+    fn membership(&self) -> Result<Option<(Vec<String>, String)>, String> {
         if let Some(shard) = self.shard {
             return Ok(Some((
                 idem_core::ownership::shard_members(shard.count),

@@ -36,9 +36,7 @@ use std::time::Duration;
 use clap::Args;
 use idem::engine::Engine;
 use idem::forensics;
-use idem::job::{
-    Effect, JobError, JobEvent, JobLeaseOptions, JobOptions, JobRunner, Ownership, Summary,
-};
+use idem::job::{Effect, JobError, JobEvent, JobLeaseOptions, JobOptions, JobRunner, Summary};
 use idem_serve::MetricsExport;
 use indicatif::{ProgressBar, ProgressStyle};
 
@@ -119,10 +117,10 @@ pub fn run(args: RunArgs) -> Result<u8, Failure> {
     let concurrency = at_least_one(args.concurrency, "--concurrency")?;
     let claim_batch = at_least_one(args.claim_batch, "--claim-batch")?;
     let finish_batch = at_least_one(args.finish_batch, "--finish-batch")?;
-    let membership = args
+    let ownership = args
         .ownership
         .partition
-        .membership()
+        .ownership(&policy.info().namespace)
         .map_err(Failure::input)?;
     if args.ownership.job_lease.is_some() && args.ownership.job_lease_ttl.is_zero() {
         return Err(Failure::input("--job-lease-ttl must be more than 0"));
@@ -139,21 +137,11 @@ pub fn run(args: RunArgs) -> Result<u8, Failure> {
         Some(path) => Some(SkipFile::create(path)?),
         None => None,
     };
-    let group = args
-        .ownership
-        .partition
-        .group
-        .clone()
-        .unwrap_or_else(|| policy.info().namespace.clone());
     let options = JobOptions {
         concurrency,
         claim_batch,
         finish_batch,
-        ownership: membership.as_ref().map(|(members, member)| Ownership {
-            group: group.clone(),
-            members: members.clone(),
-            member: member.clone(),
-        }),
+        ownership: ownership.clone(),
         job_lease: args.ownership.job_lease.as_ref().map(|name| {
             JobLeaseOptions::new(
                 name,
@@ -191,7 +179,7 @@ pub fn run(args: RunArgs) -> Result<u8, Failure> {
         print_summary(
             &summary,
             &args,
-            membership.is_some().then_some(group.as_str()),
+            ownership.as_ref().map(|o| o.group.as_str()),
         );
         if let (Some(export), Some(path)) = (&metrics, &args.metrics_file) {
             write_metrics(export, &summary, &log_store, &namespace, path).await?;
