@@ -107,6 +107,31 @@ fn effects_of(dir: &Path, invoice: &str) -> usize {
         .count()
 }
 
+/// Starts `command` with its output kept, for `wait_with_output`.
+fn spawn_piped(mut command: Command) -> Child {
+    command
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Waits until the ledger in `dir` holds at least `charges` charges;
+/// `stalled` is the failure's message after two minutes without them.
+fn wait_for_charges(dir: &Path, charges: usize, stalled: &str) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while std::fs::read_to_string(dir.join("ledger"))
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| !l.is_empty())
+        .count()
+        < charges
+    {
+        assert!(Instant::now() < deadline, "{stalled}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// Starts `command` in a process group of its own, its output dropped.
 fn spawn_group(mut command: Command) -> Child {
     command
@@ -320,24 +345,9 @@ fn two_consumers_one_killed_mid_run_the_other_takes_over(broker: &dyn Broker) {
     let mut first = spawn_group(consume(broker, dir.path(), "billing", &first_flags, APPEND));
     std::thread::sleep(Duration::from_millis(300));
     first_flags.extend(["--stop-when-idle", "10s"]);
-    let second = consume(broker, dir.path(), "billing", &first_flags, APPEND)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let second = spawn_piped(consume(broker, dir.path(), "billing", &first_flags, APPEND));
     // Killed mid-run: once a fifth of the charges are made.
-    let ledger = dir.path().join("ledger");
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while std::fs::read_to_string(&ledger)
-        .unwrap_or_default()
-        .lines()
-        .filter(|l| !l.is_empty())
-        .count()
-        < CHARGES / 5
-    {
-        assert!(Instant::now() < deadline, "the consumers made no progress");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_for_charges(dir.path(), CHARGES / 5, "the consumers made no progress");
     kill_group(&mut first);
     let out = second.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -452,31 +462,16 @@ fn two_shards_each_run_only_the_messages_they_own(broker: &dyn Broker) {
         .map(|i| {
             let effect = format!(r#"echo "$IDEM_PARTITION" >> part{i}; {APPEND}"#);
             let shard = format!("{i}/2");
-            consume(
+            spawn_piped(consume(
                 broker,
                 dir.path(),
                 "billing",
                 &["--shard", &shard, "--concurrency", "4"],
                 &effect,
-            )
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap()
+            ))
         })
         .collect();
-    let ledger = dir.path().join("ledger");
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while std::fs::read_to_string(&ledger)
-        .unwrap_or_default()
-        .lines()
-        .filter(|l| !l.is_empty())
-        .count()
-        < CHARGES
-    {
-        assert!(Instant::now() < deadline, "the shards made no progress");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_for_charges(dir.path(), CHARGES, "the shards made no progress");
     // Every charge made: stop both (SIGTERM: what runs finishes and is
     // acknowledged).
     let mut executed = 0;

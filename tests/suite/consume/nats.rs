@@ -222,29 +222,14 @@ fn a_shard_deposed_by_a_new_membership_stops_and_says_so() {
     let bodies: Vec<String> = (0..40).map(|n| super::charge(&format!("d{n}"))).collect();
     stream.publish(&bodies);
     // Shard 0 of 2 charges slowly, a message at a time.
-    let first = super::consume(
+    let first = super::spawn_piped(super::consume(
         &stream,
         dir.path(),
         "billing",
         &["--shard", "0/2"],
         &format!("sleep 0.5; {}", super::APPEND),
-    )
-    .stdout(std::process::Stdio::piped())
-    .stderr(std::process::Stdio::piped())
-    .spawn()
-    .unwrap();
-    let ledger = dir.path().join("ledger");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while std::fs::read_to_string(&ledger)
-        .unwrap_or_default()
-        .is_empty()
-    {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "shard 0 charged nothing"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    ));
+    super::wait_for_charges(dir.path(), 1, "shard 0 charged nothing");
     // Another consumer joins the same group with three shards: the
     // membership moves on, and shard 0 of 2 is deposed.
     let second = super::consume(
