@@ -414,9 +414,18 @@ impl RawOperation {
         }
         let mut fields = BTreeMap::new();
         for (raw_name, raw_value) in self.fields.0 {
-            let name = check_name(&format!("field name `{raw_name}`"), &raw_name, limits)?;
+            let name = check_name(
+                &format!("field name `{}`", crate::text::escaped(&raw_name)),
+                &raw_name,
+                limits,
+            )?;
             let value = match raw_value {
-                RawValue::Text(t) => Value::Text(nfc(&t)),
+                RawValue::Text(t) => {
+                    if let Some(why) = crate::text::unstorable(&t) {
+                        return Err(OpError::invalid(format!("field `{name}`"), why));
+                    }
+                    Value::Text(nfc(&t))
+                }
                 RawValue::Boolean(b) => Value::Boolean(b),
                 RawValue::Number(n) => Value::Number(canonical_number(&n).map_err(|e| {
                     let why = match e {

@@ -144,3 +144,37 @@ fn refuses_oversized_documents_before_parsing() {
     let err = Operation::from_json(SEED_OP, &limits).unwrap_err();
     assert!(matches!(err, OpError::TooLarge { limit: 64, .. }), "{err}");
 }
+
+#[test]
+fn a_nul_is_refused_wherever_it_is_naming_where() {
+    let cases = [
+        (
+            r#""invoice_id":"i1""#,
+            r#""invoice_id":"i\u0000 1""#,
+            "field `invoice_id`",
+        ),
+        (
+            r#""invoice_id":"i1""#,
+            r#""invoice\u0000id":"i1""#,
+            "field name `invoice\\u{0}id`",
+        ),
+        (r#""kind":"charge""#, r#""kind":"char\u0000ge""#, "`kind`"),
+        (r#""tenant":"acme""#, r#""tenant":"\u0000""#, "`tenant`"),
+        (
+            r#""run_id":"nightly-2026-11-30""#,
+            r#""run_id":"n\u0000""#,
+            "`run.run_id`",
+        ),
+    ];
+    for (from, to, named) in cases {
+        let text = SEED_OP.replace(from, to);
+        assert_ne!(text, SEED_OP, "{from} is in the seed");
+        let e = parse(&text).unwrap_err().to_string();
+        assert!(e.starts_with(&format!("operation {named}: ")), "{to}: {e}");
+        // The message itself never carries the raw character.
+        assert!(!e.contains('\0'), "{e:?}");
+    }
+    // Other control characters are text like any other in a value.
+    let tab = SEED_OP.replace(r#""i1""#, r#""i\t1""#);
+    assert!(parse(&tab).is_ok());
+}
