@@ -31,3 +31,4 @@ mod serve_connections;
 mod serve_contract;
 mod serve_fuzz;
 mod serve_schema;
+mod untrusted_text;

@@ -296,7 +296,13 @@ fn two_runs_at_once_are_named_an_overlap() {
         b.env("WHO", "b");
         let b = output(b);
         let a = a.wait_with_output().unwrap();
-        assert!(a.status.success(), "{}", text(&a.stderr));
+        assert!(
+            a.status.success(),
+            "{:?} {} {}",
+            a.status,
+            text(&a.stdout),
+            text(&a.stderr)
+        );
         let _ = b;
         let report = env.report(&[]);
         let found = causes(&report);

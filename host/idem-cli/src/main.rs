@@ -29,6 +29,7 @@ mod policy_args;
 mod record_key;
 mod report_page;
 mod run_flags;
+mod shown;
 mod store_args;
 mod subcommand;
 mod user_command;
@@ -128,7 +129,7 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => ExitCode::from(code),
         Err(f) => {
-            eprintln!("idem: {}", f.message);
+            shown::tell!("idem: {}", f.message);
             ExitCode::from(f.code)
         }
     }

@@ -39,6 +39,7 @@ mod records;
 mod registry;
 mod resolution;
 mod store_wide;
+mod unstorable_text;
 
 use std::future::Future;
 
@@ -76,6 +77,7 @@ pub use store_wide::{
     fence_monotonic_across_gc_and_reopen, gc_removes_a_backlog_in_batches,
     get_many_is_gets_in_order, list_filters, outcome_size_cap, retention_and_gc,
 };
+pub use unstorable_text::unstorable_text_is_refused_before_anything_is_written;
 
 use idem_store::StoreOptions;
 
@@ -124,6 +126,7 @@ macro_rules! for_each_conformance_check {
             keep_operations_off_keeps_none,
             activation_pins_digests_and_logs_history,
             racing_activations_have_one_winner,
+            unstorable_text_is_refused_before_anything_is_written,
         }
     };
 }

@@ -13,6 +13,7 @@ use crate::exit::{self, Failure, engine_failure};
 use crate::input::read_op_bytes;
 use crate::policy_args::PolicyArgs;
 use crate::run_flags::RunFlags;
+use crate::shown::tell;
 use crate::store_args::{StoreArgs, runtime};
 use crate::user_command::UserCommand;
 
@@ -83,7 +84,7 @@ fn derive_first(policy: &LoadedPolicy, op: &Operation) -> Result<(), Failure> {
 async fn exec(engine: &Engine, op: &Operation, args: &ExecArgs) -> Result<u8, Failure> {
     let budget = args.run.store_outage;
     let waiting = |e: &EngineError| {
-        eprintln!(
+        tell!(
             "idem: the store is unavailable ({e}); trying again for up to {}",
             humantime::format_duration(budget)
         );
@@ -91,7 +92,7 @@ async fn exec(engine: &Engine, op: &Operation, args: &ExecArgs) -> Result<u8, Fa
     let begun = match begin_riding_out(engine, op, budget, waiting).await {
         Ok(begun) => begun,
         Err(e) if e.is_store_unavailable() => {
-            eprintln!(
+            tell!(
                 "idem: stopped: the store stayed unavailable past --store-outage {}; the command did not run: {e}",
                 humantime::format_duration(budget)
             );
@@ -102,7 +103,7 @@ async fn exec(engine: &Engine, op: &Operation, args: &ExecArgs) -> Result<u8, Fa
     let execution = match begun {
         Begin::Execute(e) => e,
         Begin::Replay(r) => {
-            eprintln!(
+            tell!(
                 "idem: replaying the {} outcome of key {} (fence {}): the command does not run again",
                 r.state.as_str(),
                 r.key.digest,
@@ -122,7 +123,7 @@ async fn exec(engine: &Engine, op: &Operation, args: &ExecArgs) -> Result<u8, Fa
             let after = retry_after_ms
                 .map(|ms| format!("; retry after {ms} ms"))
                 .unwrap_or_default();
-            eprintln!(
+            tell!(
                 "idem: key {} is in progress elsewhere: {reason}{after}",
                 key.digest
             );
@@ -133,7 +134,7 @@ async fn exec(engine: &Engine, op: &Operation, args: &ExecArgs) -> Result<u8, Fa
             status,
             reason,
         } => {
-            eprintln!("idem: conflict ({status}) on key {}: {reason}", key.digest);
+            tell!("idem: conflict ({status}) on key {}: {reason}", key.digest);
             return Ok(exit::CONFLICT);
         }
         Begin::Rejected {
@@ -148,7 +149,7 @@ async fn exec(engine: &Engine, op: &Operation, args: &ExecArgs) -> Result<u8, Fa
             } else {
                 ""
             };
-            eprintln!(
+            tell!(
                 "idem: rejected ({status}) on key {}{review}: {reason}",
                 key.digest
             );
@@ -179,7 +180,7 @@ async fn exec(engine: &Engine, op: &Operation, args: &ExecArgs) -> Result<u8, Fa
             let _ = out.write_all(&bytes);
             let _ = out.flush();
         } else if !bytes.is_empty() {
-            eprintln!(
+            tell!(
                 "idem: the command's stdout ({} bytes) is withheld: its outcome was not recorded",
                 bytes.len()
             );
@@ -189,7 +190,7 @@ async fn exec(engine: &Engine, op: &Operation, args: &ExecArgs) -> Result<u8, Fa
         // Nothing happened: the claim was recorded failed-retryable.
         Ok(Performed::NotStarted { reason }) => Err(Failure::input(reason)),
         Ok(Performed::Unknown { reason }) => {
-            eprintln!(
+            tell!(
                 "idem: {reason}; key {key} stays claimed until its lease expires, then goes to the policy (its outcome is unknown)"
             );
             Ok(exit::OUTCOME_UNKNOWN)
@@ -197,14 +198,14 @@ async fn exec(engine: &Engine, op: &Operation, args: &ExecArgs) -> Result<u8, Fa
         Ok(Performed::Completed) => Ok(exit::SUCCESS),
         Ok(Performed::Failed { status, .. }) => Ok(exit::from_status(status)),
         Err(EngineError::Fenced(e)) => {
-            eprintln!(
+            tell!(
                 "idem: this run was deposed while the command ran; its result was not recorded: {e}"
             );
             Ok(exit::DEPOSED)
         }
         // The command ran; its end could not be written in time.
         Err(EngineError::Store(e)) => {
-            eprintln!(
+            tell!(
                 "idem: the command ran but its outcome could not be recorded: {e}; key {key} stays claimed until its lease expires, then goes to the policy (its outcome is unknown)"
             );
             Ok(exit::OUTCOME_UNKNOWN)

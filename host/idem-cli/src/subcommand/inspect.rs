@@ -8,6 +8,7 @@ use serde_json::json;
 
 use crate::exit::{Failure, INCOMPLETE, SUCCESS};
 use crate::record_key;
+use crate::shown::{say, tell};
 use crate::store_args::{StoreArgs, runtime};
 
 /// How much of an operation a table row shows (`inspect KEY` shows it all).
@@ -135,11 +136,11 @@ pub fn run(args: InspectArgs) -> Result<u8, Failure> {
             println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
             if cut {
                 // On stderr: the JSON on stdout stays one array of records.
-                eprintln!("idem: {}", cut_note());
+                tell!("idem: {}", cut_note());
             }
             return Ok(SUCCESS);
         }
-        println!(
+        say!(
             "{:<16}  {:<10} {:<16} {:>6} {:>4} {:>9} {:>8} {:<22} {:>6}  OPERATION",
             "KEY", "NAMESPACE", "STATE", "FENCE", "ATT", "AGE", "LEASE", "HOLDER", "STATUS"
         );
@@ -150,7 +151,7 @@ pub fn run(args: InspectArgs) -> Result<u8, Failure> {
                 r.holder.run_id.as_deref().unwrap_or("-"),
                 r.holder.trigger.as_deref().unwrap_or("-")
             );
-            println!(
+            say!(
                 "{:<16}  {:<10} {:<16} {:>6} {:>4} {:>9} {:>8} {:<22} {:>6}  {}",
                 &r.key.digest.to_hex()[..16],
                 r.key.namespace,
@@ -172,9 +173,9 @@ pub fn run(args: InspectArgs) -> Result<u8, Failure> {
             );
         }
         if cut {
-            println!("{} records shown; {}", views.len(), cut_note());
+            say!("{} records shown; {}", views.len(), cut_note());
         } else {
-            println!("{} records", views.len());
+            say!("{} records", views.len());
         }
         Ok(SUCCESS)
     })

@@ -12,6 +12,7 @@ use idem_store::{AttemptEntry, AttemptFilter, RecordView};
 use serde_json::json;
 
 use crate::exit::{Failure, SUCCESS};
+use crate::shown::{say, tell};
 use crate::store_args::{StoreArgs, runtime};
 use crate::subcommand::review::OPERATION_CHARS;
 use crate::{record_key, report_page, when};
@@ -177,7 +178,7 @@ pub fn run(args: ReportArgs) -> Result<u8, Failure> {
             print_report(&args.store.shown(), since, until, &analysis, &waiting);
         }
         if let Some(path) = &args.html {
-            eprintln!("idem: wrote {}", path.display());
+            tell!("idem: wrote {}", path.display());
         }
         Ok(SUCCESS)
     })
@@ -217,25 +218,26 @@ fn short_key(key: &str) -> String {
 /// their operations, and the command that lists them all.
 fn print_waiting(waiting: &WaitingNow) {
     if waiting.total == 0 {
-        println!("nothing waits for review");
+        say!("nothing waits for review");
         return;
     }
     let plural = if waiting.total == 1 { "" } else { "s" };
     let verb = if waiting.total == 1 { "waits" } else { "wait" };
-    println!(
+    say!(
         "{} record{plural} {verb} for review: {}",
-        waiting.total, waiting.command
+        waiting.total,
+        waiting.command
     );
     for (view, why, operation) in &waiting.first {
-        println!(
+        say!(
             "  {}  {}",
             short_key(&view.record.key.to_string()),
             operation.line(OPERATION_CHARS)
         );
-        println!("  {:<16}  {why}", "");
+        say!("  {:<16}  {why}", "");
     }
     if waiting.total > waiting.first.len() {
-        println!("  … and {} more", waiting.total - waiting.first.len());
+        say!("  … and {} more", waiting.total - waiting.first.len());
     }
 }
 
@@ -247,7 +249,7 @@ fn print_report(
     waiting: &WaitingNow,
 ) {
     print_waiting(waiting);
-    println!();
+    say!();
     let window = match (since, until) {
         (None, None) => "the whole log".to_string(),
         (s, u) => format!(
@@ -256,37 +258,38 @@ fn print_report(
             u.map_or("now".into(), when::utc)
         ),
     };
-    println!(
+    say!(
         "{store}: {} attempt-log entries about {} keys ({window})",
-        a.entries, a.keys
+        a.entries,
+        a.keys
     );
-    println!();
+    say!();
     if a.duplicates.is_empty() {
-        println!("no duplicates: every key was asked for once");
+        say!("no duplicates: every key was asked for once");
     } else {
-        println!("duplicates by cause:");
+        say!("duplicates by cause:");
         for (cause, n) in a.causes() {
             let caught = if cause == forensics::Cause::KeyDrift {
                 "  (NOT prevented: two keys)"
             } else {
                 ""
             };
-            println!("  {n:>5}  {}{caught}", cause.describe());
+            say!("  {n:>5}  {}{caught}", cause.describe());
             for d in a.duplicates.iter().filter(|d| d.cause == cause).take(2) {
-                println!(
+                say!(
                     "         e.g. {}: {}",
                     short_key(&d.key.to_string()),
                     d.explanation
                 );
                 if let Some(operation) = &d.operation {
-                    println!("              {}", operation.line(OPERATION_CHARS));
+                    say!("              {}", operation.line(OPERATION_CHARS));
                 }
             }
         }
     }
     if !a.runs.is_empty() {
-        println!();
-        println!(
+        say!();
+        say!(
             "{:<28} {:<10} {:<21} {:<21} {:>8} {:>8} {:>6} {:>9} {:>6} {:>7}",
             "run",
             "trigger",
@@ -300,7 +303,7 @@ fn print_report(
             "refused"
         );
         for r in &a.runs {
-            println!(
+            say!(
                 "{:<28} {:<10} {:<21} {:<21} {:>8} {:>8} {:>6} {:>9} {:>6} {:>7}",
                 r.run,
                 r.trigger.as_deref().unwrap_or("-"),
@@ -316,10 +319,10 @@ fn print_report(
         }
     }
     if !a.settled.is_empty() {
-        println!();
-        println!("settled by a person:");
+        say!();
+        say!("settled by a person:");
         for s in &a.settled {
-            println!(
+            say!(
                 "  {}  {:<18} {}  by {}: {}",
                 when::utc(s.at_ms),
                 s.resolution,
@@ -330,25 +333,28 @@ fn print_report(
         }
     }
     if !a.busiest.is_empty() {
-        println!();
-        println!("keys asked for most:");
+        say!();
+        say!("keys asked for most:");
         for (key, asks) in &a.busiest {
-            println!("  {asks:>5}  {key}");
+            say!("  {asks:>5}  {key}");
         }
     }
 }
 
 fn print_timeline(key: &str, operation: &ShownOperation, a: &Analysis, entries: &[AttemptEntry]) {
-    println!("{key}");
-    println!("operation: {}", operation.line(OPERATION_CHARS));
+    say!("{key}");
+    say!("operation: {}", operation.line(OPERATION_CHARS));
     match a.duplicates.first() {
-        Some(d) => println!("cause: {} — {}", d.cause.describe(), d.explanation),
-        None => println!("asked for once: no duplicate"),
+        Some(d) => say!("cause: {} — {}", d.cause.describe(), d.explanation),
+        None => say!("asked for once: no duplicate"),
     }
-    println!();
-    println!(
+    say!();
+    say!(
         "{:<21} {:<18} {:>7} {:<32} detail",
-        "time", "event", "fence", "who"
+        "time",
+        "event",
+        "fence",
+        "who"
     );
     let shown = forensics::shown_events(entries);
     let mut sorted: Vec<(&AttemptEntry, ShownEvent)> = entries.iter().zip(shown).collect();
@@ -366,7 +372,7 @@ fn print_timeline(key: &str, operation: &ShownOperation, a: &Analysis, entries: 
             ),
             (None, None) => "(the holder of that fence)".into(),
         };
-        println!(
+        say!(
             "{:<21} {:<18} {:>7} {:<32} {}",
             when::utc(e.at_ms),
             shown.as_str(),

@@ -12,6 +12,7 @@ use serde_json::json;
 
 use crate::exit::{Failure, INCOMPLETE, SUCCESS};
 use crate::record_key;
+use crate::shown::say;
 use crate::store_args::{StoreArgs, runtime};
 use crate::subcommand::review::OPERATION_CHARS;
 
@@ -116,13 +117,13 @@ pub fn run(args: ResolveArgs) -> Result<u8, Failure> {
                 })
             );
         } else {
-            println!(
+            say!(
                 "{key}: {} (fence {}), by {by}: {}",
                 describe(r.state),
                 r.fence,
                 args.reason
             );
-            println!("  operation: {}", operation.line(OPERATION_CHARS));
+            say!("  operation: {}", operation.line(OPERATION_CHARS));
         }
         Ok(SUCCESS)
     })

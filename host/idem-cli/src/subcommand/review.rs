@@ -7,6 +7,7 @@ use idem::forensics::{self, review::waiting_for_review};
 use serde_json::json;
 
 use crate::exit::{Failure, SUCCESS};
+use crate::shown::say;
 use crate::store_args::{StoreArgs, runtime};
 use crate::subcommand::report::entry_json;
 use crate::when;
@@ -62,10 +63,10 @@ pub fn run(args: ReviewArgs) -> Result<u8, Failure> {
             return Ok(SUCCESS);
         }
         if waiting.is_empty() {
-            println!("nothing waits for review in {}", args.store.shown());
+            say!("nothing waits for review in {}", args.store.shown());
             return Ok(SUCCESS);
         }
-        println!(
+        say!(
             "{total} record{} wait{} for review in {}{}:",
             if total == 1 { "" } else { "s" },
             if total == 1 { "s" } else { "" },
@@ -78,11 +79,11 @@ pub fn run(args: ReviewArgs) -> Result<u8, Failure> {
         );
         for w in &waiting {
             let r = &w.view.record;
-            println!();
-            println!("{} (fence {}, attempt {})", r.key, r.fence, r.attempts);
-            println!("  operation: {}", w.operation.line(OPERATION_CHARS));
-            println!("  {}", w.why);
-            println!(
+            say!();
+            say!("{} (fence {}, attempt {})", r.key, r.fence, r.attempts);
+            say!("  operation: {}", w.operation.line(OPERATION_CHARS));
+            say!("  {}", w.why);
+            say!(
                 "  last held by {} {} on {}:{}",
                 r.holder.run_id.as_deref().unwrap_or("-"),
                 r.holder.trigger.as_deref().unwrap_or("-"),
@@ -96,7 +97,7 @@ pub fn run(args: ReviewArgs) -> Result<u8, Failure> {
                     (None, Some(h)) => h.run_id.clone().unwrap_or(format!("{}:{}", h.host, h.pid)),
                     (None, None) => "(holder of that fence)".into(),
                 };
-                println!(
+                say!(
                     "    {}  {:<18} fence {:<6} {}{}",
                     when::utc(e.at_ms),
                     shown.as_str(),
@@ -105,7 +106,7 @@ pub fn run(args: ReviewArgs) -> Result<u8, Failure> {
                     e.detail.as_deref().map(|d| format!(": {d}")).unwrap_or_default()
                 );
             }
-            println!(
+            say!(
                 "  settle: idem resolve --store {} {} (--completed | --release | --reject) --reason TEXT",
                 args.store.shown(),
                 r.key

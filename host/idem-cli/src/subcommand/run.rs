@@ -46,6 +46,7 @@ use crate::input::shown;
 use crate::ops_file::OpsFile;
 use crate::policy_args::PolicyArgs;
 use crate::run_flags::{OwnershipFlags, RunFlags};
+use crate::shown::{say, tell};
 use crate::store_args::{StoreArgs, runtime};
 
 /// `idem run`'s flags.
@@ -202,10 +203,10 @@ pub fn run(args: RunArgs) -> Result<u8, Failure> {
             {
                 Ok(analysis) => {
                     for line in analysis.summary_lines() {
-                        println!("why: {line}");
+                        say!("why: {line}");
                     }
                 }
-                Err(e) => eprintln!("idem: could not read the attempt log to say why: {e}"),
+                Err(e) => tell!("idem: could not read the attempt log to say why: {e}"),
             }
         }
         Ok(if summary.outage.is_some() {
@@ -237,7 +238,7 @@ async fn write_metrics(
     }
     let (text, failure) = export.render(store, Some(namespace)).await;
     if let Some(failure) = failure {
-        eprintln!("idem: --metrics-file: {failure}");
+        tell!("idem: --metrics-file: {failure}");
     }
     let partial = path.with_extension("partial");
     std::fs::write(&partial, text)
@@ -339,7 +340,7 @@ fn report_to(
         JobEvent::Started { operations } => progress.set_length(operations as u64),
         JobEvent::Ended { note, .. } => {
             if let Some(note) = note {
-                eprintln!("idem: {note}");
+                tell!("idem: {note}");
             }
             progress.inc(1);
         }
@@ -348,12 +349,12 @@ fn report_to(
             input,
             error,
         } => {
-            eprintln!("idem: skipped line {position}: {error}");
+            tell!("idem: skipped line {position}: {error}");
             if let Some(skip_file) = &skip_file {
                 skip_file.write(position, input, error);
             }
         }
-        JobEvent::Warning(message) => eprintln!("idem: {message}"),
+        JobEvent::Warning(message) => tell!("idem: {message}"),
     }
 }
 
@@ -407,7 +408,7 @@ const WHY_KEYS: usize = 1_000;
 pub(crate) fn print_waiting(summary: &Summary, whose: &str, store: &StoreArgs) {
     let waiting = summary.unknown + summary.sent_to_review;
     if waiting > 0 {
-        println!(
+        say!(
             "{waiting} record{} {whose} wait{} for a person (outcome unknown {}, sent to review {}): idem review --store {}",
             if waiting == 1 { "" } else { "s" },
             if waiting == 1 { "s" } else { "" },
@@ -426,7 +427,7 @@ fn print_summary(summary: &Summary, args: &RunArgs, ownership_group: Option<&str
         return;
     }
     print_waiting(summary, "of this run", &args.store);
-    println!(
+    say!(
         "executed {}, replayed {}, in progress {}, conflicts {}, rejected {}, sent to review {}, failed {}, fenced {}, unknown {}",
         summary.executed,
         summary.replayed,
@@ -444,10 +445,10 @@ fn print_summary(summary: &Summary, args: &RunArgs, ownership_group: Option<&str
         ("not run", summary.not_run),
     ];
     for (what, n) in extra.iter().filter(|(_, n)| *n > 0) {
-        println!("{what} {n}");
+        say!("{what} {n}");
     }
     if let Some(outage) = &summary.outage {
-        println!(
+        say!(
             "stopped: the store was unavailable for {:.1} s (--store-outage {}): {}",
             outage.lasted_ms as f64 / 1000.0,
             humantime::format_duration(args.run.store_outage),
@@ -455,9 +456,10 @@ fn print_summary(summary: &Summary, args: &RunArgs, ownership_group: Option<&str
         );
     }
     if let Some(group) = ownership_group {
-        println!(
+        say!(
             "ownership: group {group}, not owned {}, stale epoch {}",
-            summary.not_owned, summary.stale_epoch
+            summary.not_owned,
+            summary.stale_epoch
         );
     }
 }

@@ -301,3 +301,59 @@ async fn claims_racing_a_membership_change_never_win_after_it() {
     drop(store);
     drop_schema(&url, &target.schema).await;
 }
+
+/// What the server refuses as data (SQLSTATE class 22, data exception, or
+/// 23, integrity constraint violation) is a refusal of the request, never
+/// an outage to wait out, and the server's own message reaches the caller
+/// (not tokio-postgres's bare "db error"). Checks added behind idem's back
+/// make the server refuse a claim each way.
+#[tokio::test]
+async fn data_the_server_refuses_is_a_refusal_with_its_message() {
+    let Some(url) = postgres_test_url("data_the_server_refuses_is_a_refusal_with_its_message")
+    else {
+        return;
+    };
+    let target = fresh(&url);
+    let store = PostgresStore::open(target.clone(), StoreOptions::default())
+        .await
+        .expect("open");
+    let client = raw(&url).await;
+    client
+        .batch_execute(&format!(
+            "ALTER TABLE \"{schema}\".records ADD CONSTRAINT no_poison CHECK (partition <> 'poison');
+             ALTER TABLE \"{schema}\".records ADD CONSTRAINT numeric_when_asked
+                 CHECK (partition NOT LIKE 'n:%' OR substr(partition, 3)::int > 0);",
+            schema = target.schema
+        ))
+        .await
+        .expect("add the checks");
+    for (n, partition, code, said) in [
+        (
+            1,
+            "poison",
+            "23514",
+            "violates check constraint \"no_poison\"",
+        ),
+        (
+            2,
+            "n:seven",
+            "22P02",
+            "invalid input syntax for type integer",
+        ),
+    ] {
+        let k = RecordKey::new("refused", idem_core::Digest::of_bytes(&[n]));
+        let mut r = request(&k, 1, 5_000, 60_000, 1);
+        r.partition = partition.to_string();
+        match store.claim(r).await {
+            Err(e @ StoreError::DataRefused { .. }) => {
+                assert!(!e.is_unavailable(), "{e}");
+                assert_eq!(e.class(), idem_store::ErrorClass::Refused, "{e}");
+                let text = e.to_string();
+                assert!(text.contains(said) && text.contains(code), "{text}");
+            }
+            other => panic!("partition {partition}: expected DataRefused, got {other:?}"),
+        }
+        assert_eq!(store.get(&k).await.expect("get"), None);
+    }
+    drop_schema(&url, &target.schema).await;
+}

@@ -34,6 +34,9 @@ fn check_namespace(namespace: &str) -> Result<(), StoreError> {
 }
 
 fn reason_of(reason: Option<&str>, required: Option<&str>) -> Result<Option<String>, StoreError> {
+    if let Some(reason) = reason {
+        super::storable("the reason", reason)?;
+    }
     match reason.map(str::trim).filter(|r| !r.is_empty()) {
         Some(r) => Ok(Some(bounded_note(r.to_string()))),
         None => match required {

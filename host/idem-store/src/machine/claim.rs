@@ -4,7 +4,9 @@ use std::time::Duration;
 
 use idem_core::RecordState;
 
-use super::{after, fenced, in_progress_retention, is_expired, live, millis, not_eligible};
+use super::{
+    after, fenced, in_progress_retention, is_expired, live, millis, not_eligible, storable,
+};
 use crate::{
     Claim, ClaimRequest, Existing, Holder, KeptOperation, Record, RecordKey, RecordView,
     StoreError, StoreOptions,
@@ -21,6 +23,18 @@ pub(crate) fn validate(request: &ClaimRequest) -> Result<(), StoreError> {
             "policy digest `{}` is not `sha256:` followed by 64 lowercase hex characters",
             request.policy_digest
         )));
+    }
+    storable("the namespace", &request.key.namespace)?;
+    storable("the partition", &request.partition)?;
+    let holder = &request.holder;
+    storable("the holder's host", &holder.host)?;
+    for (what, text) in [
+        ("the holder's run id", &holder.run_id),
+        ("the holder's trigger", &holder.trigger),
+    ] {
+        if let Some(text) = text {
+            storable(what, text)?;
+        }
     }
     if let Some(KeptOperation::Kept(text)) = &request.operation
         && !text.starts_with('{')

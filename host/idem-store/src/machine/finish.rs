@@ -8,7 +8,9 @@ use idem_core::RecordState;
 use super::{MAX_TIME_MS, after, held};
 use crate::{MAX_ERROR_BYTES, Outcome, Record, RecordKey, StoreError, TRUNCATION_MARK};
 
-/// Enforces the body cap and cuts the error text.
+/// Enforces the body cap and cuts the error text, spelling a NUL in it
+/// `\u{0}`: an effect's error text is what its process said (its stderr),
+/// and refusing it would leave the holder unable to record its end.
 pub(crate) fn checked_outcome(
     key: &RecordKey,
     mut outcome: Outcome,
@@ -22,6 +24,9 @@ pub(crate) fn checked_outcome(
         });
     }
     if let Some(error) = &mut outcome.error {
+        if error.contains('\0') {
+            *error = error.replace('\0', "\\u{0}");
+        }
         truncate_error(error);
     }
     Ok(outcome)

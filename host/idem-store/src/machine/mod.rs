@@ -38,6 +38,15 @@ pub(crate) use review::{check_resolution, mark_unknown, resolve_check, resolved}
 
 use crate::{Record, RecordKey, StoreError};
 
+/// Refuses a text no store keeps ([`idem_core::text::unstorable`]: a NUL),
+/// the same on every store, before anything is read: `what` names it.
+pub(crate) fn storable(what: &str, text: &str) -> Result<(), StoreError> {
+    match idem_core::text::unstorable(text) {
+        Some(why) => Err(StoreError::InvalidRequest(format!("{what} {why}"))),
+        None => Ok(()),
+    }
+}
+
 /// Times are stored as SQL integers (i64): clamp so they always fit.
 pub(super) const MAX_TIME_MS: u64 = i64::MAX as u64;
 

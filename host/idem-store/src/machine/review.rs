@@ -65,6 +65,7 @@ pub(crate) fn resolve_check(
 /// completed outcome within the body cap.
 pub(crate) fn check_resolution(request: &ResolveRequest, limit: usize) -> Result<(), StoreError> {
     check_name("resolver (--by)", &request.by)?;
+    super::storable("a resolution's reason", &request.reason)?;
     if request.reason.trim().is_empty() {
         return Err(StoreError::InvalidRequest(
             "a resolution needs a reason (who asked, what was checked)".into(),

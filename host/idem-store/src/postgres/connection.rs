@@ -87,6 +87,26 @@ fn is_retryable(e: &tokio_postgres::Error) -> bool {
     )
 }
 
+/// Whether a SQLSTATE says the request's data was refused: class 22 (data
+/// exception: a NUL in text, a value out of range, an invalid encoding) or
+/// 23 (integrity constraint violation).
+fn refuses_data(code: &SqlState) -> bool {
+    matches!(&code.code()[..2], "22" | "23")
+}
+
+/// A server error as a person reads it: its message, detail and hint, and
+/// its SQLSTATE.
+fn server_message(db: &tokio_postgres::error::DbError) -> String {
+    let mut text = format!("{} (SQLSTATE {})", db.message(), db.code().code());
+    if let Some(detail) = db.detail() {
+        text.push_str(&format!("; {detail}"));
+    }
+    if let Some(hint) = db.hint() {
+        text.push_str(&format!("; hint: {hint}"));
+    }
+    text
+}
+
 /// Classifies a failure to connect or to open.
 fn connect_kind(e: &tokio_postgres::Error) -> ConnectErrorKind {
     if let Some(code) = e.code() {
@@ -197,10 +217,25 @@ impl Inner {
             // The connection broke: say so, naming the URL.
             return self.open_err(&e);
         }
-        StoreError::Backend {
-            store: self.name.clone(),
-            context,
-            cause: std::sync::Arc::new(e),
+        match e.as_db_error() {
+            // The server refused the request's data: sending it again gets
+            // the same answer, so it is never classed unavailable.
+            Some(db) if refuses_data(db.code()) => StoreError::DataRefused {
+                store: self.name.clone(),
+                context,
+                detail: server_message(db),
+            },
+            // The server's own words, not tokio-postgres's bare "db error".
+            Some(db) => StoreError::Backend {
+                store: self.name.clone(),
+                context,
+                cause: crate::vocabulary::cause(server_message(db)),
+            },
+            None => StoreError::Backend {
+                store: self.name.clone(),
+                context,
+                cause: std::sync::Arc::new(e),
+            },
         }
     }
 

@@ -180,9 +180,23 @@ pub enum StoreError {
         /// The active digest found (`none`: no registration).
         found: String,
     },
-    /// A malformed request (e.g. a policy digest not `sha256:<hex>`).
+    /// A malformed request (e.g. a policy digest not `sha256:<hex>`, a
+    /// text holding a NUL).
     #[error("invalid store request: {0}")]
     InvalidRequest(String),
+    /// The database refused a value of the request as data (PostgreSQL's
+    /// SQLSTATE classes 22, data exception, and 23, integrity constraint
+    /// violation): the same request gets the same answer, so it is a
+    /// refusal, never an outage. Nothing was written.
+    #[error("store `{store}` refused the request's data during {context}: {detail}")]
+    DataRefused {
+        /// The store.
+        store: String,
+        /// What was being done.
+        context: &'static str,
+        /// The server's own message, with its SQLSTATE.
+        detail: String,
+    },
     /// A store URL this build cannot open.
     #[error(
         "unsupported store URL `{url}`: {why}. Supported: `sqlite:PATH` (or `sqlite://PATH`, query `?synchronous=full|normal&busy_timeout_ms=N&wal_autocheckpoint=PAGES`), `postgres://USER@HOST[:PORT]/DB` (or `postgresql://`, query `?idem_schema=NAME&idem_pool_size=N&sslmode=disable|prefer|require|verify-ca|verify-full` plus libpq options) and `memory:`"
@@ -333,6 +347,7 @@ impl StoreError {
             | OutcomeTooLarge { .. }
             | RegistryMoved { .. }
             | InvalidRequest(_)
+            | DataRefused { .. }
             | UnsupportedUrl { .. } => ErrorClass::Refused,
             Backend { .. } | Busy { .. } | Task(_) => ErrorClass::Unavailable,
             Connect { kind, .. } => match kind {
