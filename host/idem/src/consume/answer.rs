@@ -17,7 +17,7 @@ use idem_core::Operation;
 use idem_store::{ErrorClass, RecordState, StoreError};
 
 use super::{ConsumeOptions, Delivery, RETRY_DELAY};
-use crate::engine::{Begin, EngineError};
+use crate::engine::{Begin, Engine, EngineError};
 use crate::job::{Effect, End, Finisher, Performed, run_effect_recording};
 
 /// What happens to a delivery once the engine has answered.
@@ -43,7 +43,9 @@ pub(super) enum Halt {
 
 /// How `begun` ends for a delivery: the end, what to do with the delivery,
 /// a note, and whether the consumer goes on.
+#[allow(clippy::too_many_arguments)]
 pub(super) async fn answer<E: Effect>(
+    engine: &Engine,
     finisher: &Finisher,
     effect: &E,
     op: Operation,
@@ -156,12 +158,38 @@ pub(super) async fn answer<E: Effect>(
             Some(format!("{at}: rejected for now: {reason}")),
             Halt::No,
         ),
-        Ok(Begin::Rejected { reason, .. }) => (
-            End::Rejected,
-            Settle::Term,
-            Some(format!("{at}: rejected: {reason}; terminated")),
-            Halt::No,
-        ),
+        Ok(Begin::Rejected { reason, key, .. }) => {
+            match engine.store().records().get(&key).await {
+                // A duplicate of a record waiting in review: its request
+                // is there for a person already (the delivery that found
+                // the claim lapsed was acknowledged, and forwarded with
+                // --review-to). Acknowledged on every broker: terminating
+                // it would put the same request in a dead-letter queue too.
+                Ok(Some(view)) if view.record.state == RecordState::OutcomeUnknown => (
+                    End::Rejected,
+                    Settle::Ack,
+                    Some(format!(
+                        "{at}: a duplicate of key {}, which waits in review ({reason}): \
+                         acknowledged",
+                        key.digest
+                    )),
+                    Halt::No,
+                ),
+                // Asked again once the store is back.
+                Err(e) if e.is_unavailable() => (
+                    End::NotRun,
+                    Settle::Nack(RETRY_DELAY),
+                    Some(format!("{at}: not run: {e}")),
+                    Halt::No,
+                ),
+                _ => (
+                    End::Rejected,
+                    Settle::Term,
+                    Some(format!("{at}: rejected: {reason}; terminated")),
+                    Halt::No,
+                ),
+            }
+        }
         Ok(Begin::Conflict { key, reason, .. }) => (
             End::Conflict,
             Settle::Term,

@@ -7,11 +7,12 @@
 //! | what the engine answered | the delivery |
 //! |---|---|
 //! | execute, and the end (completed, or failed for good) is recorded | acknowledged |
-//! | execute, failed retryably (recorded), or could not start | negatively acknowledged: delivered again, and the policy decides (normally a take-over) |
+//! | execute, failed retryably (recorded) | negatively acknowledged: delivered again, and the policy decides (normally a take-over) |
 //! | execute, outcome unknown (the effect's process was killed) | negatively acknowledged after the lease: the policy decides then |
 //! | replay of what is done | acknowledged, without an effect |
 //! | in progress elsewhere | negatively acknowledged, delivered again after the delay the policy's decision gives |
 //! | sent to review (an expired claim the policy will not re-run) | forwarded to [`ConsumeOptions::review_to`] if set, then acknowledged: it waits in review (`idem review`) |
+//! | rejected, a duplicate of a record waiting in review (outcome unknown) | acknowledged, with a line: the request waits in review already |
 //! | rejected, conflict (the key names another operation), a policy failure | terminated (never delivered again) and warned about |
 //! | refused before a claim: not an operation, a value idem does not accept (a NUL, too large), the policy refuses to derive a key, the store refuses the request | terminated, one line naming why, counted `refused` |
 //! | no message can run: the command cannot start, the policy is not registered in the namespace, the store failed for good | put back at once, and the consumer stops saying why ([`Summary::stopped`]) |

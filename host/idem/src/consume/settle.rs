@@ -69,7 +69,7 @@ pub(super) async fn settle<E: Effect>(
             }
         };
         let (end, then, note, halt) =
-            answer(finisher, effect, op, begun, options, &*delivery).await;
+            answer(engine, finisher, effect, op, begun, options, &*delivery).await;
         // Forwarded while the delivery is still reported in progress. A
         // forward that fails past the budget is not tried again (delivered
         // again, the record in review is answered, not forwarded): the
