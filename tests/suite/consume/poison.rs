@@ -54,8 +54,14 @@ impl Drop for Store {
 /// `command`'s output, once it exits; a consumer that is still running
 /// after two minutes (it never stopped when idle) is killed and fails the
 /// test.
-pub(super) fn output_within(command: Command, what: &str) -> Output {
-    let mut child = spawn_group(command);
+pub(super) fn output_within(mut command: Command, what: &str) -> Output {
+    use std::os::unix::process::CommandExt;
+    let mut child = command
+        .process_group(0)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
         if child.try_wait().unwrap().is_some() {
