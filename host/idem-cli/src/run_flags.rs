@@ -5,7 +5,7 @@ use std::time::Duration;
 use clap::Args;
 use idem::engine::EngineOptions;
 use idem::job::Ownership;
-use idem_core::{Operation, RunContext, Trigger};
+use idem_core::{OpError, Operation, OperationLimits, RunContext, Trigger};
 
 /// How a run is labelled and how claims behave.
 #[derive(Args, Debug, Clone)]
@@ -70,6 +70,37 @@ impl RunFlags {
                 .or(current.as_ref().map(|r| r.attempt))
                 .unwrap_or(1),
         });
+    }
+
+    /// Holds `--run-id` to the rules an operation's own `run.run_id` is
+    /// held to under `limits` (the policy's: at most 256 bytes by default,
+    /// not empty, no control character, a NUL among them); the refusal
+    /// names the flag and never repeats the value (it may be long, or
+    /// move the cursor).
+    pub fn check(&self, limits: &OperationLimits) -> Result<(), String> {
+        match &self.run_id {
+            None => Ok(()),
+            Some(id) => match RunContext::check_run_id("--run-id", id, limits) {
+                Ok(_) => Ok(()),
+                Err(OpError::Invalid { why, .. }) => Err(format!("--run-id {why}")),
+                Err(e) => Err(e.to_string()),
+            },
+        }
+    }
+
+    /// The run these flags name, for operations that name none of their
+    /// own (`idem consume`): `None` without any of the three flags; else
+    /// `--run-id` (`cli` without it), `--trigger` (`scheduled`, as
+    /// [`RunFlags::apply`] has it) and `--attempt` (1).
+    pub fn run_context(&self) -> Option<RunContext> {
+        if self.run_id.is_none() && self.trigger.is_none() && self.attempt.is_none() {
+            return None;
+        }
+        Some(RunContext {
+            run_id: self.run_id.clone().unwrap_or_else(|| "cli".to_string()),
+            trigger: self.trigger.unwrap_or(Trigger::Scheduled),
+            attempt: self.attempt.unwrap_or(1),
+        })
     }
 
     /// The engine settings these flags ask for.
@@ -256,6 +287,40 @@ mod tests {
         assert_eq!(
             (run.run_id.as_str(), run.trigger),
             ("nightly-7", Trigger::Scheduled)
+        );
+    }
+
+    #[test]
+    fn a_run_id_is_held_to_an_operations_rules() {
+        let flags = |id: &str| RunFlags {
+            run_id: Some(id.into()),
+            trigger: None,
+            attempt: None,
+            lease: None,
+            permanent_exit_codes: Vec::new(),
+            store_outage: Duration::from_secs(60),
+        };
+        let limits = OperationLimits::default();
+        assert_eq!(flags("nightly-7").check(&limits), Ok(()));
+        assert_eq!(flags(&"é".repeat(128)).check(&limits), Ok(()));
+        for bad in [
+            "x".repeat(257),
+            "a\u{0}b".into(),
+            "a\nidem: forged".into(),
+            "\u{1b}[2J".into(),
+            String::new(),
+        ] {
+            let refused = flags(&bad).check(&limits).unwrap_err();
+            assert!(refused.starts_with("--run-id "), "{refused}");
+            assert!(!refused.contains(&bad) || bad.is_empty(), "{refused}");
+        }
+        assert_eq!(
+            flags("r").run_context(),
+            Some(RunContext {
+                run_id: "r".into(),
+                trigger: Trigger::Scheduled,
+                attempt: 1
+            })
         );
     }
 

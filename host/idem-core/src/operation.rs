@@ -132,6 +132,30 @@ pub struct RunContext {
     pub attempt: u32,
 }
 
+impl RunContext {
+    /// `run_id` held to the rules an operation's `run.run_id` is read
+    /// with (not empty, at most [`OperationLimits::max_name_bytes`], no
+    /// control character: a NUL among them), normalised to NFC; the error
+    /// names the run id as `what` (a flag, say). A run id given apart from
+    /// an operation (`idem run --run-id`) is recorded in the same place.
+    ///
+    /// ```
+    /// use idem_core::{OperationLimits, RunContext};
+    /// let limits = OperationLimits::default();
+    /// assert!(RunContext::check_run_id("--run-id", "nightly-7", &limits).is_ok());
+    /// let refused = RunContext::check_run_id("--run-id", "a\u{0}b", &limits).unwrap_err();
+    /// assert_eq!(refused.to_string(), "operation --run-id: must not contain control characters");
+    /// assert!(RunContext::check_run_id("--run-id", &"x".repeat(257), &limits).is_err());
+    /// ```
+    pub fn check_run_id(
+        what: &str,
+        run_id: &str,
+        limits: &OperationLimits,
+    ) -> Result<String, OpError> {
+        check_name(what, run_id, limits)
+    }
+}
+
 /// A canonical field value.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Value {

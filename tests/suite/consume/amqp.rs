@@ -56,11 +56,31 @@ impl Exchange {
                 .expect("declare the review queue");
             for reader in readers {
                 let queue = format!("{name}.{reader}");
+                // What the reader rejects without requeue goes to its
+                // dead-letter queue, through the default exchange.
+                let dead = format!("{queue}.dead");
+                channel
+                    .queue_declare(
+                        dead.as_str().into(),
+                        QueueDeclareOptions::durable(),
+                        FieldTable::default(),
+                    )
+                    .await
+                    .expect("declare the dead-letter queue");
+                let mut arguments = FieldTable::default();
+                arguments.insert(
+                    "x-dead-letter-exchange".into(),
+                    AMQPValue::LongString("".into()),
+                );
+                arguments.insert(
+                    "x-dead-letter-routing-key".into(),
+                    AMQPValue::LongString(dead.as_str().into()),
+                );
                 channel
                     .queue_declare(
                         queue.as_str().into(),
                         QueueDeclareOptions::durable(),
-                        FieldTable::default(),
+                        arguments,
                     )
                     .await
                     .expect("declare the queue");
@@ -154,15 +174,27 @@ impl Broker for Exchange {
         format!("{}.review", self.name)
     }
 
+    fn refused(&self, reader: &str) -> Vec<String> {
+        self.drain(&format!("{}.{reader}.dead", self.name), &[])
+            .into_iter()
+            .map(|(body, _)| body)
+            .collect()
+    }
+
     fn forwarded(&self, headers: &[&str]) -> Vec<(String, Vec<String>)> {
+        self.drain(&self.review_to(), headers)
+    }
+}
+
+impl Exchange {
+    /// Takes every message from `queue`: each body and the value of each
+    /// of `headers` (empty when absent).
+    fn drain(&self, queue: &str, headers: &[&str]) -> Vec<(String, Vec<String>)> {
         self.runtime.block_on(async {
             let mut out = Vec::new();
             while let Some(got) = self
                 .channel
-                .basic_get(
-                    self.review_to().as_str().into(),
-                    BasicGetOptions { no_ack: true },
-                )
+                .basic_get(queue.into(), BasicGetOptions { no_ack: true })
                 .await
                 .unwrap()
             {
@@ -192,7 +224,8 @@ impl Broker for Exchange {
 impl Drop for Exchange {
     fn drop(&mut self) {
         self.runtime.block_on(async {
-            for queue in self.readers.iter().chain([&self.review_to()]) {
+            let dead: Vec<String> = self.readers.iter().map(|r| format!("{r}.dead")).collect();
+            for queue in self.readers.iter().chain(&dead).chain([&self.review_to()]) {
                 let _ = self
                     .channel
                     .queue_delete(queue.as_str().into(), QueueDeleteOptions::default())
@@ -235,4 +268,47 @@ fn two_consumers_one_killed_mid_run_the_other_takes_over() {
         "two",
         &["billing"],
     ));
+}
+
+#[test]
+fn poison_is_refused_once_beside_good_charges_on_sqlite() {
+    let test = "consume::amqp::poison_is_refused_once_beside_good_charges_on_sqlite";
+    let Some(url) = amqp_url(test) else { return };
+    let dir = tempfile::tempdir().unwrap();
+    super::poison::poison_is_refused_once_beside_good_charges(
+        &Exchange::create(&url, "poison", &["billing"]),
+        &super::poison::Store::sqlite(dir.path()),
+    );
+}
+
+#[test]
+fn poison_is_refused_once_beside_good_charges_on_postgres() {
+    let test = "consume::amqp::poison_is_refused_once_beside_good_charges_on_postgres";
+    let Some(url) = amqp_url(test) else { return };
+    let Some(store) = super::poison::Store::postgres(test) else {
+        return;
+    };
+    super::poison::poison_is_refused_once_beside_good_charges(
+        &Exchange::create(&url, "poison_pg", &["billing"]),
+        &store,
+    );
+}
+
+#[test]
+fn the_run_flags_reach_the_records() {
+    let test = "consume::amqp::the_run_flags_reach_the_records";
+    let Some(url) = amqp_url(test) else { return };
+    super::poison::the_run_flags_reach_the_records(&Exchange::create(&url, "run", &["billing"]));
+}
+
+#[test]
+fn stopping_when_idle_after_a_crash_runs_what_the_crashed_consumer_held() {
+    let test =
+        "consume::amqp::stopping_when_idle_after_a_crash_runs_what_the_crashed_consumer_held";
+    let Some(url) = amqp_url(test) else { return };
+    // A closed connection's deliveries go back at once.
+    super::poison::stopping_when_idle_after_a_crash_runs_what_the_crashed_consumer_held(
+        &Exchange::create(&url, "crash", &["billing"]),
+        &[],
+    );
 }

@@ -1,7 +1,10 @@
 //! The checks of `mod.rs` through NATS JetStream: a stream of its own per
 //! test; a reader is a durable pull consumer (`idem consume` creates it).
 
+use std::sync::{Arc, Mutex};
+
 use async_nats::jetstream::{self, consumer::PullConsumer, stream};
+use futures_util::StreamExt;
 use idem_tests::nats_url;
 
 use super::Broker;
@@ -11,6 +14,9 @@ struct Stream {
     context: jetstream::Context,
     name: String,
     subject: String,
+    /// The terminated advisories of the stream's consumers, as they come:
+    /// (consumer, stream sequence).
+    terminated: Arc<Mutex<Vec<(String, u64)>>>,
     runtime: tokio::runtime::Runtime,
 }
 
@@ -19,8 +25,31 @@ impl Stream {
         let runtime = tokio::runtime::Runtime::new().unwrap();
         let name = super::unique(test).replace(['.', '-'], "_");
         let subject = format!("idemtest.{name}");
+        let terminated = Arc::new(Mutex::new(Vec::new()));
         let context = runtime.block_on(async {
             let client = async_nats::connect(url).await.expect("NATS is reachable");
+            // Every +TERM the server is told, whichever consumer sent it.
+            let mut advisories = client
+                .subscribe(format!(
+                    "$JS.EVENT.ADVISORY.CONSUMER.MSG_TERMINATED.{name}.*"
+                ))
+                .await
+                .expect("subscribe to the terminated advisories");
+            client.flush().await.expect("the subscription is in place");
+            let seen = terminated.clone();
+            tokio::spawn(async move {
+                while let Some(message) = advisories.next().await {
+                    let advisory: serde_json::Value =
+                        serde_json::from_slice(&message.payload).unwrap_or_default();
+                    seen.lock().unwrap().push((
+                        advisory["consumer"]
+                            .as_str()
+                            .unwrap_or_default()
+                            .to_string(),
+                        advisory["stream_seq"].as_u64().unwrap_or_default(),
+                    ));
+                }
+            });
             let context = jetstream::new(client);
             context
                 .create_stream(stream::Config {
@@ -47,6 +76,7 @@ impl Stream {
             context,
             name,
             subject,
+            terminated,
             runtime,
         }
     }
@@ -96,6 +126,10 @@ impl Broker for Stream {
         format!("{}.review", self.subject)
     }
 
+    fn refused(&self, reader: &str) -> Vec<String> {
+        self.refused_bodies(reader)
+    }
+
     fn forwarded(&self, headers: &[&str]) -> Vec<(String, Vec<String>)> {
         self.runtime.block_on(async {
             let mut stream = self
@@ -120,6 +154,39 @@ impl Broker for Stream {
                     String::from_utf8_lossy(&message.payload).into_owned(),
                     values,
                 ));
+            }
+            out
+        })
+    }
+}
+
+impl Stream {
+    fn refused_bodies(&self, reader: &str) -> Vec<String> {
+        // The advisories are published as the server handles each +TERM:
+        // read once they stop coming.
+        let mut count = usize::MAX;
+        loop {
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            let now = self.terminated.lock().unwrap().len();
+            if now == count {
+                break;
+            }
+            count = now;
+        }
+        let sequences: Vec<u64> = self
+            .terminated
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(consumer, _)| consumer == reader)
+            .map(|(_, sequence)| *sequence)
+            .collect();
+        self.runtime.block_on(async {
+            let stream = self.context.get_stream(&self.name).await.unwrap();
+            let mut out = Vec::new();
+            for sequence in sequences {
+                let message = stream.get_raw_message(sequence).await.unwrap();
+                out.push(String::from_utf8_lossy(&message.payload).into_owned());
             }
             out
         })
@@ -257,4 +324,82 @@ fn a_shard_deposed_by_a_new_membership_stops_and_says_so() {
             "invoice d{n}"
         );
     }
+}
+
+#[test]
+fn poison_is_refused_once_beside_good_charges_on_sqlite() {
+    let test = "consume::nats::poison_is_refused_once_beside_good_charges_on_sqlite";
+    let Some(url) = nats_url(test) else { return };
+    let dir = tempfile::tempdir().unwrap();
+    super::poison::poison_is_refused_once_beside_good_charges(
+        &Stream::create(&url, "poison"),
+        &super::poison::Store::sqlite(dir.path()),
+    );
+}
+
+#[test]
+fn poison_is_refused_once_beside_good_charges_on_postgres() {
+    let test = "consume::nats::poison_is_refused_once_beside_good_charges_on_postgres";
+    let Some(url) = nats_url(test) else { return };
+    let Some(store) = super::poison::Store::postgres(test) else {
+        return;
+    };
+    super::poison::poison_is_refused_once_beside_good_charges(
+        &Stream::create(&url, "poison_pg"),
+        &store,
+    );
+}
+
+#[test]
+fn the_run_flags_reach_the_records() {
+    let test = "consume::nats::the_run_flags_reach_the_records";
+    let Some(url) = nats_url(test) else { return };
+    super::poison::the_run_flags_reach_the_records(&Stream::create(&url, "run"));
+}
+
+#[test]
+fn stopping_when_idle_after_a_crash_runs_what_the_crashed_consumer_held() {
+    let test =
+        "consume::nats::stopping_when_idle_after_a_crash_runs_what_the_crashed_consumer_held";
+    let Some(url) = nats_url(test) else { return };
+    // The crashed consumer's delivery comes back 5 s after its last
+    // progress report: well after the next consumer is idle for 1 s.
+    super::poison::stopping_when_idle_after_a_crash_runs_what_the_crashed_consumer_held(
+        &Stream::create(&url, "crash"),
+        &["--ack-wait", "5s"],
+    );
+}
+
+#[test]
+fn stopping_when_idle_beside_a_live_holder_exits_1_naming_what_it_leaves() {
+    let test =
+        "consume::nats::stopping_when_idle_beside_a_live_holder_exits_1_naming_what_it_leaves";
+    let Some(url) = nats_url(test) else { return };
+    let stream = Stream::create(&url, "holder");
+    let dir = tempfile::tempdir().unwrap();
+    stream.publish(&[super::charge("h1")]);
+    // A live consumer holds h1 (its effect hangs, reported in progress).
+    let mut holder = super::spawn_group(super::consume(
+        &stream,
+        dir.path(),
+        "billing",
+        &["--ack-wait", "2s"],
+        &format!("{}; sleep 600", super::APPEND),
+    ));
+    super::wait_for_charges(dir.path(), 1, "h1 was never charged");
+    let out = super::poison::output_within(
+        super::consume(
+            &stream,
+            dir.path(),
+            "billing",
+            &["--stop-when-idle", "1s"],
+            super::APPEND,
+        ),
+        "the idle consumer",
+    );
+    super::kill_group(&mut holder);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("leaving 1 deliveries"), "{stderr}");
+    assert_eq!(super::summary(&out)["unacknowledged"], 1);
 }

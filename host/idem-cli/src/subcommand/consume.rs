@@ -5,6 +5,14 @@
 //! (`--worker`); a delivery is acknowledged only once its end is recorded
 //! (the library: `idem::consume`). SIGTERM or SIGINT stops fetching; what
 //! runs finishes, is recorded and acknowledged.
+//!
+//! Exit status: 0; 69 when the store (or the broker) stayed unavailable
+//! past `--store-outage`; 76 when deposed (`--shard`); 2 when no message
+//! could run (the command cannot start, the policy is not registered, the
+//! store failed for good: the summary says why); 1 when `--stop-when-idle`
+//! left deliveries of its consumer unacknowledged (named on stderr).
+//! A message refused for good is not a failure of the consumer: it is
+//! terminated, named on stderr and counted (`refused`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,6 +22,7 @@ use idem::consume::amqp::AmqpSource;
 use idem::consume::{ConsumeOptions, MessageSource, consume, nats::JetStreamSource};
 use idem::engine::Engine;
 use idem::job::{Effect, JobError, JobEvent, Summary};
+use idem_core::text::escaped;
 
 use super::run::print_waiting;
 use super::serve::shutdown_signal;
@@ -117,6 +126,9 @@ pub fn run(args: ConsumeArgs) -> Result<u8, Failure> {
     }
     let broker = Broker::of(&args)?;
     let policy = args.policy.load()?;
+    args.run
+        .check(&policy.limits().operation)
+        .map_err(Failure::input)?;
     // The group defaults to the policy's namespace and the durable
     // consumer, apart from `idem run --shard`'s (a job of another shard
     // count would depose the consumers).
@@ -142,6 +154,7 @@ pub fn run(args: ConsumeArgs) -> Result<u8, Failure> {
             stop_when_idle: args.stop_when_idle,
             review_to: args.review_to.clone(),
             ownership,
+            run: args.run.run_context(),
             ..ConsumeOptions::default()
         };
         let effect = CommandEffect::new(
@@ -160,6 +173,10 @@ pub fn run(args: ConsumeArgs) -> Result<u8, Failure> {
             exit::STORE_UNAVAILABLE
         } else if summary.deposed {
             exit::DEPOSED
+        } else if summary.stopped.is_some() {
+            exit::BAD_INPUT
+        } else if summary.unacknowledged > 0 {
+            exit::INCOMPLETE
         } else {
             exit::SUCCESS
         })
@@ -294,7 +311,7 @@ fn print_summary(summary: &Summary, args: &ConsumeArgs) {
     }
     print_waiting(summary, "of these deliveries", &args.store);
     println!(
-        "deliveries: executed {}, replayed {}, in progress (put off) {}, conflicts {}, rejected {}, sent to review {}, failed {}, fenced {}, unknown {}, not operations {}",
+        "deliveries: executed {}, replayed {}, in progress (put off) {}, conflicts {}, rejected {}, sent to review {}, failed {}, fenced {}, unknown {}, refused {}",
         summary.executed,
         summary.replayed,
         summary.in_progress,
@@ -304,8 +321,14 @@ fn print_summary(summary: &Summary, args: &ConsumeArgs) {
         summary.failed,
         summary.fenced,
         summary.unknown,
-        summary.skipped
+        summary.refused
     );
+    if summary.policy_failed + summary.not_run > 0 {
+        println!(
+            "policy failed: {}, not run: {}",
+            summary.policy_failed, summary.not_run
+        );
+    }
     if summary.not_owned + summary.stale_epoch > 0 {
         println!(
             "other members' (put off): {}, refused for a stale ownership epoch: {}",
@@ -313,6 +336,15 @@ fn print_summary(summary: &Summary, args: &ConsumeArgs) {
         );
     }
     if let Some(outage) = &summary.outage {
-        println!("stopped: {}", outage.error);
+        println!("stopped: {}", escaped(&outage.error));
+    }
+    if let Some(why) = &summary.stopped {
+        println!("stopped: {}", escaped(why));
+    }
+    if summary.unacknowledged > 0 {
+        println!(
+            "stopped when idle with {} deliveries unacknowledged",
+            summary.unacknowledged
+        );
     }
 }

@@ -112,6 +112,9 @@ pub struct RunArgs {
 /// Runs `idem run`.
 pub fn run(args: RunArgs) -> Result<u8, Failure> {
     let policy = args.policy.load()?;
+    args.run
+        .check(&policy.limits().operation)
+        .map_err(Failure::input)?;
     let at_least_one = |n: usize, flag: &str| {
         NonZeroUsize::new(n).ok_or_else(|| Failure::input(format!("{flag} must be at least 1")))
     };
@@ -442,6 +445,7 @@ fn print_summary(summary: &Summary, args: &RunArgs, ownership_group: Option<&str
     let extra = [
         ("policy failed", summary.policy_failed),
         ("skipped", summary.skipped),
+        ("refused", summary.refused),
         ("not run", summary.not_run),
     ];
     for (what, n) in extra.iter().filter(|(_, n)| *n > 0) {

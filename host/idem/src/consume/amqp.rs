@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use futures_util::{FutureExt, StreamExt};
+use idem_core::text::escaped;
 use lapin::Confirmation;
 use lapin::options::{
     BasicAckOptions, BasicConsumeOptions, BasicNackOptions, BasicPublishOptions, BasicQosOptions,
@@ -192,9 +193,18 @@ impl Delivery for AmqpDelivery {
 
     fn describe(&self) -> String {
         let d = &self.delivery;
+        // Both chosen by the publisher.
         match d.properties.message_id() {
-            Some(id) => format!("message {id} (delivery {})", d.delivery_tag),
-            None => format!("delivery {} from {}", d.delivery_tag, d.routing_key),
+            Some(id) => format!(
+                "message {} (delivery {})",
+                escaped(id.as_str()),
+                d.delivery_tag
+            ),
+            None => format!(
+                "delivery {} from {}",
+                d.delivery_tag,
+                escaped(d.routing_key.as_str())
+            ),
         }
     }
 

@@ -7,12 +7,24 @@
 //! | what the engine answered | the delivery |
 //! |---|---|
 //! | execute, and the end (completed, or failed for good) is recorded | acknowledged |
-//! | execute, failed retryably (recorded), or could not start | negatively acknowledged: delivered again, and the policy decides (normally a take-over) |
+//! | execute, failed retryably (recorded) | negatively acknowledged: delivered again, and the policy decides (normally a take-over) |
 //! | execute, outcome unknown (the effect's process was killed) | negatively acknowledged after the lease: the policy decides then |
 //! | replay of what is done | acknowledged, without an effect |
 //! | in progress elsewhere | negatively acknowledged, delivered again after the delay the policy's decision gives |
 //! | sent to review (an expired claim the policy will not re-run) | forwarded to [`ConsumeOptions::review_to`] if set, then acknowledged: it waits in review (`idem review`) |
-//! | rejected, conflict (the key names another operation), not an operation, a policy failure | terminated (never delivered again) and warned about |
+//! | rejected, a duplicate of a record waiting in review (outcome unknown) | acknowledged, with a line: the request waits in review already |
+//! | rejected, conflict (the key names another operation), a policy failure | terminated (never delivered again) and warned about |
+//! | refused before a claim: not an operation, a value idem does not accept (a NUL, too large), the policy refuses to derive a key, the store refuses the request | terminated, one line naming why, counted `refused` |
+//! | no message can run: the command cannot start, the policy is not registered in the namespace, the store failed for good | put back at once, and the consumer stops saying why ([`Summary::stopped`]) |
+//!
+//! Only an unavailable store or broker puts a message off without an end
+//! (ridden out within the outage budget); nothing a message holds does.
+//! On RabbitMQ a termination is a rejection without requeue, so a queue
+//! with a dead-letter exchange keeps what was refused.
+//!
+//! Every note and warning is escaped ([`idem_core::text::escaped`]) before
+//! the observer hears it: message ids, subjects, field values and reasons
+//! come from publishers, and may hold escape sequences or new lines.
 //!
 //! From the claim to the end of the effect, a delivery is reported in
 //! progress as often as the source asks ([`MessageSource::progress_every`]:
@@ -28,6 +40,7 @@
 //! the consumer stops fetching, settles what it holds, and says why.
 //!
 //! `answer.rs` says what the engine's answer means for a delivery;
+//! `settle.rs` takes one delivery from its claim to its settlement;
 //! `source.rs` is the port a broker implements; `nats.rs` (feature `nats`)
 //! JetStream's, `amqp.rs` (feature `amqp`) RabbitMQ's.
 
@@ -36,25 +49,25 @@ pub mod amqp;
 mod answer;
 #[cfg(feature = "nats")]
 pub mod nats;
+mod settle;
 mod source;
 
 use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use idem_core::Operation;
+use idem_core::{Operation, RunContext};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
 pub use source::{Delivery, MessageSource, SourceError};
 
 use crate::engine::{Engine, EngineError, FirstClaim, ToClaim};
-use crate::job::outage::{self, Backoff};
 use crate::job::{
     Effect, End, Finisher, JobError, JobEvent, Outage, Ownership, Summary, join_ownership,
-    settle_riding_out,
 };
-use answer::{Settle, answer};
+use answer::Halt;
+use settle::settle;
 
 /// How a consumer runs.
 #[derive(Debug, Clone)]
@@ -88,6 +101,11 @@ pub struct ConsumeOptions {
     /// handing it back to the consumer that returned it (so `idem consume`
     /// refuses `--shard` there: a queue per shard is the way).
     pub ownership: Option<Ownership>,
+    /// The run a message's operation belongs to when it names none of its
+    /// own (`idem consume --run-id/--trigger/--attempt`): recorded with
+    /// its claim, as `idem run`'s are. An operation's own `run` is kept (its
+    /// publisher said which run it is).
+    pub run: Option<RunContext>,
 }
 
 impl Default for ConsumeOptions {
@@ -100,6 +118,7 @@ impl Default for ConsumeOptions {
             max_redelivery_delay: Duration::from_secs(300),
             review_to: None,
             ownership: None,
+            run: None,
         }
     }
 }
@@ -118,11 +137,16 @@ const RETRY_DELAY: Duration = Duration::from_secs(1);
 pub const NOT_OWNED_DELAY: Duration = Duration::from_secs(1);
 
 /// Consumes `source` until `shutdown` resolves (or a stop option is met, or
-/// an outage outlasts the budget): each delivery's operation through
-/// `engine` and `effect`, settled as the module docs say. The summary counts
-/// deliveries by how they ended (`skipped`: not an operation, terminated;
-/// `not_owned`: another member's, put off); a message delivered again is
-/// counted again. `observer` hears every end and warning, as a job's does.
+/// an outage outlasts the budget, or no message can run): each delivery's
+/// operation through `engine` and `effect`, settled as the module docs say.
+/// The summary counts deliveries by how they ended (`refused`: refused for
+/// good, terminated; `not_owned`: another member's, put off); a message
+/// delivered again is counted again. `observer` hears every end and
+/// warning, as a job's does, escaped. With
+/// [`ConsumeOptions::stop_when_idle`], the consumer stops only once the
+/// broker holds no delivery of its name unacknowledged (a crashed
+/// predecessor's come back after the broker's redelivery wait), or, past
+/// that wait, says how many it leaves ([`Summary::unacknowledged`]).
 /// The error: joining the ownership group failed (nothing was fetched).
 pub async fn consume<E: Effect>(
     engine: Arc<Engine>,
@@ -132,6 +156,7 @@ pub async fn consume<E: Effect>(
     shutdown: impl Future<Output = ()>,
     observer: Arc<dyn Fn(JobEvent<'_>) + Send + Sync>,
 ) -> Result<Summary, JobError> {
+    let observer = escaping(observer);
     let engine = match &options.ownership {
         Some(ownership) => {
             let mut engine_options = engine.options().clone();
@@ -147,12 +172,13 @@ pub async fn consume<E: Effect>(
         options.concurrency.max(1),
         options.outage_budget,
     ));
-    let mut tasks: JoinSet<(Counted, bool)> = JoinSet::new();
+    let mut tasks: JoinSet<(Counted, Halt)> = JoinSet::new();
     let mut told_not_owned = false;
     let mut summary = Summary::default();
     let mut taken: u64 = 0;
     let mut idle_since = Instant::now();
     let mut broker_down: Option<Instant> = None;
+    let mut told_unacknowledged = false;
     let progress_every = source.progress_every();
     let not_owned_delay = source.not_owned_delay();
     // Shared by every delivery's task (the membership is a list).
@@ -161,7 +187,10 @@ pub async fn consume<E: Effect>(
         while let Some(joined) = tasks.try_join_next() {
             settle_task(&mut summary, joined, &observer);
         }
-        if summary.outage.is_some() || options.stop_after.is_some_and(|n| taken >= n) {
+        if summary.outage.is_some()
+            || summary.stopped.is_some()
+            || options.stop_after.is_some_and(|n| taken >= n)
+        {
             break;
         }
         // Deposed: the membership moved on, so every claim from here would
@@ -214,11 +243,18 @@ pub async fn consume<E: Effect>(
             }
         };
         if deliveries.is_empty() {
-            if options
-                .stop_when_idle
-                .is_some_and(|idle| idle_since.elapsed() >= idle)
+            if let Some(idle) = options.stop_when_idle
+                && idle_since.elapsed() >= idle
                 && tasks.is_empty()
                 && source.held() == 0
+                && idle_stop(
+                    source,
+                    idle_since.elapsed().saturating_sub(idle),
+                    &mut summary,
+                    &mut told_unacknowledged,
+                    &observer,
+                )
+                .await
             {
                 break;
             }
@@ -227,7 +263,7 @@ pub async fn consume<E: Effect>(
         idle_since = Instant::now();
         taken += deliveries.len() as u64;
         let owned = options.ownership.as_ref().map(|o| (o, not_owned_delay));
-        let prepared = prepare(&engine, &deliveries, owned).await;
+        let prepared = prepare(&engine, &deliveries, owned, options.run.as_ref()).await;
         if !told_not_owned && prepared.iter().any(|p| matches!(p, Prepared::NotOwned(_))) {
             told_not_owned = true;
             observer(JobEvent::Warning(&format!(
@@ -265,34 +301,105 @@ pub async fn consume<E: Effect>(
     Ok(summary)
 }
 
+/// `observer`, hearing every note and warning escaped: they carry what
+/// publishers sent (message ids, subjects, field values, reasons).
+fn escaping(
+    observer: Arc<dyn Fn(JobEvent<'_>) + Send + Sync>,
+) -> Arc<dyn Fn(JobEvent<'_>) + Send + Sync> {
+    use idem_core::text::escaped;
+    Arc::new(move |event| match event {
+        JobEvent::Ended {
+            end,
+            note: Some(note),
+        } => observer(JobEvent::Ended {
+            end,
+            note: Some(&escaped(note)),
+        }),
+        JobEvent::Warning(text) => observer(JobEvent::Warning(&escaped(text))),
+        other => observer(other),
+    })
+}
+
+/// Whether a consumer idle for long enough stops now: when the broker
+/// holds no delivery of its name unacknowledged, or can tell none (a
+/// broker that gives a closed channel's deliveries back at once); else,
+/// once `overdue` (idle past `--stop-when-idle`) outlasts the broker's
+/// redelivery wait, saying what it leaves. Meanwhile the deliveries given
+/// to a consumer that crashed come back and are run.
+async fn idle_stop(
+    source: &mut dyn MessageSource,
+    overdue: Duration,
+    summary: &mut Summary,
+    told: &mut bool,
+    observer: &Arc<dyn Fn(JobEvent<'_>) + Send + Sync>,
+) -> bool {
+    let wait = source.redelivery_wait();
+    let n = match source.unacknowledged().await {
+        Ok(None | Some(0)) => return true,
+        Ok(Some(n)) => n,
+        Err(e) => {
+            observer(JobEvent::Warning(&format!(
+                "{e}; cannot tell whether deliveries are left unacknowledged"
+            )));
+            return false;
+        }
+    };
+    if overdue > wait + FETCH_WAIT {
+        observer(JobEvent::Warning(&format!(
+            "stopped when idle, leaving {n} deliveries of {} unacknowledged (given to another \
+             consumer of its name, alive or crashed, and not back within {wait:?}): the broker \
+             delivers them again",
+            source.describe()
+        )));
+        summary.unacknowledged = n;
+        return true;
+    }
+    if !*told {
+        *told = true;
+        observer(JobEvent::Warning(&format!(
+            "idle, but {n} deliveries of {} are unacknowledged (given to another consumer of \
+             its name, or to one that crashed): waiting up to {wait:?} for them to come back",
+            source.describe()
+        )));
+    }
+    false
+}
+
 /// How a delivery counts in the summary.
 enum Counted {
     End(End),
-    /// Not an operation: terminated.
-    Skipped,
     /// Another member's: put off.
     NotOwned,
 }
 
-/// Counts a task's end; a task that stopped on an outage past the budget
-/// stops the consumer.
+/// Counts a task's end; a task that stopped on an outage past the budget,
+/// or found that no message can run, stops the consumer.
 fn settle_task(
     summary: &mut Summary,
-    joined: Result<(Counted, bool), tokio::task::JoinError>,
+    joined: Result<(Counted, Halt), tokio::task::JoinError>,
     observer: &Arc<dyn Fn(JobEvent<'_>) + Send + Sync>,
 ) {
     match joined {
-        Ok((end, outage)) => {
+        Ok((end, halt)) => {
             match end {
                 Counted::End(end) => summary.count(end),
-                Counted::Skipped => summary.skipped += 1,
                 Counted::NotOwned => summary.not_owned += 1,
             }
-            if outage && summary.outage.is_none() {
-                summary.outage = Some(Outage {
-                    lasted_ms: 0,
-                    error: "the store was unavailable past the outage budget".into(),
-                });
+            match halt {
+                Halt::No => {}
+                Halt::Outage if summary.outage.is_none() => {
+                    summary.outage = Some(Outage {
+                        lasted_ms: 0,
+                        error: "the store was unavailable past the outage budget".into(),
+                    });
+                }
+                Halt::Outage => {}
+                Halt::Stop(why) => {
+                    if summary.stopped.is_none() {
+                        observer(JobEvent::Warning(&format!("{why}: stopped")));
+                        summary.stopped = Some(why);
+                    }
+                }
             }
         }
         Err(e) => {
@@ -323,20 +430,26 @@ enum Prepared {
     },
 }
 
-/// Reads and derives each delivery's operation and claims them all in one
-/// store call ([`Engine::claim_batch`]'s; what a claim finds is settled in
-/// the delivery's own task).
+/// Reads and derives each delivery's operation (given `run` when it names
+/// none) and claims them all in one store call ([`Engine::claim_batch`]'s;
+/// what a claim finds is settled in the delivery's own task).
 async fn prepare(
     engine: &Engine,
     deliveries: &[Box<dyn Delivery>],
     ownership: Option<(&Ownership, Duration)>,
+    run: Option<&RunContext>,
 ) -> Vec<Prepared> {
     let limits = engine.policy().limits().operation;
     let mut prepared = Vec::with_capacity(deliveries.len());
     let mut items = Vec::new();
     for delivery in deliveries {
         let op = match Operation::from_slice(delivery.body(), &limits) {
-            Ok(op) => op,
+            Ok(mut op) => {
+                if op.run.is_none() {
+                    op.run = run.cloned();
+                }
+                op
+            }
             Err(e) => {
                 prepared.push(Prepared::Unreadable(e.to_string()));
                 continue;
@@ -379,141 +492,4 @@ async fn prepare(
         }
     }
     prepared
-}
-
-/// Settles one delivery made ready by [`prepare`]: its operation begun
-/// (riding out an outage), run and recorded; the delivery acknowledged,
-/// put off or terminated. How it counts, and whether the store was
-/// unavailable past the budget.
-#[allow(clippy::too_many_arguments)]
-async fn settle<E: Effect>(
-    engine: &Engine,
-    finisher: &Finisher,
-    effect: &E,
-    delivery: Box<dyn Delivery>,
-    prepared: Prepared,
-    options: &ConsumeOptions,
-    progress_every: Option<Duration>,
-    observer: &Arc<dyn Fn(JobEvent<'_>) + Send + Sync>,
-) -> (Counted, bool) {
-    let budget = options.outage_budget;
-    let warn = |text: String| observer(JobEvent::Warning(&text));
-    let (op, first) = match prepared {
-        Prepared::Unreadable(e) => {
-            warn(format!(
-                "{}: not an operation ({e}); terminated",
-                delivery.describe()
-            ));
-            if let Err(e) = delivery.term().await {
-                warn(format!("{}: {e}", delivery.describe()));
-            }
-            return (Counted::Skipped, false);
-        }
-        Prepared::NotOwned(delay) => {
-            if let Err(e) = delivery.nack(delay).await {
-                warn(format!("{}: {e}", delivery.describe()));
-            }
-            return (Counted::NotOwned, false);
-        }
-        Prepared::Underived(failed) => {
-            let (op, e) = *failed;
-            (op, Err(e))
-        }
-        Prepared::Ready { item, first } => (item.operation().clone(), Ok((item, first))),
-    };
-    let work = async {
-        let begun = match first {
-            Err(e) => Err(e),
-            Ok((item, first)) => {
-                settle_riding_out(engine, *item, first.map(|f| *f), budget, |e| {
-                    warn(format!(
-                        "the store is unavailable ({e}); trying again for up to {budget:?}"
-                    ))
-                })
-                .await
-            }
-        };
-        let (end, then, note, outage) =
-            answer(finisher, effect, op, begun, options, &*delivery).await;
-        // Forwarded while the delivery is still reported in progress. A
-        // forward that fails past the budget is not tried again (delivered
-        // again, the record in review is answered, not forwarded): the
-        // delivery is acknowledged and the warning names it; the record
-        // waits in `idem review`, its operation shown there.
-        let then = match then {
-            Settle::Review(headers) => {
-                let to = options.review_to.as_deref().unwrap_or_default();
-                if let Err(e) = forward_riding_out(&*delivery, to, &headers, budget, &warn).await {
-                    warn(format!(
-                        "{e}; not forwarded, past the outage budget: acknowledged, its record \
-                         waits in idem review"
-                    ));
-                }
-                Settle::Ack
-            }
-            then => then,
-        };
-        (end, then, note, outage)
-    };
-    let (end, then, note, outage) = match progress_every {
-        None => work.await,
-        // From the claim to the end of the effect, the broker is told the
-        // delivery is being worked on before its redelivery timer runs out
-        // (a JetStream `+WPI`).
-        Some(every) => {
-            let mut work = std::pin::pin!(work);
-            let mut tick = tokio::time::interval(every);
-            tick.tick().await;
-            loop {
-                tokio::select! {
-                    out = &mut work => break out,
-                    _ = tick.tick() => {
-                        if let Err(e) = delivery.in_progress().await {
-                            warn(format!("{}: {e}", delivery.describe()));
-                        }
-                    }
-                }
-            }
-        }
-    };
-    let settled = match then {
-        Settle::Ack => delivery.ack().await,
-        Settle::Nack(delay) => delivery.nack(delay).await,
-        Settle::Term => delivery.term().await,
-        Settle::Review(_) => unreachable!("forwarded and acknowledged above"),
-    };
-    if let Err(e) = settled {
-        // Delivered again, it is answered from the record.
-        warn(format!("{}: {e}", delivery.describe()));
-    }
-    observer(JobEvent::Ended {
-        end,
-        note: note.as_deref(),
-    });
-    (Counted::End(end), outage)
-}
-
-/// [`Delivery::forward`], sent again while it fails, for up to `budget`.
-async fn forward_riding_out(
-    delivery: &dyn Delivery,
-    to: &str,
-    headers: &[(&'static str, String)],
-    budget: Duration,
-    warn: &impl Fn(String),
-) -> Result<(), SourceError> {
-    let mut backoff = Backoff::new(budget);
-    loop {
-        let error = match delivery.forward(to, headers).await {
-            Ok(()) => return Ok(()),
-            Err(e) => e,
-        };
-        match backoff.after_failure().await {
-            outage::Next::Again { first } => {
-                if first {
-                    warn(format!("{error}; trying again for up to {budget:?}"));
-                }
-            }
-            outage::Next::GiveUp(_) => return Err(error),
-        }
-    }
 }

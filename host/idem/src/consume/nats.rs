@@ -11,6 +11,7 @@ use async_nats::jetstream::consumer::{AckPolicy, PullConsumer, pull};
 use async_nats::jetstream::{self, AckKind};
 use async_trait::async_trait;
 use futures_util::{FutureExt, StreamExt};
+use idem_core::text::escaped;
 
 use super::source::without_password;
 use super::{Delivery, MessageSource, SourceError};
@@ -192,6 +193,22 @@ impl MessageSource for JetStreamSource {
         let ack_wait = self.consumer.cached_info().config.ack_wait;
         (!ack_wait.is_zero()).then(|| (ack_wait / 3).max(Duration::from_millis(100)))
     }
+
+    /// The durable consumer's deliveries pending acknowledgement, as the
+    /// server counts them (every consumer of the name's, a crashed one's
+    /// until its ack wait runs out, and those put off with a delay).
+    async fn unacknowledged(&mut self) -> Result<Option<u64>, SourceError> {
+        let info =
+            self.consumer.info().await.map_err(|e| {
+                SourceError::new(format!("reading the state of {}", self.described), e)
+            })?;
+        Ok(Some(info.num_ack_pending as u64))
+    }
+
+    /// The consumer's ack wait, as the server has it.
+    fn redelivery_wait(&self) -> Duration {
+        self.consumer.cached_info().config.ack_wait
+    }
 }
 
 /// One JetStream delivery.
@@ -214,8 +231,8 @@ impl Delivery for JetStreamDelivery {
 
     fn describe(&self) -> String {
         match self.0.info() {
-            Ok(info) => format!("{} message {}", info.stream, info.stream_sequence),
-            Err(_) => format!("a message on {}", self.0.subject),
+            Ok(info) => format!("{} message {}", escaped(info.stream), info.stream_sequence),
+            Err(_) => format!("a message on {}", escaped(&self.0.subject)),
         }
     }
 

@@ -30,13 +30,16 @@ impl SourceError {
 /// takes exactly once: [`Delivery::ack`] once the operation's end is
 /// recorded (or it was a duplicate), [`Delivery::nack`] to have it
 /// delivered again later, [`Delivery::term`] for a message no delivery can
-/// ever process (not an operation).
+/// ever process (refused for good: not an operation, the policy's refusal,
+/// a conflict).
 #[async_trait]
 pub trait Delivery: Send + Sync {
     /// The message body.
     fn body(&self) -> &[u8];
 
-    /// Where it came from, for messages about it ("ORDERS #42").
+    /// Where it came from, for messages about it ("ORDERS #42"); what the
+    /// publisher chose (a message id, a subject) escaped
+    /// ([`idem_core::text::escaped`]).
     fn describe(&self) -> String;
 
     /// How many times the broker has delivered it (1 the first time).
@@ -48,7 +51,8 @@ pub trait Delivery: Send + Sync {
     /// Deliver it again after `delay`.
     async fn nack(&self, delay: Duration) -> Result<(), SourceError>;
 
-    /// Never deliver it again, without it having been processed.
+    /// Never deliver it again, without it having been processed (RabbitMQ:
+    /// rejected without requeue, so a dead-letter exchange gets it).
     async fn term(&self) -> Result<(), SourceError>;
 
     /// Publishes a copy of the message, with `headers` added to its own,
@@ -110,6 +114,23 @@ pub trait MessageSource: Send {
     /// them to go back. Default: none.
     fn held(&self) -> usize {
         0
+    }
+
+    /// How many deliveries the broker has given out under this consumer's
+    /// name (to this process, a peer, or one that crashed) and not had
+    /// settled: a consumer that stops when idle waits for them. `None`: the
+    /// broker keeps no such count, because it gives a closed connection's
+    /// deliveries back at once (RabbitMQ). Default: `None`.
+    async fn unacknowledged(&mut self) -> Result<Option<u64>, SourceError> {
+        Ok(None)
+    }
+
+    /// The longest a delivery given out and not settled stays away before
+    /// the broker delivers it again (JetStream's ack wait): how long a
+    /// consumer that stops when idle waits for [`MessageSource::unacknowledged`]
+    /// deliveries. Default: zero.
+    fn redelivery_wait(&self) -> Duration {
+        Duration::ZERO
     }
 }
 

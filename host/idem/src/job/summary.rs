@@ -38,6 +38,12 @@ pub enum End {
     /// The policy failed while deciding what a duplicate gets (a trap, a
     /// limit, an unsafe decision): nothing ran.
     PolicyFailed,
+    /// Refused for good before anything was claimed: not an operation, a
+    /// value idem does not accept (a NUL, too large), the policy refused to
+    /// derive its key, or the store refused the request itself. Sent again
+    /// unchanged it gets the same answer, so it is never tried again
+    /// (`idem consume` terminates the message).
+    Refused,
 }
 
 /// How a job's operations ended, counted. Serialised as `idem run --json`
@@ -76,6 +82,13 @@ pub struct Summary {
     /// Entries skipped as invalid (not an operation, or the policy refused
     /// or failed to derive it), with [`super::JobOptions::skip_invalid`].
     pub skipped: u64,
+    /// Inputs refused for good before anything was claimed ([`End::Refused`]:
+    /// not an operation, a value idem does not accept, the policy's refusal
+    /// to derive a key, a request the store refuses). `idem consume`
+    /// terminates each (RabbitMQ: rejected without requeue, to a
+    /// dead-letter exchange if the queue has one). `idem run` stops on such
+    /// a line before anything runs, or skips it (`skipped`).
+    pub refused: u64,
     /// Operations this run never started, so no effect of theirs happened:
     /// their claim failed, the store was unavailable past the outage budget,
     /// or the source changed after it was checked (a warning says which).
@@ -88,6 +101,21 @@ pub struct Summary {
     /// group's membership moved on (`idem consume --shard`).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub deposed: bool,
+    /// Set when a consumer stopped because no message could be run (its
+    /// command cannot start, its policy may not claim in the namespace,
+    /// the store failed in a way waiting does not change): why. The
+    /// delivery that showed it was put back for a consumer that can.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stopped: Option<String>,
+    /// Deliveries a consumer stopping when idle left unacknowledged (given
+    /// to another consumer of its name, alive or crashed, and not settled
+    /// when it stopped waiting for them).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub unacknowledged: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// Why a run stopped early: its store was gone past the outage budget.
@@ -115,6 +143,7 @@ impl Summary {
             End::StaleEpoch => &mut self.stale_epoch,
             End::PolicyFailed => &mut self.policy_failed,
             End::NotRun => &mut self.not_run,
+            End::Refused => &mut self.refused,
         };
         *counter += 1;
     }
@@ -133,6 +162,7 @@ impl Summary {
             + self.stale_epoch
             + self.policy_failed
             + self.skipped
+            + self.refused
             + self.not_run
             == 0
     }
