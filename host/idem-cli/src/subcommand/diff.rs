@@ -10,6 +10,7 @@ use idem_core::Operation;
 use crate::exit::{Failure, KEYS_WOULD_CHANGE, SUCCESS};
 use crate::input::shown;
 use crate::policy_args::RuntimeArgs;
+use crate::shown::say;
 use crate::store_args::{StoreArgs, runtime};
 
 /// `idem diff`'s flags.
@@ -75,7 +76,10 @@ pub fn run(args: DiffArgs) -> Result<u8, Failure> {
             serde_json::to_string_pretty(&report).unwrap_or_default()
         );
     } else {
-        print!("{}", render(&report, &source));
+        // Operations' values are shown: each line escaped.
+        for line in render(&report, &source).lines() {
+            say!("{line}");
+        }
     }
     if report.keeps_keys() {
         Ok(SUCCESS)

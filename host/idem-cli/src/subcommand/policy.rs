@@ -12,6 +12,7 @@ use serde_json::json;
 
 use crate::exit::{Failure, INCOMPLETE, KEYS_WOULD_CHANGE, SUCCESS};
 use crate::policy_args::RuntimeArgs;
+use crate::shown::{say, tell};
 use crate::store_args::{StoreArgs, runtime};
 use crate::when;
 
@@ -185,7 +186,7 @@ fn activate(args: ActivateArgs) -> Result<u8, Failure> {
             let report = diff_store(&old, &policy, &store).await.map_err(failed)?;
             key_changes = report.key_changes;
             if !args.json {
-                eprintln!(
+                tell!(
                     "diff against the active {}: {} record{} compared, {} key{} would change",
                     active,
                     report.compared,
@@ -194,10 +195,10 @@ fn activate(args: ActivateArgs) -> Result<u8, Failure> {
                     if report.key_changes == 1 { "" } else { "s" },
                 );
                 for g in &report.groups {
-                    eprintln!("  {} operation(s): {}", g.count, g.explanation.join("; "));
+                    tell!("  {} operation(s): {}", g.count, g.explanation.join("; "));
                 }
                 for n in &report.not_diffable {
-                    eprintln!("  not diffable ({}): {}", n.count, n.reason);
+                    tell!("  not diffable ({}): {}", n.count, n.reason);
                 }
             }
             diff_json = serde_json::to_value(&report).unwrap_or_default();
@@ -300,17 +301,18 @@ fn list(args: ListArgs) -> Result<u8, Failure> {
             }
         );
         for r in &all {
-            println!("\n{}: active {}", r.namespace, r.active);
-            println!("  accepted: {}", r.registered.join(", "));
+            say!();
+            say!("{}: active {}", r.namespace, r.active);
+            say!("  accepted: {}", r.registered.join(", "));
             if let Some(d) = &r.dual_read {
-                println!(
+                say!(
                     "  dual read of {} until {}",
                     d.previous,
                     when::utc(d.until_ms)
                 );
             }
             for e in &r.history {
-                println!(
+                say!(
                     "  {} {} {}{} by {}{}",
                     when::utc(e.at_ms),
                     e.action.as_str(),
@@ -358,9 +360,11 @@ fn rollback(args: RollbackArgs) -> Result<u8, Failure> {
             })
             .await
             .map_err(failed)?;
-        println!(
+        say!(
             "`{}`: {} is active again (was {})",
-            r.namespace, r.active, current.active
+            r.namespace,
+            r.active,
+            current.active
         );
         Ok(SUCCESS)
     })
