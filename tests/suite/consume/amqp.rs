@@ -274,10 +274,9 @@ fn two_consumers_one_killed_mid_run_the_other_takes_over() {
 fn poison_is_refused_once_beside_good_charges_on_sqlite() {
     let test = "consume::amqp::poison_is_refused_once_beside_good_charges_on_sqlite";
     let Some(url) = amqp_url(test) else { return };
-    let dir = tempfile::tempdir().unwrap();
     super::poison::poison_is_refused_once_beside_good_charges(
         &Exchange::create(&url, "poison", &["billing"]),
-        &super::poison::Store::sqlite(dir.path()),
+        &idem_tests::TestStore::sqlite(),
     );
 }
 
@@ -285,7 +284,9 @@ fn poison_is_refused_once_beside_good_charges_on_sqlite() {
 fn poison_is_refused_once_beside_good_charges_on_postgres() {
     let test = "consume::amqp::poison_is_refused_once_beside_good_charges_on_postgres";
     let Some(url) = amqp_url(test) else { return };
-    let Some(store) = super::poison::Store::postgres(test) else {
+    let Some(store) =
+        idem_tests::postgres_url(test).map(|url| idem_tests::TestStore::postgres(&url))
+    else {
         return;
     };
     super::poison::poison_is_refused_once_beside_good_charges(

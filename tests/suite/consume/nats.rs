@@ -330,10 +330,9 @@ fn a_shard_deposed_by_a_new_membership_stops_and_says_so() {
 fn poison_is_refused_once_beside_good_charges_on_sqlite() {
     let test = "consume::nats::poison_is_refused_once_beside_good_charges_on_sqlite";
     let Some(url) = nats_url(test) else { return };
-    let dir = tempfile::tempdir().unwrap();
     super::poison::poison_is_refused_once_beside_good_charges(
         &Stream::create(&url, "poison"),
-        &super::poison::Store::sqlite(dir.path()),
+        &idem_tests::TestStore::sqlite(),
     );
 }
 
@@ -341,7 +340,9 @@ fn poison_is_refused_once_beside_good_charges_on_sqlite() {
 fn poison_is_refused_once_beside_good_charges_on_postgres() {
     let test = "consume::nats::poison_is_refused_once_beside_good_charges_on_postgres";
     let Some(url) = nats_url(test) else { return };
-    let Some(store) = super::poison::Store::postgres(test) else {
+    let Some(store) =
+        idem_tests::postgres_url(test).map(|url| idem_tests::TestStore::postgres(&url))
+    else {
         return;
     };
     super::poison::poison_is_refused_once_beside_good_charges(

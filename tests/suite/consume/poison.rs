@@ -9,47 +9,12 @@
 //!   crashed consumer held, and runs them;
 //! - a duplicate of a record waiting in review is acknowledged.
 
-use std::path::Path;
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use idem_tests::{idem_bin, postgres_url};
+use idem_tests::{TestStore, idem_bin};
 
 use super::{APPEND, Broker, charge, consume_on, effects_of, spawn_group, summary};
-
-/// A store for one test: SQLite in the test's directory, or a fresh
-/// PostgreSQL schema dropped at the end.
-pub(super) struct Store {
-    pub(super) url: String,
-    postgres: bool,
-}
-
-impl Store {
-    pub(super) fn sqlite(dir: &Path) -> Store {
-        Store {
-            url: format!("sqlite:{}", dir.join("idem.db").display()),
-            postgres: false,
-        }
-    }
-
-    pub(super) fn postgres(test: &str) -> Option<Store> {
-        let url = postgres_url(test)?;
-        let sep = if url.contains('?') { '&' } else { '?' };
-        let schema = idem_store_conformance::fresh_schema();
-        Some(Store {
-            url: format!("{url}{sep}idem_schema={schema}&idem_pool_size=4"),
-            postgres: true,
-        })
-    }
-}
-
-impl Drop for Store {
-    fn drop(&mut self) {
-        if self.postgres {
-            idem_store_conformance::drop_postgres_schema(&self.url);
-        }
-    }
-}
 
 /// `command`'s output, once it exits; a consumer that is still running
 /// after two minutes (it never stopped when idle) is killed and fails the
@@ -130,7 +95,7 @@ fn poison() -> Vec<(&'static str, String, &'static str)> {
     ]
 }
 
-pub(super) fn poison_is_refused_once_beside_good_charges(broker: &dyn Broker, store: &Store) {
+pub(super) fn poison_is_refused_once_beside_good_charges(broker: &dyn Broker, store: &TestStore) {
     let dir = tempfile::tempdir().unwrap();
     const GOOD: usize = 10;
     let mut bodies: Vec<String> = (0..GOOD).map(|i| charge(&format!("p{i}"))).collect();
@@ -141,7 +106,7 @@ pub(super) fn poison_is_refused_once_beside_good_charges(broker: &dyn Broker, st
         consume_on(
             broker,
             dir.path(),
-            &store.url,
+            &store.store,
             "billing",
             &["--concurrency", "2", "--stop-when-idle", "2s"],
             APPEND,
@@ -234,7 +199,7 @@ fn run_of(store: &str, invoice: &str) -> (String, String, u64) {
 
 pub(super) fn the_run_flags_reach_the_records(broker: &dyn Broker) {
     let dir = tempfile::tempdir().unwrap();
-    let store = Store::sqlite(dir.path());
+    let store = TestStore::sqlite();
     let own_run = charge("r2").replace(
         r#""fields""#,
         r#""run":{"run_id":"publisher-9","trigger":"client","attempt":3},"fields""#,
@@ -244,7 +209,7 @@ pub(super) fn the_run_flags_reach_the_records(broker: &dyn Broker) {
         consume_on(
             broker,
             dir.path(),
-            &store.url,
+            &store.store,
             "billing",
             &[
                 "--run-id",
@@ -268,12 +233,12 @@ pub(super) fn the_run_flags_reach_the_records(broker: &dyn Broker) {
     );
     assert_eq!(summary(&out)["executed"], 2);
     assert_eq!(
-        run_of(&store.url, "r1"),
+        run_of(&store.store, "r1"),
         ("consume-7".into(), "retry".into(), 2)
     );
     // A run the publisher named is its own.
     assert_eq!(
-        run_of(&store.url, "r2"),
+        run_of(&store.store, "r2"),
         ("publisher-9".into(), "client".into(), 3)
     );
 }
@@ -283,7 +248,7 @@ pub(super) fn stopping_when_idle_after_a_crash_runs_what_the_crashed_consumer_he
     redeliver_after: &[&str],
 ) {
     let dir = tempfile::tempdir().unwrap();
-    let store = Store::sqlite(dir.path());
+    let store = TestStore::sqlite();
     let bodies: Vec<String> = (0..4).map(|i| charge(&format!("c{i}"))).collect();
     broker.publish(&bodies);
     // The first consumer charges c1, then hangs and is killed, holding it.
@@ -295,7 +260,7 @@ pub(super) fn stopping_when_idle_after_a_crash_runs_what_the_crashed_consumer_he
     let mut first = spawn_group(consume_on(
         broker,
         dir.path(),
-        &store.url,
+        &store.store,
         "billing",
         &flags,
         &stall,
@@ -312,7 +277,7 @@ pub(super) fn stopping_when_idle_after_a_crash_runs_what_the_crashed_consumer_he
         consume_on(
             broker,
             dir.path(),
-            &store.url,
+            &store.store,
             "billing",
             &["--lease", "1s", "--stop-when-idle", "1s"],
             APPEND,
@@ -337,7 +302,7 @@ pub(super) fn stopping_when_idle_after_a_crash_runs_what_the_crashed_consumer_he
         consume_on(
             broker,
             dir.path(),
-            &store.url,
+            &store.store,
             "billing",
             &["--stop-when-idle", "1s"],
             APPEND,
