@@ -198,9 +198,12 @@ fn html(status: StatusCode, body: String) -> Response {
         ),
     );
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    // `same-origin`, not `no-referrer`: no other site learns the page's
+    // address either way, and with `no-referrer` a browser sends its forms
+    // with `Origin: null`, which the Origin check must refuse.
     headers.insert(
         header::REFERRER_POLICY,
-        HeaderValue::from_static("no-referrer"),
+        HeaderValue::from_static("same-origin"),
     );
     response
 }
