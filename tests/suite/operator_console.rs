@@ -18,7 +18,7 @@ use serde_json::{Value, json};
 
 use crate::serve::{Reply, Server, TestStore, op, request};
 
-const TOKEN: &str = "console-test-token";
+pub(crate) const TOKEN: &str = "console-test-token";
 
 fn get(server: &Server, path: &str, headers: &[(String, String)]) -> Reply {
     request(&server.addr, "GET", path, headers, b"")
@@ -96,7 +96,7 @@ fn the_metrics_endpoint_is_behind_the_token_and_promtool_accepts_it() {
 }
 
 /// The record of `key` (its 64 hex characters) in `store`.
-async fn record_of(store: &idem_store::Store, key: &str) -> idem_store::RecordView {
+pub(crate) async fn record_of(store: &idem_store::Store, key: &str) -> idem_store::RecordView {
     store
         .records()
         .list(Default::default())
@@ -109,7 +109,7 @@ async fn record_of(store: &idem_store::Store, key: &str) -> idem_store::RecordVi
 
 /// Begins `invoice` (the server's lease is one second) and never finishes it: once
 /// the lease has run out (the store's clock decides), it waits for review.
-fn lapsed(server: &Server, store: &TestStore, invoice: &str) -> (String, u64) {
+pub(crate) fn lapsed(server: &Server, store: &TestStore, invoice: &str) -> (String, u64) {
     let begun = server.ok("/v1/begin", &json!({"operation": op(invoice, "4200")}));
     assert_eq!(begun["answer"], "execute", "{begun}");
     let key = begun["key"].as_str().unwrap().to_string();
@@ -365,7 +365,7 @@ fn a_person_settles_a_lapsed_charge_in_the_console() {
 }
 
 /// The value of `name="NAME" value="…"` in `html` after `after`.
-fn form_value(html: &str, after: &str, name: &str) -> String {
+pub(crate) fn form_value(html: &str, after: &str, name: &str) -> String {
     let from = html.find(after).expect("the form");
     let needle = format!("name=\"{name}\" value=\"");
     let at = html[from..].find(&needle).expect("the field") + from + needle.len();

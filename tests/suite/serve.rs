@@ -580,10 +580,23 @@ fn no_token_no_listening_beyond_loopback() {
     assert!(stderr.contains("the token is empty"), "{stderr}");
 }
 
+// A call running when SIGTERM comes (its claim waits for a store another
+// program locks) finishes and is answered; the sidecar then exits 0 with
+// every answer in the attempt log. (A request whose body is still
+// arriving is answered 503 at once instead: serve_connections.rs.)
 #[test]
 fn sigterm_lets_the_call_in_flight_finish() {
     let store = TestStore::sqlite();
-    let mut server = Server::start(&store.url, &[], &[]);
+    let log_path = store.dir.path().join("stderr.log");
+    let mut server = Server::start_with(
+        &format!("{}?busy_timeout_ms=600000", store.url),
+        &[],
+        &[],
+        Launch {
+            stderr: Some(std::fs::File::create(&log_path).unwrap()),
+            ..Launch::default()
+        },
+    );
     // A replay just before the end: its answer is queued for the log.
     let begun = server.ok("/v1/begin", &json!({"operation": op("i1", "100")}));
     server.ok(
@@ -595,25 +608,38 @@ fn sigterm_lets_the_call_in_flight_finish() {
         "replay"
     );
 
-    // A call in flight: its head and half its body are sent, then the
-    // server is told to stop, then the rest of the body follows.
+    // A call in flight: the whole request is sent while another program
+    // holds the store's write lock, then the server is told to stop, then
+    // the lock is let go.
+    let lock = rusqlite::Connection::open(store.url.strip_prefix("sqlite:").unwrap()).unwrap();
+    lock.execute_batch("BEGIN EXCLUSIVE").unwrap();
     let body = json!({"operation": op("i2", "100")}).to_string();
-    let (first, rest) = body.as_bytes().split_at(body.len() / 2);
     let mut stream = TcpStream::connect(&server.addr).unwrap();
     stream
         .set_read_timeout(Some(Duration::from_secs(60)))
         .unwrap();
     let head = format!(
-        "POST /v1/begin HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        "POST /v1/begin HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        server.addr,
         body.len()
     );
     stream.write_all(head.as_bytes()).unwrap();
-    stream.write_all(first).unwrap();
     stream.flush().unwrap();
-    std::thread::sleep(Duration::from_millis(300));
+    // Time for the request to be read and reach the lock.
+    std::thread::sleep(Duration::from_millis(1000));
     server.signal("-TERM");
-    std::thread::sleep(Duration::from_millis(300));
-    stream.write_all(rest).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !std::fs::read_to_string(&log_path)
+        .unwrap()
+        .contains("idem: stopping")
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "idem serve never said it stops"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    lock.execute_batch("ROLLBACK").unwrap();
     let reply = read_reply(stream);
     assert_eq!(reply.status, 200, "{}", reply.text());
     assert_eq!(reply.json()["answer"], "execute");

@@ -45,19 +45,38 @@ fn closed_by_server(stream: &mut TcpStream) -> bool {
     }
 }
 
-fn begin_head(len: usize) -> String {
+fn begin_head(addr: &str, len: usize) -> String {
     format!(
-        "POST /v1/begin HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {len}\r\n\r\n"
+        "POST /v1/begin HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {len}\r\n\r\n"
     )
 }
 
+/// Holds SQLite's write lock on `store`'s file, as another program would,
+/// until dropped: a claim waits for it (the server is given a long
+/// `busy_timeout_ms`), so a call stays in flight for as long as a test
+/// needs.
+fn lock_sqlite(store: &TestStore) -> rusqlite::Connection {
+    let path = store.url.strip_prefix("sqlite:").expect("a SQLite store");
+    let lock = rusqlite::Connection::open(path).unwrap();
+    lock.execute_batch("BEGIN EXCLUSIVE").unwrap();
+    lock
+}
+
+/// `store`'s URL with a busy timeout far past any test's wait.
+fn patient(store: &TestStore) -> String {
+    format!("{}?busy_timeout_ms=600000", store.url)
+}
+
+// A client that sent its head and part of its body and then stalls has
+// reached nothing: at SIGTERM it is answered 503 at once, and the sidecar
+// exits 0 without waiting for a drain deadline of an hour.
 #[test]
 fn a_stalled_client_cannot_hold_a_stopping_sidecar() {
     let store = TestStore::sqlite();
     let (log, log_path) = log_file(&store, "stderr.log");
     let mut server = Server::start_with(
         &store.url,
-        &["--drain-timeout", "1s"],
+        &["--drain-timeout", "1h"],
         &[],
         Launch {
             stderr: Some(log),
@@ -69,7 +88,7 @@ fn a_stalled_client_cannot_hold_a_stopping_sidecar() {
     let body = json!({"operation": op("i1", "100")}).to_string();
     let mut stalled_body = TcpStream::connect(&server.addr).unwrap();
     stalled_body
-        .write_all(begin_head(body.len()).as_bytes())
+        .write_all(begin_head(&server.addr, body.len()).as_bytes())
         .unwrap();
     stalled_body
         .write_all(&body.as_bytes()[..body.len() / 10])
@@ -85,18 +104,87 @@ fn a_stalled_client_cannot_hold_a_stopping_sidecar() {
     std::thread::sleep(Duration::from_millis(300));
 
     server.signal("-TERM");
-    let status = server.wait_at_most(HANG, "a stalled client held it past --drain-timeout 1s");
+    let status = server.wait_at_most(HANG, "a stalled body held it towards --drain-timeout 1h");
+    assert_eq!(status.code(), Some(0), "nothing was cut: exit 0");
+    let log = std::fs::read_to_string(&log_path).unwrap();
+    assert!(log.contains("calls in flight finished"), "{log}");
+    stalled_body.set_read_timeout(Some(HANG)).unwrap();
+    let reply = read_reply(stalled_body);
+    let p = reply.problem(503);
+    assert!(p["type"].as_str().unwrap().ends_with("/stopping"), "{p}");
+    assert_eq!(reply.header("retry-after"), Some("1"));
+    for stream in [&mut stalled_head, &mut silent] {
+        assert!(closed_by_server(stream), "every connection is closed");
+    }
+    // Nothing was begun: the stalled begin never reached the store.
+    assert!(store.events().is_empty(), "{:?}", store.events());
+}
+
+// A call that is running (its claim waits for a store another program
+// locks) past the drain deadline is cut: its client gets no answer, the
+// sidecar says how many were cut and exits 1.
+#[test]
+fn a_call_still_running_at_the_drain_deadline_is_cut() {
+    let store = TestStore::sqlite();
+    let (log, log_path) = log_file(&store, "stderr.log");
+    let mut server = Server::start_with(
+        &patient(&store),
+        &["--drain-timeout", "1s"],
+        &[],
+        Launch {
+            stderr: Some(log),
+            ..Launch::default()
+        },
+    );
+    let lock = lock_sqlite(&store);
+    let body = json!({"operation": op("i1", "100")}).to_string();
+    let mut running = TcpStream::connect(&server.addr).unwrap();
+    running
+        .write_all(format!("{}{body}", begin_head(&server.addr, body.len())).as_bytes())
+        .unwrap();
+    // Time for the whole request to be read and reach the store's lock.
+    std::thread::sleep(Duration::from_millis(1000));
+    server.signal("-TERM");
+    // The store call it made cannot be cut while it waits in SQLite's busy
+    // handler (it blocks its thread): the lock is let go well after the 1 s
+    // deadline (an ordering aid, not a measurement). Whether the call's
+    // answer still goes out then is not asserted: see the report of issue
+    // 42 (a call blocked in the store is counted cut, yet may be answered).
+    std::thread::sleep(Duration::from_secs(3));
+    drop(lock);
+    drop(running);
+    let status = server.wait_at_most(HANG, "a running call held it past --drain-timeout 1s");
     assert_eq!(status.code(), Some(1), "a drain that cut a call exits 1");
     let log = std::fs::read_to_string(&log_path).unwrap();
     assert!(
         log.contains("1 call(s) still running at the drain deadline (1000 ms) were cut"),
         "{log}"
     );
-    for stream in [&mut stalled_body, &mut stalled_head, &mut silent] {
-        assert!(closed_by_server(stream), "every connection is closed");
-    }
-    // Nothing was begun: the stalled begin never reached the store.
-    assert!(store.events().is_empty(), "{:?}", store.events());
+    // A cut begin claimed or did not (its claim then waits for its lease).
+    let events = store.events();
+    assert!(
+        events.iter().all(|e| e == "executed") && events.len() <= 1,
+        "{events:?}"
+    );
+}
+
+// A connection that never sends a byte is closed at the header timeout,
+// not kept for the idle timeout (an hour here).
+#[test]
+fn a_connection_that_sends_nothing_is_closed_at_the_header_timeout() {
+    let store = TestStore::sqlite();
+    let server = Server::start(
+        &store.url,
+        &["--header-timeout", "1s", "--idle-timeout", "1h"],
+        &[],
+    );
+    let mut silent = TcpStream::connect(&server.addr).unwrap();
+    // Waited for at most HANG (a minute), far less than the idle hour.
+    assert!(
+        closed_by_server(&mut silent),
+        "a silent connection is closed long before --idle-timeout 1h"
+    );
+    server.ok("/v1/derive", &json!({"operation": op("i1", "1")}));
 }
 
 #[test]
@@ -132,7 +220,8 @@ fn idle_kept_alive_and_slow_connections_are_closed_while_others_are_served() {
     let body = json!({"operation": op("i1", "1")}).to_string();
     kept.write_all(
         format!(
-            "POST /v1/derive HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n{body}",
+            "POST /v1/derive HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            server.addr,
             body.len()
         )
         .as_bytes(),
@@ -310,7 +399,8 @@ fn raw(server: &Server, path: &str, body: &str) -> crate::serve::Reply {
         s.set_read_timeout(Some(HANG)).unwrap();
         s.write_all(
             format!(
-                "POST {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+                "POST {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+                server.addr,
                 body.len()
             )
             .as_bytes(),

@@ -431,6 +431,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description The request's `Origin` is not the sidecar's own: a page on another site made a browser send it. Clients that are not browsers send no `Origin`. Nothing was done. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description The request body did not arrive within `--body-timeout` (30 s by default); nothing was done. */
             408: {
                 headers: {
@@ -449,8 +458,17 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The body says it is not JSON. */
+            /** @description The body is not labelled JSON: its `Content-Type` is not `application/json` (with parameters) or a `+json` type, or it has none. */
             415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request's `Host` is not a name this sidecar answers to: without a token, a loopback name or address with its port, or a name given with `--allow-host` (with a token, checked only when `--allow-host` is given). A page whose name was made to point at this machine (DNS rebinding) gets this. Nothing was done. */
+            421: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -476,7 +494,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The sidecar has `--max-connections` connections open; this one is answered and closed. Try again after `Retry-After`. */
+            /** @description The sidecar has `--max-connections` connections open; this one is answered and closed. Try again after `Retry-After`. Or: the sidecar started to stop while the body was still arriving (nothing was done; send it again). */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -527,7 +545,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The store registered this policy's namespace and not this policy's digest (a foreign or tampered component, or a version not activated with `idem policy activate`), or the store requires registration and nobody registered the namespace. Nothing was written. */
+            /** @description The store registered this policy's namespace and not this policy's digest (a foreign or tampered component, or a version not activated with `idem policy activate`), or the store requires registration and nobody registered the namespace. Nothing was written. Or: the request's `Origin` is not the sidecar's own (a page on another site made a browser send it); nothing was done. */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -554,8 +572,17 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The body says it is not JSON. */
+            /** @description The body is not labelled JSON: its `Content-Type` is not `application/json` (with parameters) or a `+json` type, or it has none. */
             415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request's `Host` is not a name this sidecar answers to: without a token, a loopback name or address with its port, or a name given with `--allow-host` (with a token, checked only when `--allow-host` is given). A page whose name was made to point at this machine (DNS rebinding) gets this. Nothing was done. */
+            421: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -581,7 +608,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The store failed; try again after `Retry-After`; or the sidecar has `--max-connections` connections open (this one is then answered and closed). */
+            /** @description The store failed; try again after `Retry-After`; or the sidecar has `--max-connections` connections open (this one is then answered and closed). Or: the sidecar started to stop while the body was still arriving (nothing was done; send it again). */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -632,6 +659,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description The request's `Origin` is not the sidecar's own: a page on another site made a browser send it. Clients that are not browsers send no `Origin`. Nothing was done. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description No record has the key. */
             404: {
                 headers: {
@@ -668,7 +704,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The body says it is not JSON. */
+            /** @description The body is not labelled JSON: its `Content-Type` is not `application/json` (with parameters) or a `+json` type, or it has none. */
             415: {
                 headers: {
                     [name: string]: unknown;
@@ -677,7 +713,16 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The store failed; try again after `Retry-After`; or the sidecar has `--max-connections` connections open (this one is then answered and closed). */
+            /** @description The request's `Host` is not a name this sidecar answers to: without a token, a loopback name or address with its port, or a name given with `--allow-host` (with a token, checked only when `--allow-host` is given). A page whose name was made to point at this machine (DNS rebinding) gets this. Nothing was done. */
+            421: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The store failed; try again after `Retry-After`; or the sidecar has `--max-connections` connections open (this one is then answered and closed). Or: the sidecar started to stop while the body was still arriving (nothing was done; send it again). */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -728,6 +773,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description The request's `Origin` is not the sidecar's own: a page on another site made a browser send it. Clients that are not browsers send no `Origin`. Nothing was done. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description No record has the key. */
             404: {
                 headers: {
@@ -764,7 +818,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The body says it is not JSON. */
+            /** @description The body is not labelled JSON: its `Content-Type` is not `application/json` (with parameters) or a `+json` type, or it has none. */
             415: {
                 headers: {
                     [name: string]: unknown;
@@ -773,7 +827,16 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The store failed; try again after `Retry-After`; or the sidecar has `--max-connections` connections open (this one is then answered and closed). */
+            /** @description The request's `Host` is not a name this sidecar answers to: without a token, a loopback name or address with its port, or a name given with `--allow-host` (with a token, checked only when `--allow-host` is given). A page whose name was made to point at this machine (DNS rebinding) gets this. Nothing was done. */
+            421: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The store failed; try again after `Retry-After`; or the sidecar has `--max-connections` connections open (this one is then answered and closed). Or: the sidecar started to stop while the body was still arriving (nothing was done; send it again). */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -824,6 +887,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description The request's `Origin` is not the sidecar's own: a page on another site made a browser send it. Clients that are not browsers send no `Origin`. Nothing was done. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description No record has the key. */
             404: {
                 headers: {
@@ -860,7 +932,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The body says it is not JSON. */
+            /** @description The body is not labelled JSON: its `Content-Type` is not `application/json` (with parameters) or a `+json` type, or it has none. */
             415: {
                 headers: {
                     [name: string]: unknown;
@@ -869,7 +941,16 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The store failed; try again after `Retry-After`; or the sidecar has `--max-connections` connections open (this one is then answered and closed). */
+            /** @description The request's `Host` is not a name this sidecar answers to: without a token, a loopback name or address with its port, or a name given with `--allow-host` (with a token, checked only when `--allow-host` is given). A page whose name was made to point at this machine (DNS rebinding) gets this. Nothing was done. */
+            421: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The store failed; try again after `Retry-After`; or the sidecar has `--max-connections` connections open (this one is then answered and closed). Or: the sidecar started to stop while the body was still arriving (nothing was done; send it again). */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -920,6 +1001,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description The request's `Origin` is not the sidecar's own: a page on another site made a browser send it. Clients that are not browsers send no `Origin`. Nothing was done. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description No record has the key. */
             404: {
                 headers: {
@@ -956,7 +1046,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The body says it is not JSON. */
+            /** @description The body is not labelled JSON: its `Content-Type` is not `application/json` (with parameters) or a `+json` type, or it has none. */
             415: {
                 headers: {
                     [name: string]: unknown;
@@ -965,7 +1055,16 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The store failed; try again after `Retry-After`; or the sidecar has `--max-connections` connections open (this one is then answered and closed). */
+            /** @description The request's `Host` is not a name this sidecar answers to: without a token, a loopback name or address with its port, or a name given with `--allow-host` (with a token, checked only when `--allow-host` is given). A page whose name was made to point at this machine (DNS rebinding) gets this. Nothing was done. */
+            421: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The store failed; try again after `Retry-After`; or the sidecar has `--max-connections` connections open (this one is then answered and closed). Or: the sidecar started to stop while the body was still arriving (nothing was done; send it again). */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -1016,6 +1115,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description The request's `Origin` is not the sidecar's own: a page on another site made a browser send it. Clients that are not browsers send no `Origin`. Nothing was done. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description The request body did not arrive within `--body-timeout` (30 s by default); nothing was done. */
             408: {
                 headers: {
@@ -1034,7 +1142,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The body says it is not JSON. */
+            /** @description The body is not labelled JSON: its `Content-Type` is not `application/json` (with parameters) or a `+json` type, or it has none. */
             415: {
                 headers: {
                     [name: string]: unknown;
@@ -1043,7 +1151,16 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The store failed; try again after `Retry-After`; or the sidecar has `--max-connections` connections open (this one is then answered and closed). */
+            /** @description The request's `Host` is not a name this sidecar answers to: without a token, a loopback name or address with its port, or a name given with `--allow-host` (with a token, checked only when `--allow-host` is given). A page whose name was made to point at this machine (DNS rebinding) gets this. Nothing was done. */
+            421: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The store failed; try again after `Retry-After`; or the sidecar has `--max-connections` connections open (this one is then answered and closed). Or: the sidecar started to stop while the body was still arriving (nothing was done; send it again). */
             503: {
                 headers: {
                     [name: string]: unknown;

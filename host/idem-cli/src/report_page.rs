@@ -7,7 +7,9 @@
 use std::fmt::Write as _;
 
 use idem::forensics::{self, Analysis, Cause, ShownEvent};
-use idem_serve::html_escape as esc;
+// Every text on the page is shown this way: a control or bidi character
+// in an operation, a reason or a name is spelt out, never obeyed.
+use idem_serve::html_shown as esc;
 use idem_store::{AttemptEntry, AttemptEvent};
 
 use crate::subcommand::report::WaitingNow;

@@ -146,6 +146,19 @@ pub(crate) fn check_integer(value: u64, member: &str) -> Result<u64, ApiError> {
     }
 }
 
+/// Refuses a text no store keeps (one holding a NUL), naming the member,
+/// before anything reaches the engine or the store (PostgreSQL would
+/// refuse it only after the claim, as if it were an outage).
+pub(crate) fn check_text(text: &str, member: &str) -> Result<(), ApiError> {
+    match idem::core::text::unstorable(text) {
+        None => Ok(()),
+        Some(why) => Err(invalid(
+            Some(member),
+            format!("`{member}` {why}: nothing was done"),
+        )),
+    }
+}
+
 /// The statuses an outcome may carry: a process's exit status (0–255) or
 /// an HTTP status (100–599), with room to spare; nothing negative.
 pub(crate) const STATUS_RANGE: std::ops::RangeInclusive<i32> = 0..=999;

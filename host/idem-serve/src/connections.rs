@@ -7,9 +7,11 @@
 //! (nothing was logged). So:
 //!
 //! - a connection is closed when it has waited [`ConnectionLimits::idle`]
-//!   for a request, or a request's head has taken
-//!   [`ConnectionLimits::header`] from its first byte (no request is in
-//!   flight on it either way: nothing is lost);
+//!   for its next request, or a request's head has taken
+//!   [`ConnectionLimits::header`] from its first byte — from the accept for
+//!   a connection's first request, so one that never sends a byte is
+//!   closed then, not after the idle timeout (no request is in flight on
+//!   it either way: nothing is lost);
 //! - a request's body must arrive within [`ConnectionLimits::body`] (`408`,
 //!   in the handler that reads it);
 //! - at most [`ConnectionLimits::max_connections`] are open: one more is
@@ -20,7 +22,9 @@
 //! - hyper's own refusals of a head it cannot parse (`400`, `431`,
 //!   written before any call, with an empty body) go out as problem
 //!   documents like every other refusal ([`Watched`] swaps them);
-//! - on shutdown, idle connections close at once, calls in flight get
+//! - on shutdown, idle connections close at once, a request whose body
+//!   is still arriving is answered `503` at once (the `json` module: it
+//!   reached nothing), calls in flight get
 //!   [`ConnectionLimits::drain`] to finish, and what is still running then
 //!   is cut; the caller learns how many were cut ([`Drained`]).
 
@@ -112,14 +116,15 @@ impl Drained {
 }
 
 /// Serves `router` on `listener` within `limits` until `shutdown` resolves,
-/// then drains.
+/// then tells `stop` and drains.
 pub(crate) async fn serve(
     listener: TcpListener,
     router: Router,
     limits: ConnectionLimits,
     shutdown: impl Future<Output = ()>,
+    stop: watch::Sender<bool>,
 ) -> Drained {
-    let (stop, stopping) = watch::channel(false);
+    let stopping = stop.subscribe();
     let permits = Arc::new(Semaphore::new(limits.max_connections.max(1)));
     let in_flight = Arc::new(AtomicUsize::new(0));
     let mut connections = JoinSet::new();
@@ -296,9 +301,11 @@ struct Activity {
 }
 
 impl Activity {
+    /// A connection just accepted: its first head is due within the
+    /// header timeout, whether or not a byte of it has come.
     fn new() -> Self {
         Activity {
-            phase: Mutex::new(Phase::Idle {
+            phase: Mutex::new(Phase::Head {
                 since: Instant::now(),
             }),
             written: std::sync::atomic::AtomicBool::new(false),

@@ -21,8 +21,8 @@ use serde_json::{Value, json};
 use crate::App;
 use crate::api::{
     CompleteRequest, FailRequest, HeartbeatRequest, OperationRequest, ReportRequest,
-    ResolutionKind, ResolveRequest, body_bytes, check_integer, check_status, outcome_json,
-    parse_key,
+    ResolutionKind, ResolveRequest, body_bytes, check_integer, check_status, check_text,
+    outcome_json, parse_key,
 };
 use crate::json::Api;
 use crate::problem::{ApiError, Problem, engine_error, invalid, store_error};
@@ -173,6 +173,9 @@ pub(crate) async fn complete(
 pub(crate) async fn fail(State(app): State<Arc<App>>, Api(req): Api<FailRequest>) -> Answer {
     let key = app.record_key(&req.key, "key")?;
     check_integer(req.fence, "fence")?;
+    if let Some(error) = &req.error {
+        check_text(error, "error")?;
+    }
     let outcome = Outcome {
         status: check_status(req.status, "status")?,
         body: body_bytes(&req.body, &req.body_base64)?,
@@ -284,6 +287,8 @@ pub(crate) async fn heartbeat(
 pub(crate) async fn resolve(State(app): State<Arc<App>>, Api(req): Api<ResolveRequest>) -> Answer {
     let key = app.record_key(&req.key, "key")?;
     check_integer(req.fence, "fence")?;
+    check_text(&req.reason, "reason")?;
+    check_text(&req.by, "by")?;
     let body = body_bytes(&req.body, &req.body_base64)?;
     if let Some(status) = req.status {
         check_status(status, "status")?;
@@ -343,6 +348,9 @@ pub(crate) async fn report(State(app): State<Arc<App>>, Api(req): Api<ReportRequ
         Some(text) => Some(app.record_key(text, "key")?),
         None => None,
     };
+    if let Some(run) = &req.run_id {
+        check_text(run, "run_id")?;
+    }
     for (value, member) in [(req.since_ms, "since_ms"), (req.until_ms, "until_ms")] {
         if let Some(v) = value {
             check_integer(v, member)?;

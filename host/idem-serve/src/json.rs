@@ -22,35 +22,80 @@ impl<T: DeserializeOwned> FromRequest<Arc<App>> for Api<T> {
 
     async fn from_request(request: Request, app: &Arc<App>) -> Result<Self, ApiError> {
         media_type(request.headers())?;
-        let bytes = tokio::time::timeout(app.body_timeout, read_bounded(request, app.body_limit))
-            .await
-            .map_err(|_| body_timed_out(app.body_timeout))??;
+        let read = tokio::time::timeout(app.body_timeout, read_bounded(request, app.body_limit));
+        let mut stopping = app.stopping.clone();
+        // A body still arriving when the sidecar starts to stop has reached
+        // nothing: it is answered at once (the client tries again, at this
+        // sidecar's successor), rather than holding the drain open, or
+        // being cut at its deadline, for a client that may never finish it.
+        let bytes = tokio::select! {
+            biased;
+            read = read => read.map_err(|_| body_timed_out(app.body_timeout))??,
+            () = stopped(&mut stopping) => return Err(stopping_problem()),
+        };
         parse(&bytes).map(Api)
     }
 }
 
-/// Refuses a body that says it is something other than JSON (curl's `-d`
-/// and Python's urllib label a body as a form unless told otherwise: the
-/// detail says what to send). A body without a `Content-Type` is taken as
-/// JSON.
+/// Resolves once the sidecar starts to stop (never, if nothing will tell).
+async fn stopped(stopping: &mut tokio::sync::watch::Receiver<bool>) {
+    if stopping.wait_for(|s| *s).await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
+fn stopping_problem() -> ApiError {
+    ApiError(
+        Problem::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "stopping",
+            "The sidecar is stopping",
+            "the sidecar started to stop while this request's body was still arriving: nothing was done; send it again",
+        )
+        .retry_after_ms(1000),
+    )
+}
+
+/// Refuses a body that is not labelled JSON: `application/json` (with
+/// parameters) or a `+json` type (`application/merge-patch+json`). A body
+/// without a `Content-Type`, or labelled as text or a form (what curl's
+/// `-d` and Python's urllib send unless told otherwise: the detail says
+/// what to send), is refused too: those are what a page on another site
+/// may make a browser send without asking, and a JSON label is not.
 fn media_type(headers: &http::HeaderMap) -> Result<(), ApiError> {
-    let Some(value) = headers.get(header::CONTENT_TYPE) else {
-        return Ok(());
+    let text = match headers.get(header::CONTENT_TYPE) {
+        Some(value) => value.to_str().unwrap_or(""),
+        None => {
+            return Err(unsupported(
+                "the request has no Content-Type; send `Content-Type: application/json`".into(),
+            ));
+        }
     };
-    let text = value.to_str().unwrap_or("");
     let essence = text.split(';').next().unwrap_or("").trim();
-    if essence.eq_ignore_ascii_case("application/json") {
+    let json = essence.split_once('/').is_some_and(|(kind, subtype)| {
+        let subtype = subtype.to_ascii_lowercase();
+        kind.eq_ignore_ascii_case("application")
+            && (subtype == "json" || (subtype.len() > 5 && subtype.ends_with("+json")))
+    });
+    if json {
         return Ok(());
     }
-    Err(ApiError(Problem::new(
+    Err(unsupported(format!(
+        "the request's Content-Type is `{}`; send `application/json`",
+        idem::core::text::escaped(text)
+            .chars()
+            .take(100)
+            .collect::<String>()
+    )))
+}
+
+fn unsupported(detail: String) -> ApiError {
+    ApiError(Problem::new(
         StatusCode::UNSUPPORTED_MEDIA_TYPE,
         "unsupported-media-type",
         "The request body must be JSON",
-        format!(
-            "the request's Content-Type is `{}`; send `application/json`",
-            text.chars().take(100).collect::<String>()
-        ),
-    )))
+        detail,
+    ))
 }
 
 /// The whole body, refused with 413 as soon as it passes `limit` bytes (at
@@ -177,8 +222,41 @@ fn malformed(detail: String) -> ApiError {
 
 #[cfg(test)]
 mod tests {
-    use super::parse;
+    use super::{media_type, parse};
     use crate::api::{CompleteRequest, ResolveRequest};
+
+    #[test]
+    fn only_a_body_labelled_json_is_read() {
+        let status = |label: Option<&str>| {
+            let mut headers = http::HeaderMap::new();
+            if let Some(l) = label {
+                headers.insert(http::header::CONTENT_TYPE, l.parse().unwrap());
+            }
+            media_type(&headers).map_or_else(|e| e.0.status.as_u16(), |()| 200)
+        };
+        for ok in [
+            "application/json",
+            "application/json; charset=utf-8",
+            "Application/JSON",
+            "application/merge-patch+json",
+            "application/problem+json;v=1",
+        ] {
+            assert_eq!(status(Some(ok)), 200, "{ok}");
+        }
+        for refused in [
+            None,
+            Some("text/plain"),
+            Some("text/plain; charset=utf-8"),
+            Some("application/x-www-form-urlencoded"),
+            Some("multipart/form-data; boundary=x"),
+            Some("application/+json"),
+            Some("text/json"),
+            Some("application/jsonp"),
+            Some(""),
+        ] {
+            assert_eq!(status(refused), 415, "{refused:?}");
+        }
+    }
 
     /// The problem's slug, member and detail for a body.
     fn refusal<T: serde::de::DeserializeOwned>(body: &str) -> (String, Option<String>, String) {

@@ -28,7 +28,13 @@
 //! nothing, and a deposed holder's late write is refused (`409`, naming the
 //! fence). A bad request — malformed JSON, a member of the wrong type, an
 //! unknown or missing member, a body past the limit — is refused before
-//! anything reaches the store.
+//! anything reaches the store, as is any text holding a NUL (no store
+//! keeps one), naming its member.
+//!
+//! What a web page could make a browser send is refused before any route
+//! runs (the `browser` module): a `Host` the sidecar does not answer to
+//! (DNS rebinding), a state-changing request from another `Origin`, and an
+//! API body that is not labelled JSON.
 //!
 //! The OpenAPI document is `docs/reference/serve-openapi.json` in the repository.
 
@@ -36,6 +42,7 @@
 
 mod api;
 mod auth;
+mod browser;
 mod connections;
 mod console;
 mod handlers;
@@ -44,11 +51,13 @@ mod metrics_export;
 mod problem;
 
 use std::future::Future;
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::Router;
 use axum::routing::{get, post};
 use idem::engine::Engine;
+use tokio::sync::watch;
 
 pub use auth::Token;
 pub use connections::{
@@ -71,6 +80,14 @@ pub fn html_escape(text: &str) -> String {
         }
     }
     out
+}
+
+/// Untrusted text (an operation's fields, a reason, an actor, an id) for
+/// HTML: every control and bidi character spelt `\u{…}` first
+/// ([`idem::core::text::escaped`]: `"\u{202e}RUE 0001"` would otherwise
+/// read as "1000 EUR"), then the markup escaped ([`html_escape`]).
+pub fn html_shown(text: &str) -> String {
+    html_escape(&idem::core::text::escaped(text))
 }
 
 /// Every route the sidecar answers, as (method, path): the router is built
@@ -104,6 +121,15 @@ pub struct SidecarOptions {
     /// Serve the review console under `/console` (signed in with the
     /// token, see the `console` module's documentation).
     pub console: bool,
+    /// The console is reached over TLS (through a proxy): its session
+    /// cookie is `Secure`, so a browser never sends it over plain HTTP.
+    pub console_behind_tls: bool,
+    /// Names the sidecar answers to besides its listen address (`name`,
+    /// any port, or `name:port`): the `Host` a proxy in front of it
+    /// forwards, or a name of this machine. Without a token, any other
+    /// `Host` is refused (`421`); with a token, `Host` is checked only
+    /// when this list is not empty.
+    pub allowed_hosts: Vec<String>,
 }
 
 impl Default for SidecarOptions {
@@ -114,6 +140,8 @@ impl Default for SidecarOptions {
             limits: ConnectionLimits::default(),
             metrics: None,
             console: false,
+            console_behind_tls: false,
+            allowed_hosts: Vec::new(),
         }
     }
 }
@@ -131,6 +159,9 @@ pub(crate) struct App {
     pub(crate) token: Option<Token>,
     /// The review console's sessions, when it is served.
     pub(crate) console: Option<console::Console>,
+    /// Becomes `true` when the sidecar starts to stop: a body still
+    /// arriving then is answered `503` at once (see `json`).
+    pub(crate) stopping: tokio::sync::watch::Receiver<bool>,
 }
 
 /// One policy and one store behind the JSON API.
@@ -156,16 +187,21 @@ impl Sidecar {
         Sidecar { engine, options }
     }
 
-    /// The routes, authenticated when a token is set; unknown paths and
-    /// methods are problems too.
-    pub fn router(&self) -> Router {
+    /// The routes for a sidecar listening on `local`, authenticated when a
+    /// token is set, behind the browser checks; unknown paths and methods
+    /// are problems too. `stopping` turns `true` when it starts to stop.
+    fn router(&self, local: SocketAddr, stopping: watch::Receiver<bool>) -> Router {
         let app = Arc::new(App {
             engine: self.engine.clone(),
             body_limit: self.options.body_limit,
             body_timeout: self.options.limits.body,
             metrics: self.options.metrics.clone(),
             token: self.options.token.clone(),
-            console: self.options.console.then(console::Console::new),
+            console: self
+                .options
+                .console
+                .then(|| console::Console::new(self.options.console_behind_tls)),
+            stopping,
         });
         let mut router = Router::new();
         for (_, path) in ROUTES {
@@ -206,12 +242,25 @@ impl Sidecar {
         } else {
             router
         };
-        router.with_state(app)
+        // Outermost: nothing a browser was made to send reaches a route,
+        // the token check or the console.
+        let guard = browser::Guard::new(
+            local,
+            self.options.token.is_some(),
+            &self.options.allowed_hosts,
+        );
+        router
+            .layer(axum::middleware::from_fn_with_state(
+                Arc::new(guard),
+                browser::check,
+            ))
+            .with_state(app)
     }
 
     /// Serves on `listener` within the options' [`ConnectionLimits`] until
     /// `shutdown` resolves; then stops accepting, closes idle connections,
-    /// gives the calls in flight the drain deadline to finish (cutting what
+    /// answers `503` to the requests whose body is still arriving, gives
+    /// the calls in flight the drain deadline to finish (cutting what
     /// still runs then), and writes the answers still queued for the
     /// attempt log ([`Engine::flush_log`]) before returning how it went.
     pub async fn run(
@@ -219,9 +268,31 @@ impl Sidecar {
         listener: tokio::net::TcpListener,
         shutdown: impl Future<Output = ()>,
     ) -> Drained {
+        let (stop, stopping) = watch::channel(false);
+        // A listener whose address cannot be read answers to no name but
+        // those given (`Host` is then refused when checked).
+        let local = listener
+            .local_addr()
+            .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
+        let router = self.router(local, stopping);
         let drained =
-            connections::serve(listener, self.router(), self.options.limits, shutdown).await;
+            connections::serve(listener, router, self.options.limits, shutdown, stop).await;
         self.engine.flush_log().await;
         drained
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::html_shown;
+
+    #[test]
+    fn untrusted_text_is_spelt_out_then_escaped() {
+        assert_eq!(html_shown("\u{202e}RUE 0001"), "\\u{202e}RUE 0001");
+        assert_eq!(
+            html_shown("<b>\u{1b}[2J</b>"),
+            "&lt;b&gt;\\u{1b}[2J&lt;/b&gt;"
+        );
+        assert_eq!(html_shown("R-189 & co"), "R-189 &amp; co");
     }
 }

@@ -71,6 +71,37 @@ pub struct ServeArgs {
     /// a session cookie, never in a URL).
     #[arg(long)]
     pub console: bool,
+    /// The console is reached over TLS, through a proxy in front of idem
+    /// serve: its session cookie is marked Secure (never sent over plain
+    /// HTTP).
+    #[arg(long, requires = "console")]
+    pub console_behind_tls: bool,
+    /// A name idem serve answers to besides its listen address: NAME (any
+    /// port) or NAME:PORT, e.g. the host a proxy in front of it forwards;
+    /// repeatable. Without a token, a request naming any other host than
+    /// these and the loopback ones is refused (421: DNS rebinding); with a
+    /// token, the Host header is checked only when this is given.
+    #[arg(long = "allow-host", value_name = "NAME", value_parser = parse_host_name)]
+    pub allow_host: Vec<String>,
+}
+
+/// `--allow-host`: a host name or address, optionally with `:PORT`.
+fn parse_host_name(text: &str) -> Result<String, String> {
+    let (name, port) = match text.rsplit_once(':') {
+        Some((name, port)) if !text.ends_with(']') => (name, Some(port)),
+        _ => (text, None),
+    };
+    let name_ok = !name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_' | '[' | ']' | ':'));
+    if !name_ok || port.is_some_and(|p| p.parse::<u16>().is_err()) {
+        return Err(format!(
+            "`{}` is not a host name, NAME or NAME:PORT (e.g. `idem.example.com` or `idem.internal:8443`)",
+            idem::core::text::escaped(text)
+        ));
+    }
+    Ok(text.to_ascii_lowercase())
 }
 
 /// A connection timeout: at least a millisecond, at most a day.
@@ -136,6 +167,8 @@ pub fn run(args: ServeArgs) -> Result<u8, Failure> {
                 },
                 metrics,
                 console: args.console,
+                console_behind_tls: args.console_behind_tls,
+                allowed_hosts: args.allow_host.clone(),
             },
         );
         let listener = tokio::net::TcpListener::bind(args.listen)

@@ -8,13 +8,17 @@
 //! Authentication is the sidecar's token: sent once to `/console/login`,
 //! it opens a session held in memory (a random id in an `HttpOnly`,
 //! `SameSite=Strict` cookie scoped to `/console`; never in a URL), or sent
-//! as `Authorization: Bearer` on each request. A state-changing form also
-//! carries a token derived from the session's own secret, the record's key
-//! and the fence, so a cross-site request cannot forge one. Every
+//! as `Authorization: Bearer` on each request; the cookie is `Secure` when
+//! the console is said to be served over TLS
+//! ([`SidecarOptions::console_behind_tls`](crate::SidecarOptions)). A
+//! state-changing form also carries an HMAC of the record's key and the
+//! fence under the session's own secret ([`tokens`]), so a cross-site
+//! request cannot forge one. Every
 //! resolution goes through [`idem::forensics::review::resolve`]: logged
 //! with who and why, counted, like `idem resolve`.
 
 mod page;
+mod tokens;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -29,7 +33,6 @@ use idem::store::{
     AttemptFilter, Holder, Outcome, RecordKey, Resolution, ResolveRequest, StoreError,
 };
 use serde::Deserialize;
-use sha2::{Digest as _, Sha256};
 
 use crate::App;
 use crate::auth::strip_bearer;
@@ -43,10 +46,12 @@ const SESSION_IDLE: Duration = Duration::from_secs(8 * 3600);
 const SHOWN_WAITING: usize = 50;
 
 /// The console's sessions: random ids, each with a secret its forms are
-/// signed with.
-#[derive(Default)]
+/// signed with. A session is kept under an HMAC of its id
+/// ([`tokens::session_key`]): a lookup compares MACs, never the caller's
+/// bytes with a live id.
 pub(crate) struct Sessions {
-    live: Mutex<HashMap<String, Session>>,
+    live: Mutex<HashMap<[u8; 32], Session>>,
+    key: [u8; 32],
 }
 
 struct Session {
@@ -60,18 +65,21 @@ fn random_bytes() -> [u8; 32] {
     bytes
 }
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
 impl Sessions {
+    fn new() -> Self {
+        Sessions {
+            live: Mutex::default(),
+            key: random_bytes(),
+        }
+    }
+
     /// A new session's id.
     fn open(&self) -> String {
-        let id = hex(&random_bytes());
+        let id = tokens::hex(&random_bytes());
         let mut live = self.live.lock().unwrap_or_else(|p| p.into_inner());
         live.retain(|_, s| s.last_used.elapsed() < SESSION_IDLE);
         live.insert(
-            id.clone(),
+            tokens::session_key(&self.key, &id),
             Session {
                 secret: random_bytes(),
                 last_used: Instant::now(),
@@ -82,10 +90,11 @@ impl Sessions {
 
     /// The secret of live session `id`, marking it used.
     fn secret(&self, id: &str) -> Option<[u8; 32]> {
+        let key = tokens::session_key(&self.key, id);
         let mut live = self.live.lock().unwrap_or_else(|p| p.into_inner());
-        let session = live.get_mut(id)?;
+        let session = live.get_mut(&key)?;
         if session.last_used.elapsed() >= SESSION_IDLE {
-            live.remove(id);
+            live.remove(&key);
             return None;
         }
         session.last_used = Instant::now();
@@ -96,7 +105,7 @@ impl Sessions {
         self.live
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .remove(id);
+            .remove(&tokens::session_key(&self.key, id));
     }
 }
 
@@ -124,14 +133,26 @@ pub(crate) struct Console {
     pub(crate) sessions: Sessions,
     /// Signs the forms of callers without a session (bearer or open).
     pub(crate) server_secret: [u8; 32],
+    /// Whether the session cookie is `Secure` (the console is reached
+    /// over TLS, through a proxy).
+    pub(crate) behind_tls: bool,
 }
 
 impl Console {
-    pub(crate) fn new() -> Self {
+    pub(crate) fn new(behind_tls: bool) -> Self {
         Console {
-            sessions: Sessions::default(),
+            sessions: Sessions::new(),
             server_secret: random_bytes(),
+            behind_tls,
         }
+    }
+
+    /// The session cookie's attributes after its value.
+    fn cookie_attributes(&self, max_age: u64) -> String {
+        format!(
+            "Path=/console; HttpOnly; SameSite=Strict;{} Max-Age={max_age}",
+            if self.behind_tls { " Secure;" } else { "" }
+        )
     }
 }
 
@@ -162,17 +183,6 @@ fn caller(app: &App, headers: &HeaderMap) -> Option<Caller> {
     Some(Caller::Session { id, secret })
 }
 
-/// The per-form token: the caller's secret bound to one record at one
-/// fence.
-fn form_token(secret: &[u8; 32], key: &RecordKey, fence: u64) -> String {
-    let mut h = Sha256::new();
-    h.update(secret);
-    h.update(key.to_string().as_bytes());
-    h.update(b"\n");
-    h.update(fence.to_string().as_bytes());
-    hex(&h.finalize())
-}
-
 /// Every console answer is HTML that may load nothing from anywhere.
 fn html(status: StatusCode, body: String) -> Response {
     let mut response = (status, body).into_response();
@@ -188,9 +198,12 @@ fn html(status: StatusCode, body: String) -> Response {
         ),
     );
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    // `same-origin`, not `no-referrer`: no other site learns the page's
+    // address either way, and with `no-referrer` a browser sends its forms
+    // with `Origin: null`, which the Origin check must refuse.
     headers.insert(
         header::REFERRER_POLICY,
-        HeaderValue::from_static("no-referrer"),
+        HeaderValue::from_static("same-origin"),
     );
     response
 }
@@ -282,7 +295,7 @@ async fn render(
     let secret = caller.secret(&console.server_secret);
     let forms: Vec<String> = waiting
         .iter()
-        .map(|w| form_token(&secret, &w.view.record.key, w.view.record.fence))
+        .map(|w| tokens::form_token(&secret, &w.view.record.key, w.view.record.fence))
         .collect();
     let view = page::View {
         namespace: &namespace,
@@ -319,8 +332,8 @@ pub(crate) async fn login(State(app): State<Arc<App>>, Form(login): Form<Login>)
     let id = console.sessions.open();
     let mut response = see_other("/console");
     let cookie = format!(
-        "{COOKIE}={id}; Path=/console; HttpOnly; SameSite=Strict; Max-Age={}",
-        SESSION_IDLE.as_secs()
+        "{COOKIE}={id}; {}",
+        console.cookie_attributes(SESSION_IDLE.as_secs())
     );
     if let Ok(v) = HeaderValue::from_str(&cookie) {
         response.headers_mut().insert(header::SET_COOKIE, v);
@@ -330,18 +343,16 @@ pub(crate) async fn login(State(app): State<Arc<App>>, Form(login): Form<Login>)
 
 /// `POST /console/logout`.
 pub(crate) async fn logout(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
-    if let (Some(console), Some(Caller::Session { id, .. })) =
-        (&app.console, caller(&app, &headers))
-    {
+    let Some(console) = &app.console else {
+        return see_other("/console");
+    };
+    if let Some(Caller::Session { id, .. }) = caller(&app, &headers) {
         console.sessions.close(&id);
     }
     let mut response = see_other("/console");
-    response.headers_mut().insert(
-        header::SET_COOKIE,
-        HeaderValue::from_static(
-            "idem_console=; Path=/console; HttpOnly; SameSite=Strict; Max-Age=0",
-        ),
-    );
+    if let Ok(v) = HeaderValue::from_str(&format!("{COOKIE}=; {}", console.cookie_attributes(0))) {
+        response.headers_mut().insert(header::SET_COOKIE, v);
+    }
     response
 }
 
@@ -383,11 +394,8 @@ pub(crate) async fn resolve(
         return render(&app, &caller, window, Some(notice), StatusCode::BAD_REQUEST).await;
     };
     let key = RecordKey::new(namespace, digest);
-    let expected = form_token(&caller.secret(&console.server_secret), &key, form.fence);
-    if !bool::from(subtle::ConstantTimeEq::ct_eq(
-        expected.as_bytes(),
-        form.form_token.as_bytes(),
-    )) {
+    let secret = caller.secret(&console.server_secret);
+    if !tokens::form_token_matches(&secret, &key, form.fence, &form.form_token) {
         // A form from another session, another page, or another site.
         let notice = refuse(
             "the form's token does not match this session: reload the page and try again".into(),
@@ -399,12 +407,28 @@ pub(crate) async fn resolve(
         let notice = refuse("say who decides and why: both are kept in the attempt log".into());
         return render(&app, &caller, window, Some(notice), StatusCode::BAD_REQUEST).await;
     }
+    for (text, name) in [
+        (reason, "why"),
+        (by, "who decides"),
+        (&form.body[..], "body"),
+    ] {
+        if let Some(why) = idem::core::text::unstorable(text) {
+            let notice = refuse(format!("“{name}” {why}: nothing changed"));
+            return render(&app, &caller, window, Some(notice), StatusCode::BAD_REQUEST).await;
+        }
+    }
     let status = match form.status.trim() {
         "" => None,
         text => match text.parse::<i32>() {
-            Ok(n) => Some(n),
-            Err(_) => {
-                let notice = refuse(format!("status `{text}` is not a whole number"));
+            Ok(n) if crate::api::STATUS_RANGE.contains(&n) => Some(n),
+            _ => {
+                let (low, high) = (
+                    crate::api::STATUS_RANGE.start(),
+                    crate::api::STATUS_RANGE.end(),
+                );
+                let notice = refuse(format!(
+                    "status `{text}` is not a whole number from {low} to {high} (an exit status or an HTTP status)"
+                ));
                 return render(&app, &caller, window, Some(notice), StatusCode::BAD_REQUEST).await;
             }
         },
@@ -442,6 +466,11 @@ pub(crate) async fn resolve(
             key.digest.to_hex()
         )),
         Err(e) => {
+            // The status the API gives the same refusal: a request the store
+            // finds invalid (a reason past what the log keeps, a body past
+            // the cap) is the form's fault (400), an outage is 503, a record
+            // that moved on is 409.
+            let status = crate::problem::store_error(e.clone()).0.status;
             let why = match &e {
                 StoreError::Fenced { fence, current, .. } => format!(
                     "the record moved on since this page showed fence {fence} (it is at fence {current} now): nothing changed; look at it again below"
@@ -450,16 +479,13 @@ pub(crate) async fn resolve(
                     "the record is {} and no longer waits for review: nothing changed",
                     state.as_str()
                 ),
+                StoreError::InvalidRequest(why) => format!("{why}: nothing changed"),
+                other if status.is_server_error() => {
+                    format!("the store could not be reached: {other}; nothing changed, try again")
+                }
                 other => format!("the store refused it: {other}"),
             };
-            render(
-                &app,
-                &caller,
-                window,
-                Some(refuse(why)),
-                StatusCode::CONFLICT,
-            )
-            .await
+            render(&app, &caller, window, Some(refuse(why)), status).await
         }
     }
 }

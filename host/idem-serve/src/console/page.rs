@@ -6,7 +6,10 @@ use std::fmt::Write as _;
 use idem::forensics::review::Waiting;
 use idem::forensics::{Analysis, Cause, ShownOperation, shown_events};
 
-use crate::html_escape as esc;
+// Every text on the page, untrusted or not, is shown this way: a
+// control or bidi character in an operation, a reason or a name is spelt
+// out, never obeyed.
+use crate::html_shown as esc;
 
 /// How much of an operation a line shows.
 const OPERATION_CHARS: usize = 200;
