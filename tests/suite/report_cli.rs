@@ -285,8 +285,15 @@ fn a_stopped_holder_and_a_retry_are_named_reviewed_and_resolved() {
 fn two_runs_at_once_are_named_an_overlap() {
     on_every_store("overlap", |env| {
         let ops = env.write("ops.jsonl", &format!("{}\n{}\n", op(1), op(2)));
-        let cmd = r#"if [ "$WHO" = a ]; then touch "$DIR/a"; while [ ! -f "$DIR/b" ]; do sleep 0.05; done; else touch "$DIR/b"; fi; echo ok"#;
-        let mut a = env.run("billing-charge", &ops, &["--run-id", "run-a"], cmd);
+        let cmd = r#"if [ "$WHO" = a ]; then touch "$DIR/a"; while [ ! -f "$DIR/b" ]; do sleep 0.05; done; else touch "$DIR/b"; sleep 0.5; fi; echo ok"#;
+        // Run a reaches c2 as soon as b has started it, maybe before b has
+        // recorded its end: it waits for that (a peer's claim), then replays.
+        let mut a = env.run(
+            "billing-charge",
+            &ops,
+            &["--run-id", "run-a", "--wait-for-peers", "60s"],
+            cmd,
+        );
         a.env("WHO", "a");
         let a = a.spawn().unwrap();
         while !env.path("a").exists() {
