@@ -63,9 +63,13 @@ mod batch_claim;
 #[cfg(feature = "postgres")]
 mod batch_finish;
 #[cfg(feature = "postgres")]
+mod caller_tx;
+#[cfg(feature = "postgres")]
 mod connection;
 #[cfg(feature = "postgres")]
 mod fast;
+#[cfg(feature = "postgres")]
+mod in_tx;
 #[cfg(feature = "postgres")]
 mod open;
 #[cfg(feature = "postgres")]
@@ -86,6 +90,8 @@ mod statements;
 mod tls;
 mod url;
 
+#[cfg(feature = "postgres")]
+pub use caller_tx::FENCED_SQLSTATE;
 #[cfg(feature = "postgres")]
 use open::Inner;
 #[cfg(feature = "postgres")]

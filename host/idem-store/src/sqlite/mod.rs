@@ -37,6 +37,8 @@
 #[cfg(feature = "sqlite")]
 mod connection;
 #[cfg(feature = "sqlite")]
+mod in_tx;
+#[cfg(feature = "sqlite")]
 mod ownership;
 #[cfg(feature = "sqlite")]
 mod policy_registry;
