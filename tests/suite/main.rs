@@ -31,4 +31,5 @@ mod serve_connections;
 mod serve_contract;
 mod serve_fuzz;
 mod serve_schema;
+mod store_tx;
 mod untrusted_text;

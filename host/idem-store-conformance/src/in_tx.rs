@@ -90,7 +90,7 @@ async fn effect(
         #[cfg(feature = "postgres")]
         Database::Postgres(postgres) => {
             postgres
-                .complete_in_transaction(key, fence, None, async |tx| {
+                .complete_in_transaction(key, fence, None, &(), async |tx, _: &()| {
                     tx.batch_execute(&create).await?;
                     if act == Act::Count {
                         let row = tx

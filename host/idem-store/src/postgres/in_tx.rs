@@ -52,7 +52,11 @@ enum Try {
 
 impl PostgresStore {
     /// Runs `effect` in one transaction on a connection of the store's
-    /// pool (`isolation`: the server's default when `None`) and, when it
+    /// pool (`isolation`: the server's default when `None`), handed the
+    /// transaction and `context` (whatever the caller passes through, such
+    /// as the engine's claim context: handing it as an argument rather than
+    /// capturing it in a wrapping closure keeps the caller's future `Send`),
+    /// and, when it
     /// returns an outcome, completes the attempt holding `fence` on `key`
     /// with it in the same transaction, then commits: the effect's writes
     /// (tables in the store's database) and the record's end are durable
@@ -80,21 +84,23 @@ impl PostgresStore {
     /// `effect` must not end the transaction, nor catch an error of its own
     /// statements and go on (the transaction is then aborted, and it is
     /// recorded as the effect's failure).
-    pub async fn complete_in_transaction<F>(
+    pub async fn complete_in_transaction<C, F>(
         &self,
         key: &RecordKey,
         fence: u64,
         isolation: Option<IsolationLevel>,
+        context: &C,
         mut effect: F,
     ) -> Result<TxEnd, StoreError>
     where
-        F: AsyncFnMut(&Transaction<'_>) -> Result<Outcome, EffectError<tokio_postgres::Error>>,
+        C: ?Sized,
+        F: AsyncFnMut(&Transaction<'_>, &C) -> Result<Outcome, EffectError<tokio_postgres::Error>>,
     {
         let inner = &self.inner;
         let mut retries = inner.retries(CONTEXT, "serialization failures or lost commits");
         loop {
             match inner
-                .effect_once(key, fence, isolation, &mut effect)
+                .effect_once(key, fence, isolation, context, &mut effect)
                 .await?
             {
                 Try::Ended(end) => return Ok(end),
@@ -109,15 +115,17 @@ impl PostgresStore {
 
 impl Inner {
     /// One try (see [`PostgresStore::complete_in_transaction`]).
-    async fn effect_once<F>(
+    async fn effect_once<C, F>(
         &self,
         key: &RecordKey,
         fence: u64,
         isolation: Option<IsolationLevel>,
+        context: &C,
         effect: &mut F,
     ) -> Result<Try, StoreError>
     where
-        F: AsyncFnMut(&Transaction<'_>) -> Result<Outcome, EffectError<tokio_postgres::Error>>,
+        C: ?Sized,
+        F: AsyncFnMut(&Transaction<'_>, &C) -> Result<Outcome, EffectError<tokio_postgres::Error>>,
     {
         let fail = |e| self.err(CONTEXT, e);
         let (manual, offset) = self.clock();
@@ -171,7 +179,7 @@ impl Inner {
         }
 
         // 2. The effect.
-        let outcome = match effect(&tx).await {
+        let outcome = match effect(&tx, context).await {
             Ok(outcome) => outcome,
             Err(EffectError::Database(e)) if is_retryable(&e) => return Ok(Try::Again),
             Err(failed) => {

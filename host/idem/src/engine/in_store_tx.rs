@@ -100,11 +100,18 @@ impl Engine {
     ///   `PostgresStore::complete_in_transaction`), never guessed.
     /// - A store that is not PostgreSQL is refused
     ///   ([`StoreError::NotTransactional`]) before anything is claimed.
+    ///
+    /// Where the future must be `Send` (`tokio::spawn`, an axum handler),
+    /// write the effect as an `async move |tx, ctx| …` closure that owns
+    /// what it uses (an `Arc`, a cloned `String`): an async closure that
+    /// *borrows* its surroundings makes today's compiler unable to prove
+    /// the future `Send` ("implementation of `Send` is not general
+    /// enough", rust-lang/rust#110338), though nothing in it is shared.
     pub async fn run_once_in_postgres<F>(
         &self,
         op: &Operation,
         isolation: Option<IsolationLevel>,
-        mut effect: F,
+        effect: F,
     ) -> Result<RunResult, EngineError>
     where
         F: AsyncFnMut(
@@ -120,7 +127,7 @@ impl Engine {
         let ctx = execution.context();
         let (key, fence) = (execution.key().clone(), execution.fence());
         let end = database
-            .complete_in_transaction(&key, fence, isolation, async |tx| effect(tx, &ctx).await)
+            .complete_in_transaction(&key, fence, isolation, &ctx, effect)
             .await;
         settle(execution, end).await
     }
