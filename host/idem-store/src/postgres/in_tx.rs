@@ -181,7 +181,12 @@ impl Inner {
         // 2. The effect.
         let outcome = match effect(&tx, context).await {
             Ok(outcome) => outcome,
-            Err(EffectError::Database(e)) if is_retryable(&e) => return Ok(Try::Again),
+            Err(EffectError::Database(e)) if is_retryable(&e) => {
+                // Rolled back here, so the connection goes back to the pool.
+                let rolled_back = tx.rollback().await;
+                end(&mut conn, rolled_back);
+                return Ok(Try::Again);
+            }
             Err(failed) => {
                 let ended = match failed {
                     EffectError::Failed { retryable, outcome } => {

@@ -56,7 +56,10 @@
 //! claim and finish; `batch_claim.rs` and
 //! `batch_finish.rs` its batch statements), `ownership.rs` (memberships and
 //! job leases), `policy_registry.rs` (namespace registrations, kept
-//! components and settings); `tls.rs` and `url.rs` how to connect.
+//! components and settings); `in_tx.rs` an effect's writes and its
+//! completion in one transaction of the store's pool, `caller_tx.rs` the
+//! completion inside a transaction the caller owns; `tls.rs` and `url.rs`
+//! how to connect.
 
 #[cfg(feature = "postgres")]
 mod batch_claim;

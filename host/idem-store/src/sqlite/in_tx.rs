@@ -72,7 +72,11 @@ impl SqliteStore {
     ///
     /// `effect` must leave the transaction open (no `COMMIT`, `ROLLBACK`
     /// or `RELEASE` of it): one that ends it is refused, and what it
-    /// committed stays committed without the completion.
+    /// committed stays committed without the completion. It must not call
+    /// this store (or an engine over it) either: it runs holding the
+    /// store's one connection, which such a call would wait for forever.
+    /// It is `Send + 'static` because it may run on the blocking pool:
+    /// move what it needs into it.
     pub async fn complete_in_transaction<F>(
         &self,
         key: &RecordKey,
