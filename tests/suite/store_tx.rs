@@ -519,3 +519,102 @@ async fn a_holder_killed_between_its_business_write_and_its_completion_postgres(
     .await;
     drop_postgres_schema(&store_url);
 }
+
+/// The effect's own failure rolls its row back and is recorded under the
+/// fence: retryable, the next run re-executes it (`provider-charge`) and
+/// its row is the only one; permanent, it is replayed and never run again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_effects_failure_rolls_its_writes_back_and_is_recorded_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("idem.db");
+    let store = idem::store::open(
+        &format!("sqlite:{}", path.display()),
+        StoreOptions::default(),
+    )
+    .await
+    .unwrap();
+    let engine = Engine::new(
+        load("provider-charge"),
+        store.clone(),
+        EngineOptions::default(),
+    );
+    let effect = |fail: Option<bool>| {
+        move |tx: &idem::store::rusqlite::Transaction<'_>, ctx: &ExecContext| {
+            tx.execute(
+                "CREATE TABLE IF NOT EXISTS ledger (fence INTEGER NOT NULL)",
+                [],
+            )?;
+            tx.execute("INSERT INTO ledger VALUES (?1)", [ctx.fence as i64])?;
+            match fail {
+                Some(true) => Err(idem::store::EffectError::retryable(Outcome::error(
+                    2, "declined",
+                ))),
+                Some(false) => Err(idem::store::EffectError::permanent(Outcome::error(
+                    3,
+                    "card blocked",
+                ))),
+                None => Ok(Outcome::new(0, "charged")),
+            }
+        }
+    };
+    let rows = || {
+        let db = idem::store::rusqlite::Connection::open(&path).unwrap();
+        db.query_row("SELECT count(*) FROM ledger", [], |row| {
+            row.get::<_, i64>(0)
+        })
+        .unwrap()
+    };
+
+    let op = charge("inv-1");
+    let first = engine
+        .run_once_in_sqlite(&op, effect(Some(true)))
+        .await
+        .unwrap();
+    let RunResult::Executed {
+        key,
+        result: Err(failed),
+        ..
+    } = first
+    else {
+        panic!("{first:?}");
+    };
+    assert!(failed.retryable);
+    let record = store.records().get(&key).await.unwrap().unwrap().record;
+    assert_eq!(record.state, RecordState::FailedRetryable);
+    let second = engine.run_once_in_sqlite(&op, effect(None)).await.unwrap();
+    let RunResult::Executed {
+        fence,
+        result: Ok(_),
+        ..
+    } = second
+    else {
+        panic!("a retryable failure is re-executed: {second:?}");
+    };
+    assert!(fence > record.fence);
+    assert_eq!(rows(), 1, "only the successful run's row");
+    assert_eq!(
+        events(&store, &key).await,
+        [
+            AttemptEvent::Executed,
+            AttemptEvent::FailedRetryable,
+            AttemptEvent::TakenOver,
+            AttemptEvent::Completed
+        ]
+    );
+
+    let op = charge("inv-2");
+    let first = engine
+        .run_once_in_sqlite(&op, effect(Some(false)))
+        .await
+        .unwrap();
+    assert!(
+        matches!(&first, RunResult::Executed { result: Err(f), .. } if !f.retryable),
+        "{first:?}"
+    );
+    let again = engine.run_once_in_sqlite(&op, effect(None)).await.unwrap();
+    assert!(
+        matches!(again, RunResult::NotRun(Begin::Replay(_))),
+        "a permanent failure is replayed: {again:?}"
+    );
+    assert_eq!(rows(), 1, "the failed runs wrote nothing");
+}
