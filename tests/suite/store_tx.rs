@@ -618,3 +618,117 @@ async fn an_effects_failure_rolls_its_writes_back_and_is_recorded_once() {
     );
     assert_eq!(rows(), 1, "the failed runs wrote nothing");
 }
+
+/// A take-over tried while the holder's transaction is open (the holder
+/// paused past its lease inside it) waits for the transaction, which holds
+/// the record's row lock, and then finds the record completed: it is
+/// refused, and the business row exists once, under the first fence.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_take_over_during_the_transaction_waits_and_finds_it_completed() {
+    let Some(url) = postgres_url("a_take_over_during_the_transaction_waits") else {
+        return;
+    };
+    let schema = fresh_schema();
+    let store_url = schema_url(&url, &schema);
+    let clock = ManualClock::new(1_800_000_000_000);
+    let options = StoreOptions {
+        clock: clock.store_clock(),
+        ..StoreOptions::default()
+    };
+    let store = idem::store::open(&store_url, options).await.unwrap();
+    let engine = Engine::new(
+        load("provider-charge"),
+        store.clone(),
+        EngineOptions::default(),
+    );
+    let watcher = Arc::new(connect(&url).await);
+    let ledger = format!("{schema}.ledger");
+    watcher
+        .batch_execute(&format!(
+            "CREATE TABLE {ledger} (invoice text, fence bigint)"
+        ))
+        .await
+        .unwrap();
+    let (other, table) = (store.clone(), ledger.clone());
+    let (sender, taken_over) = tokio::sync::oneshot::channel();
+    let mut sender = Some(sender);
+    let result = engine
+        .run_once_in_postgres(&charge("inv-1"), None, async move |tx, ctx| {
+            tx.execute(
+                &format!("INSERT INTO {table} VALUES ('inv-1', $1)"),
+                &[&(ctx.fence as i64)],
+            )
+            .await?;
+            // Paused past the lease, inside the transaction: another
+            // process sees an expired claim and takes it over.
+            clock.advance(Duration::from_secs(6 * 60));
+            let key = other.records().list(Default::default()).await.unwrap()[0]
+                .record
+                .key
+                .clone();
+            let (store, fence) = (other.clone(), ctx.fence);
+            let attempt = tokio::spawn(async move {
+                store
+                    .records()
+                    .take_over(
+                        &key,
+                        fence,
+                        Duration::from_secs(300),
+                        idem_store_conformance::holder(2),
+                        None,
+                    )
+                    .await
+            });
+            // Until the take-over waits for this transaction's row lock.
+            let mut waited = false;
+            for _ in 0..1_000 {
+                // Waiting for this transaction's id: a row lock it holds.
+                let waiting: i64 = tx
+                    .query_one(
+                        "SELECT count(*) FROM pg_locks WHERE NOT granted \
+                         AND locktype = 'transactionid' \
+                         AND transactionid = pg_current_xact_id()::xid",
+                        &[],
+                    )
+                    .await?
+                    .get(0);
+                if waiting > 0 {
+                    waited = true;
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            if let Some(sender) = sender.take() {
+                let _ = sender.send((waited, attempt));
+            }
+            Ok(Outcome::new(0, "charged"))
+        })
+        .await
+        .unwrap();
+    let RunResult::Executed {
+        key, fence, result, ..
+    } = result
+    else {
+        panic!("not executed: {result:?}");
+    };
+    assert!(result.is_ok());
+    let (waited, attempt) = taken_over.await.unwrap();
+    assert!(waited, "the take-over never waited for the transaction");
+    let refused = attempt.await.unwrap();
+    assert!(
+        matches!(refused, Err(StoreError::NotEligible { .. })),
+        "a completed record is not taken over: {refused:?}"
+    );
+    let record = store.records().get(&key).await.unwrap().unwrap().record;
+    assert_eq!(
+        (record.state, record.fence),
+        (RecordState::Completed, fence)
+    );
+    let rows: i64 = watcher
+        .query_one(&format!("SELECT count(*) FROM {ledger}"), &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(rows, 1);
+    drop_postgres_schema(&store_url);
+}
