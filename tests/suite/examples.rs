@@ -17,7 +17,7 @@ use idem_tests::policy_path;
 const TIMEOUT: Duration = Duration::from_secs(120);
 
 /// The built example `name`: `<target>/<profile>/examples/NAME`.
-fn example_bin(name: &str) -> PathBuf {
+pub(crate) fn example_bin(name: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("test binary path");
     // <target>/<profile>/deps/suite-<hash> → <target>/<profile>/examples/NAME
     let bin = exe
@@ -152,6 +152,18 @@ fn run_once_runs_the_closure_once_in_two_calls() {
         "call #2: replayed receipt of c1 (fence 1); the closure did not run",
     );
     line(&out, "the closure ran 1 time(s) in 2 calls");
+}
+
+#[test]
+fn an_effect_in_the_store_transaction_is_executed_once_then_replayed() {
+    let env = Env::new();
+    let policy = policy_path("provider-charge");
+    // No store URL: a SQLite file in a temporary directory, two rounds.
+    let out = stdout_of(with_args(env.example("effect_in_store"), &[&policy]));
+    for n in 1..=3 {
+        line(&out, &format!("inv-{n}: executed at fence {n}"));
+        line(&out, &format!("inv-{n}: replayed ledger row of inv-{n}"));
+    }
 }
 
 #[test]

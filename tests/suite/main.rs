@@ -33,4 +33,5 @@ mod serve_contract;
 mod serve_fuzz;
 mod serve_schema;
 mod serve_unstorable;
+mod store_tx;
 mod untrusted_text;

@@ -30,6 +30,7 @@ mod attempt_log;
 mod batches;
 mod claim_in_doubt;
 mod factories;
+mod in_tx;
 mod job_lease;
 mod kept_operations;
 pub mod model;
@@ -60,6 +61,7 @@ pub use factories::{
 pub use factories::{drop_postgres_schema, postgres_factory};
 #[cfg(feature = "sqlite")]
 pub use factories::{sqlite_factory, sqlite_fast_factory};
+pub use in_tx::effects_in_the_store_transaction;
 pub use job_lease::job_lease;
 pub use kept_operations::{
     keep_operations_off_keeps_none, kept_operations_are_bounded, records_keep_their_operation,
@@ -127,6 +129,7 @@ macro_rules! for_each_conformance_check {
             activation_pins_digests_and_logs_history,
             racing_activations_have_one_winner,
             unstorable_text_is_refused_before_anything_is_written,
+            effects_in_the_store_transaction,
         }
     };
 }

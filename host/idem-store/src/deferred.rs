@@ -15,7 +15,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio::sync::OnceCell;
 
-use crate::port::{Batching, Ownership, PolicyRegistry, Records, Writes};
+use crate::port::{Batching, Database, Ownership, PolicyRegistry, Records, Transactions, Writes};
 use crate::store::Store;
 use crate::url::{StoreUrl, redacted_url};
 use crate::vocabulary::Holder;
@@ -82,6 +82,13 @@ impl Deferred {
         self.store
             .get_or_try_init(|| crate::open(&self.url, self.options.clone()))
             .await
+    }
+}
+
+#[async_trait]
+impl Transactions for Deferred {
+    async fn database(&self) -> Result<Database, StoreError> {
+        self.open().await?.database().await
     }
 }
 

@@ -100,21 +100,31 @@ pub use deferred::Deferred;
 pub use group_commit::{GroupCommit, GroupCommitOptions, GroupCommitStats, LaneStats};
 pub use memory::MemoryStore;
 pub use open::{migrate, open};
-pub use port::{Batching, Ownership, PolicyRegistry, Records, Writes};
+pub use port::{Batching, Database, Ownership, PolicyRegistry, Records, Transactions, Writes};
 pub use postgres::{DEFAULT_POOL_SIZE, DEFAULT_SCHEMA, PostgresUrl, TlsMode};
 #[cfg(feature = "postgres")]
-pub use postgres::{POSTGRES_SCHEMA_VERSION, PostgresStore};
+pub use postgres::{FENCED_SQLSTATE, POSTGRES_SCHEMA_VERSION, PostgresStore};
+/// The SQLite driver the store runs on, re-exported so that an effect in
+/// the store's transaction names the very `rusqlite::Transaction` it is
+/// handed (no second version of the crate to match).
+#[cfg(feature = "sqlite")]
+pub use rusqlite;
 #[cfg(feature = "sqlite")]
 pub use sqlite::{SCHEMA_VERSION, SqliteStore};
 pub use sqlite::{SqliteOptions, Synchronous};
 pub use store::Store;
+/// The PostgreSQL client the store runs on, re-exported so that an effect
+/// in the store's transaction names the very `tokio_postgres::Transaction`
+/// it is handed.
+#[cfg(feature = "postgres")]
+pub use tokio_postgres;
 pub use url::{StoreUrl, redacted_url};
 pub use vocabulary::{
     Activation, AttemptEntry, AttemptEvent, AttemptFilter, Claim, ClaimOutcome, ClaimRequest,
-    ConnectErrorKind, DEFAULT_MAX_OUTCOME_BYTES, Digest, DualRead, Ending, ErrorClass, Existing,
-    Finish, Holder, HolderToken, JobLease, JobLeaseAcquire, KeptOperation, ListFilter,
+    ConnectErrorKind, DEFAULT_MAX_OUTCOME_BYTES, Digest, DualRead, EffectError, Ending, ErrorClass,
+    Existing, Finish, Holder, HolderToken, JobLease, JobLeaseAcquire, KeptOperation, ListFilter,
     MAX_ERROR_BYTES, MAX_HISTORY, MAX_KEPT_OPERATION_BYTES, MAX_NOTE_BYTES, ManualClock,
     Membership, NotKept, OpenErrorKind, Outcome, OwnershipToken, Record, RecordKey, RecordState,
     RecordView, Registration, RegistryAction, RegistryEvent, Resolution, ResolveRequest, Rollback,
-    StoreClock, StoreError, StoreOptions, TRUNCATION_MARK, Write, WriteOutcome,
+    StoreClock, StoreError, StoreOptions, TRUNCATION_MARK, TxEnd, Write, WriteOutcome,
 };

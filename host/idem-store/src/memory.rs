@@ -345,3 +345,16 @@ impl RegistryBackend for MemoryStore {
         Ok(())
     }
 }
+
+/// Nothing in memory is atomic with a write elsewhere: an effect in the
+/// store's transaction is refused rather than run without the guarantee.
+#[async_trait]
+impl crate::port::Transactions for MemoryStore {
+    async fn database(&self) -> Result<crate::port::Database, StoreError> {
+        Err(StoreError::NotTransactional {
+            store: RecordBackend::name(self).to_string(),
+            why: "the in-memory store has no database a business write could share                   (use a SQLite or PostgreSQL store, with the business tables beside idem's)"
+                .into(),
+        })
+    }
+}

@@ -3,8 +3,9 @@
 use std::sync::Arc;
 
 use crate::backend::{OwnershipBackend, RecordBackend, RegistryBackend};
-use crate::port::{Ownership, PolicyRegistry, Records, Writes};
+use crate::port::{Database, Ownership, PolicyRegistry, Records, Transactions, Writes};
 use crate::vocabulary::StoreClock;
+use crate::vocabulary::StoreError;
 
 /// A record store: one implementation of each capability (see the `port`
 /// docs), where it is, and the clock it decides leases by.
@@ -26,6 +27,7 @@ struct Capabilities {
     records: Arc<dyn Records>,
     ownership: Arc<dyn Ownership>,
     registry: Arc<dyn PolicyRegistry>,
+    transactions: Arc<dyn Transactions>,
 }
 
 impl std::fmt::Debug for Store {
@@ -40,7 +42,7 @@ impl Store {
     /// it decides leases by.
     pub fn from_backend<B>(name: impl Into<String>, clock: StoreClock, backend: Arc<B>) -> Self
     where
-        B: Writes + Records + Ownership + PolicyRegistry,
+        B: Writes + Records + Ownership + PolicyRegistry + Transactions,
     {
         Store(Arc::new(Capabilities {
             name: name.into(),
@@ -48,7 +50,8 @@ impl Store {
             writes: backend.clone(),
             records: backend.clone(),
             ownership: backend.clone(),
-            registry: backend,
+            registry: backend.clone(),
+            transactions: backend,
         }))
     }
 
@@ -101,6 +104,16 @@ impl Store {
     pub fn registry(&self) -> &dyn PolicyRegistry {
         &*self.0.registry
     }
+
+    /// The database this store keeps its records in, for an effect whose
+    /// writes commit with its end ([`Transactions`]); the in-memory store
+    /// refuses ([`StoreError::NotTransactional`]). A wrapper of the writes
+    /// ([`crate::GroupCommit`]) does not change it: an effect in the
+    /// store's transaction completes in that transaction, beside the
+    /// batcher.
+    pub async fn database(&self) -> Result<Database, StoreError> {
+        self.0.transactions.database().await
+    }
 }
 
 impl Store {
@@ -108,7 +121,7 @@ impl Store {
     /// backend says.
     fn of_backend<B>(backend: Arc<B>) -> Self
     where
-        B: RecordBackend + OwnershipBackend + RegistryBackend,
+        B: RecordBackend + OwnershipBackend + RegistryBackend + Transactions,
     {
         let (name, clock) = (backend.name().to_string(), backend.options().clock.clone());
         Store::from_backend(name, clock, backend)

@@ -74,7 +74,7 @@ pub(super) fn checked<B: RecordBackend>(backend: &B, finish: Finish) -> Result<F
 }
 
 /// The finish decision: `machine::finish` of the record as read.
-fn finish_decision(finish: Finish, limit: usize) -> Decide<()> {
+pub(super) fn finish_decision(finish: Finish, limit: usize) -> Decide<()> {
     let state = finish.ending.state();
     Box::new(move |current, now, _| {
         match machine::finish(

@@ -10,11 +10,14 @@
 //!   `finishes.rs` the two kinds, alone and in batches;
 //! - `records.rs`: [`crate::Records`] for every backend;
 //! - `ownership.rs`, `policy_registry.rs`: the other two capabilities;
+//! - `in_tx.rs`: an effect in the store's own transaction (its fence
+//!   check, its completion, a deposed holder's refusal logged);
 //! - `checked.rs`: the debug check of what a fast path wrote.
 
 mod checked;
 mod claims;
 mod finishes;
+pub(crate) mod in_tx;
 mod ownership;
 mod policy_registry;
 mod records;

@@ -122,6 +122,17 @@ pub(super) fn held(
     Ok(record)
 }
 
+/// Whether the holder of `fence` may write `key`'s record: [`held`]'s
+/// check, without the record.
+pub(crate) fn holding(
+    current: Option<Record>,
+    key: &RecordKey,
+    fence: u64,
+    now_ms: u64,
+) -> Result<(), StoreError> {
+    held(current, key, fence, now_ms).map(|_| ())
+}
+
 /// A record that may not take `action` (a take-over, a resolution) in its
 /// state, and why.
 pub(super) fn not_eligible(

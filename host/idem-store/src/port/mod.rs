@@ -9,6 +9,8 @@
 //! - [`Ownership`]: partitioned ownership (memberships and their epochs)
 //!   and job leases.
 //! - [`PolicyRegistry`]: which policy each namespace runs.
+//! - [`Transactions`]: the store's own database, for an effect whose
+//!   writes commit with its end (none in memory: refused).
 //!
 //! A [`crate::Store`] holds one implementation of each. A backend
 //! implements all four (through the backend ports, `crate::backend`); a
@@ -18,10 +20,12 @@
 mod ownership;
 mod policy_registry;
 mod records;
+mod transactions;
 mod writes;
 
 pub use ownership::Ownership;
 pub use policy_registry::PolicyRegistry;
 pub use records::Records;
+pub use transactions::{Database, Transactions};
 pub(crate) use writes::write_by_kind;
 pub use writes::{Batching, Writes};

@@ -32,6 +32,13 @@ impl std::ops::Deref for Conn {
     }
 }
 
+impl std::ops::DerefMut for Conn {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        // Only `drop` takes the object out.
+        self.object.as_mut().expect("a live connection")
+    }
+}
+
 impl Drop for Conn {
     fn drop(&mut self) {
         if self.in_transaction
@@ -80,7 +87,7 @@ impl Retries<'_> {
 }
 
 /// Whether a failed call may be retried as a whole: it changed nothing.
-fn is_retryable(e: &tokio_postgres::Error) -> bool {
+pub(super) fn is_retryable(e: &tokio_postgres::Error) -> bool {
     matches!(
         e.code(),
         Some(c) if *c == SqlState::T_R_SERIALIZATION_FAILURE || *c == SqlState::T_R_DEADLOCK_DETECTED

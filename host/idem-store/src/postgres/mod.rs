@@ -56,16 +56,23 @@
 //! claim and finish; `batch_claim.rs` and
 //! `batch_finish.rs` its batch statements), `ownership.rs` (memberships and
 //! job leases), `policy_registry.rs` (namespace registrations, kept
-//! components and settings); `tls.rs` and `url.rs` how to connect.
+//! components and settings); `in_tx.rs` an effect's writes and its
+//! completion in one transaction of the store's pool, `caller_tx.rs` the
+//! completion inside a transaction the caller owns; `tls.rs` and `url.rs`
+//! how to connect.
 
 #[cfg(feature = "postgres")]
 mod batch_claim;
 #[cfg(feature = "postgres")]
 mod batch_finish;
 #[cfg(feature = "postgres")]
+mod caller_tx;
+#[cfg(feature = "postgres")]
 mod connection;
 #[cfg(feature = "postgres")]
 mod fast;
+#[cfg(feature = "postgres")]
+mod in_tx;
 #[cfg(feature = "postgres")]
 mod open;
 #[cfg(feature = "postgres")]
@@ -86,6 +93,8 @@ mod statements;
 mod tls;
 mod url;
 
+#[cfg(feature = "postgres")]
+pub use caller_tx::FENCED_SQLSTATE;
 #[cfg(feature = "postgres")]
 use open::Inner;
 #[cfg(feature = "postgres")]

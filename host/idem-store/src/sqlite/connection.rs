@@ -289,6 +289,21 @@ impl Inner {
         Ok(out)
     }
 
+    /// The connection itself, for a transaction its caller runs (an
+    /// effect in the store's transaction, `in_tx.rs`): the same file check
+    /// and fair hand-over as [`Inner::write`].
+    pub(super) fn with_connection<T>(
+        &self,
+        context: &'static str,
+        f: impl FnOnce(&mut Connection) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        self.check_file(context)?;
+        let mut conn = self.conn();
+        let out = f(&mut conn);
+        MutexGuard::unlock_fair(conn);
+        out
+    }
+
     /// Copies the write-ahead log back into the database file as far as
     /// readers allow (`wal_checkpoint(PASSIVE)`), between transactions.
     pub(super) fn checkpoint(&self) -> Result<(), StoreError> {

@@ -32,10 +32,13 @@
 //! connection and runs its calls; `schema.rs` identifies and migrates a
 //! file; `row.rs` reads and writes rows; the backend ports
 //! (`crate::backend`): `records.rs` (records and their log),
-//! `ownership.rs` (memberships and job leases), `policy_registry.rs`.
+//! `ownership.rs` (memberships and job leases), `policy_registry.rs`;
+//! `in_tx.rs` an effect's writes and its completion in one transaction.
 
 #[cfg(feature = "sqlite")]
 mod connection;
+#[cfg(feature = "sqlite")]
+mod in_tx;
 #[cfg(feature = "sqlite")]
 mod ownership;
 #[cfg(feature = "sqlite")]

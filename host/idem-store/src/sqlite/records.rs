@@ -83,7 +83,7 @@ impl Inner {
     /// One record transaction inside `tx`. The outer error is a failure to
     /// read or write (it fails the whole transaction); the inner one a
     /// refusal (nothing of this call was written).
-    fn transact_in<T>(
+    pub(super) fn transact_in<T>(
         &self,
         tx: &Transaction<'_>,
         now: u64,

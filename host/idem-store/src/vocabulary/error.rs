@@ -197,6 +197,20 @@ pub enum StoreError {
         /// The server's own message, with its SQLSTATE.
         detail: String,
     },
+    /// The store keeps no database a business write can share, so an
+    /// effect cannot commit in its transaction (the in-memory store: nothing
+    /// there is atomic with a write elsewhere), or not the kind of
+    /// transaction asked for (a SQLite effect of a PostgreSQL store).
+    /// Nothing was claimed or written.
+    #[error(
+        "store `{store}` cannot run an effect in its own transaction: {why}; nothing was claimed or written"
+    )]
+    NotTransactional {
+        /// The store.
+        store: String,
+        /// Why not, and what would.
+        why: String,
+    },
     /// A store URL this build cannot open.
     #[error(
         "unsupported store URL `{url}`: {why}. Supported: `sqlite:PATH` (or `sqlite://PATH`, query `?synchronous=full|normal&busy_timeout_ms=N&wal_autocheckpoint=PAGES`), `postgres://USER@HOST[:PORT]/DB` (or `postgresql://`, query `?idem_schema=NAME&idem_pool_size=N&sslmode=disable|prefer|require|verify-ca|verify-full` plus libpq options) and `memory:`"
@@ -348,6 +362,7 @@ impl StoreError {
             | RegistryMoved { .. }
             | InvalidRequest(_)
             | DataRefused { .. }
+            | NotTransactional { .. }
             | UnsupportedUrl { .. } => ErrorClass::Refused,
             Backend { .. } | Busy { .. } | Task(_) => ErrorClass::Unavailable,
             Connect { kind, .. } => match kind {

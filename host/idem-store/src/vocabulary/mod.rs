@@ -1,13 +1,15 @@
 //! The store's vocabulary: plain data, no I/O. Keys, records and outcomes
 //! (`record.rs`), what a claim asks and gets (`claim.rs`), a holder's end
 //! (`finish.rs`), who holds a record (`holder.rs`), memberships and job
-//! leases (`ownership.rs`), the attempt log (`attempt.rs`), a namespace's
+//! leases (`ownership.rs`), an effect in the store's transaction
+//! (`effect.rs`), the attempt log (`attempt.rs`), a namespace's
 //! registration (`registration.rs`), the store clock (`clock.rs`), what a
 //! store is opened with (`options.rs`) and what can go wrong (`error.rs`).
 
 mod attempt;
 mod claim;
 mod clock;
+mod effect;
 mod error;
 mod finish;
 mod holder;
@@ -22,6 +24,8 @@ pub use attempt::{
 };
 pub use claim::{Claim, ClaimOutcome, ClaimRequest, Existing};
 pub use clock::{ManualClock, StoreClock};
+pub use effect::{EffectError, TxEnd};
+pub(crate) use effect::{is_our_completion, statement_failed};
 pub(crate) use error::cause;
 pub use error::{ConnectErrorKind, ErrorClass, OpenErrorKind, StoreError};
 pub use finish::{Ending, Finish, Write, WriteOutcome};

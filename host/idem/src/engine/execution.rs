@@ -173,6 +173,11 @@ impl Execution {
         }
     }
 
+    /// The store this claim is held in.
+    pub(crate) fn store(&self) -> &Store {
+        &self.store
+    }
+
     /// A handle that can heartbeat this claim from another task.
     pub(crate) fn heartbeat_handle(&self) -> (Store, RecordKey, u64, Duration) {
         (

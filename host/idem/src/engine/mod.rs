@@ -47,6 +47,7 @@ mod error;
 mod execution;
 mod fenced;
 mod in_doubt;
+mod in_store_tx;
 mod look_ahead;
 mod pair;
 mod run_once;

@@ -63,10 +63,16 @@ pub(crate) fn ending(ending: Ending) -> &'static str {
 
 /// Counts a holder's end.
 pub(crate) fn finished(ending: Ending, result: &Result<(), EngineError>) {
-    let outcome = match result {
-        Ok(()) => "ok",
-        Err(EngineError::Fenced(_)) => "fenced",
-        Err(_) => "error",
+    finished_with(ending, result.as_ref().err());
+}
+
+/// Counts a holder's end by its error, if any (an end whose result
+/// carries something else: an effect in the store's transaction).
+pub(crate) fn finished_with(ending: Ending, error: Option<&EngineError>) {
+    let outcome = match error {
+        None => "ok",
+        Some(EngineError::Fenced(_)) => "fenced",
+        Some(_) => "error",
     };
     tracing::Span::current().record("result", outcome);
     metrics::counter!("idem_finish_total", "ending" => self::ending(ending), "result" => outcome)

@@ -1,0 +1,233 @@
+//! An effect in the store's own transaction: the caller's business writes
+//! (tables beside idem's, in the store's SQLite file or PostgreSQL
+//! database) and the holder's completion commit together, so a crash
+//! between "charged" and "recorded" cannot happen: either both are
+//! durable or neither is.
+//!
+//! Three forms, composed from the store's (`idem_store::Database`):
+//!
+//! - [`Engine::run_once_in_sqlite`]: `run_once` with a closure handed the
+//!   store's `rusqlite::Transaction` (synchronous: it is not `Send`, and
+//!   runs on the thread holding the store's one connection);
+//! - [`Engine::run_once_in_postgres`]: the same with an async closure
+//!   handed a `tokio_postgres::Transaction` on one of the store's pooled
+//!   connections, run again whole after a serialization failure or
+//!   deadlock;
+//! - [`Execution::complete_in_postgres`]: the caller-owned form, for a
+//!   service that already holds a transaction on the store's database.
+//!
+//! The completion is conditional on the claim's fence inside the
+//! transaction, so a deposed holder's business writes roll back and it
+//! gets [`EngineError::Fenced`]. A failure of the effect rolls its writes
+//! back and is recorded in a write of its own under the fence, as
+//! [`Engine::run_once`] records one. No heartbeat runs meanwhile: from its
+//! first statement the transaction holds the record (SQLite's write lock,
+//! PostgreSQL's row lock), so nobody can take the key over until it ends,
+//! and a heartbeat would only wait for that lock. The completion batcher
+//! (group commit) is not involved: these ends commit in the effect's own
+//! transaction. The in-memory store refuses ([`StoreError::NotTransactional`])
+//! before anything is claimed.
+
+use idem_core::Operation;
+use idem_store::tokio_postgres::{self, IsolationLevel};
+use idem_store::{
+    Database, EffectError, Ending, Outcome, PostgresStore, SqliteStore, Store, StoreError, TxEnd,
+    rusqlite,
+};
+
+use super::{Begin, Engine, EngineError, ExecContext, Execution, Failed, RunResult};
+
+impl Engine {
+    /// [`Engine::run_once`] with the effect's writes in the SQLite store's
+    /// own transaction: `effect` is handed the store's
+    /// `rusqlite::Transaction` (a `BEGIN IMMEDIATE` one) and the claim's
+    /// context; the outcome it returns is recorded in that transaction,
+    /// conditional on the claim's fence, and committed with its writes.
+    ///
+    /// - A deposed holder commits nothing of its writes and gets
+    ///   [`EngineError::Fenced`].
+    /// - `effect` failing ([`EffectError`]; a statement's error through
+    ///   `?` is a retryable failure) rolls its writes back, and the failure
+    ///   is recorded on its own under the fence:
+    ///   [`RunResult::Executed`] with `Err(Failed)`.
+    /// - A store that is not SQLite is refused
+    ///   ([`StoreError::NotTransactional`]) before anything is claimed.
+    ///
+    /// `effect` holds the store's one writer while it runs: keep it to
+    /// database writes (network calls belong before it).
+    pub async fn run_once_in_sqlite<F>(
+        &self,
+        op: &Operation,
+        effect: F,
+    ) -> Result<RunResult, EngineError>
+    where
+        F: FnOnce(
+                &rusqlite::Transaction<'_>,
+                &ExecContext,
+            ) -> Result<Outcome, EffectError<rusqlite::Error>>
+            + Send
+            + 'static,
+    {
+        let database = sqlite_of(self.store()).await?;
+        let execution = match self.begin(op).await? {
+            Begin::Execute(e) => e,
+            other => return Ok(RunResult::NotRun(other)),
+        };
+        let ctx = execution.context();
+        let (key, fence) = (execution.key().clone(), execution.fence());
+        let end = database
+            .complete_in_transaction(&key, fence, move |tx| effect(tx, &ctx))
+            .await;
+        settle(execution, end).await
+    }
+
+    /// [`Engine::run_once`] with the effect's writes in the PostgreSQL
+    /// store's own transaction: `effect` is handed a
+    /// `tokio_postgres::Transaction` on one of the store's connections
+    /// (`isolation`: the server's default when `None`) and the claim's
+    /// context; the outcome it returns is recorded in that transaction,
+    /// conditional on the claim's fence, and committed with its writes.
+    ///
+    /// - A deposed holder commits nothing of its writes and gets
+    ///   [`EngineError::Fenced`].
+    /// - A serialization failure or deadlock (SQLSTATE 40001, 40P01) runs
+    ///   the whole transaction again, `effect` included (a few times), and
+    ///   is never recorded as the effect's failure: `effect` may run more
+    ///   than once, but only one run's writes commit.
+    /// - `effect` failing otherwise rolls its writes back, and the failure
+    ///   is recorded on its own under the fence.
+    /// - A `COMMIT` whose answer was lost is read back (see
+    ///   `PostgresStore::complete_in_transaction`), never guessed.
+    /// - A store that is not PostgreSQL is refused
+    ///   ([`StoreError::NotTransactional`]) before anything is claimed.
+    ///
+    /// Where the future must be `Send` (`tokio::spawn`, an axum handler),
+    /// write the effect as an `async move |tx, ctx| …` closure that owns
+    /// what it uses (an `Arc`, a cloned `String`): an async closure that
+    /// *borrows* its surroundings makes today's compiler unable to prove
+    /// the future `Send` ("implementation of `Send` is not general
+    /// enough", rust-lang/rust#110338), though nothing in it is shared.
+    pub async fn run_once_in_postgres<F>(
+        &self,
+        op: &Operation,
+        isolation: Option<IsolationLevel>,
+        effect: F,
+    ) -> Result<RunResult, EngineError>
+    where
+        F: AsyncFnMut(
+            &tokio_postgres::Transaction<'_>,
+            &ExecContext,
+        ) -> Result<Outcome, EffectError<tokio_postgres::Error>>,
+    {
+        let database = postgres_of(self.store()).await?;
+        let execution = match self.begin(op).await? {
+            Begin::Execute(e) => e,
+            other => return Ok(RunResult::NotRun(other)),
+        };
+        let ctx = execution.context();
+        let (key, fence) = (execution.key().clone(), execution.fence());
+        let end = database
+            .complete_in_transaction(&key, fence, isolation, &ctx, effect)
+            .await;
+        settle(execution, end).await
+    }
+}
+
+impl Execution {
+    /// Completes this attempt with `outcome` inside the caller's own
+    /// transaction `tx` on the store's PostgreSQL database (the caller
+    /// commits it): its business writes and this completion are durable
+    /// together. Answers the outcome as the store keeps it.
+    ///
+    /// The record's row stays locked until `tx` ends. A deposed holder
+    /// gets [`EngineError::Fenced`] *and* `tx` is aborted (SQLSTATE
+    /// `idem_store::FENCED_SQLSTATE`), so committing it anyway rolls back.
+    /// If the answer to the caller's `COMMIT` is lost, ask
+    /// [`Execution::completed_with`]; never commit again blindly.
+    /// A store that is not PostgreSQL is refused.
+    pub async fn complete_in_postgres(
+        &self,
+        tx: &tokio_postgres::Transaction<'_>,
+        outcome: Outcome,
+    ) -> Result<Outcome, EngineError> {
+        let database = postgres_of(self.store()).await?;
+        let result = database
+            .complete_in(tx, self.key(), self.fence(), outcome)
+            .await
+            .map_err(EngineError::from);
+        super::telemetry::finished_with(Ending::Completed, result.as_ref().err());
+        result
+    }
+
+    /// Whether this attempt's completion with `outcome` is committed (read
+    /// back under the record's row lock, which waits for the caller's
+    /// transaction to end on the server): `true` proves it committed,
+    /// `false` that it did not. For a caller whose `COMMIT` answer was
+    /// lost after [`Execution::complete_in_postgres`].
+    pub async fn completed_with(&self, outcome: &Outcome) -> Result<bool, EngineError> {
+        let database = postgres_of(self.store()).await?;
+        Ok(database
+            .completed_under(self.key(), self.fence(), outcome)
+            .await?)
+    }
+}
+
+/// What an effect's transaction came to, as [`RunResult`]: committed, or
+/// the effect's failure recorded now under the fence (its writes were
+/// rolled back), or the store's refusal.
+async fn settle(
+    execution: Execution,
+    end: Result<TxEnd, StoreError>,
+) -> Result<RunResult, EngineError> {
+    let (key, fence, attempt) = (
+        execution.key().clone(),
+        execution.fence(),
+        execution.attempt(),
+    );
+    let result = match end.map_err(EngineError::from) {
+        Ok(TxEnd::Committed(outcome)) => {
+            super::telemetry::finished_with(Ending::Completed, None);
+            Ok(outcome)
+        }
+        Ok(TxEnd::Failed { retryable, outcome }) => {
+            execution.fail(retryable, outcome.clone()).await?;
+            Err(Failed { retryable, outcome })
+        }
+        Err(e) => {
+            super::telemetry::finished_with(Ending::Completed, Some(&e));
+            return Err(e);
+        }
+    };
+    Ok(RunResult::Executed {
+        key,
+        fence,
+        attempt,
+        result,
+    })
+}
+
+/// The store's SQLite database, or the refusal.
+async fn sqlite_of(store: &Store) -> Result<SqliteStore, EngineError> {
+    match store.database().await? {
+        Database::Sqlite(sqlite) => Ok(sqlite),
+        _ => Err(not_this(store, "SQLite", "run_once_in_postgres")),
+    }
+}
+
+/// The store's PostgreSQL database, or the refusal.
+async fn postgres_of(store: &Store) -> Result<PostgresStore, EngineError> {
+    match store.database().await? {
+        Database::Postgres(postgres) => Ok(postgres),
+        _ => Err(not_this(store, "PostgreSQL", "run_once_in_sqlite")),
+    }
+}
+
+/// A transactional effect of the other backend's kind.
+fn not_this(store: &Store, wanted: &str, instead: &str) -> EngineError {
+    EngineError::Store(StoreError::NotTransactional {
+        store: store.describe().to_string(),
+        why: format!(
+            "this effect runs in a {wanted} transaction, and the store is not {wanted} (use `{instead}` for this store)"
+        ),
+    })
+}
