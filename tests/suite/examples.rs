@@ -218,3 +218,29 @@ fn the_axum_router_runs_the_handler_once_and_replays_the_retry() {
     let body = |l: &str| l.split_once(", body ").map(|(_, b)| b.to_string());
     assert_eq!(body(first), body(second), "{out}");
 }
+
+#[test]
+fn the_downstream_gate_charges_once_replays_the_successor_and_refuses_the_late_holder() {
+    let env = Env::new();
+    let store = env.path("gate.db");
+    let url = format!("sqlite:{}", store.display());
+    let mut cmd = env.example("downstream_gate");
+    cmd.arg(&url);
+    let out = stdout_of(cmd);
+    assert_eq!(lines_with(&out, "  downstream: charging "), 1, "{out}");
+    assert!(
+        line(&out, "the holder (fence 1): ")
+            .starts_with("the holder (fence 1): 201 Created, Idempotent-Replayed: (none), body "),
+        "{out}"
+    );
+    assert!(
+        line(&out, "its successor after a take-over (fence 2): ")
+            .contains(": 201 Created, Idempotent-Replayed: true, body "),
+        "{out}"
+    );
+    let late = line(&out, "the first holder, late (fence 1): ");
+    assert!(
+        late.contains("409 Conflict") && late.contains("stale-fence"),
+        "{out}"
+    );
+}

@@ -13,6 +13,7 @@ mod exec_cli;
 mod faults;
 mod fleet;
 mod forensics;
+mod gate;
 mod guest_languages;
 mod hardening;
 mod job;

@@ -12,8 +12,14 @@ use serde_json::Value;
 pub enum Charged {
     /// Charged now, or earlier under the same key: the receipt.
     Receipt(Value),
-    /// The provider refused the call (e.g. a stale fence): its status and
-    /// answer. Nothing was charged.
+    /// The provider's gate refused a fence lower than one it saw for the
+    /// key: this holder was deposed, and nothing was charged. Its answer.
+    Stale(Value),
+    /// The provider's gate is still making a charge under the key (another
+    /// holder's): nothing was charged by this call; come back. Its answer.
+    Busy(Value),
+    /// The provider refused the call otherwise: its status and answer.
+    /// Nothing was charged.
     Refused(u16, Value),
     /// The provider could not be reached, or its answer was lost: whether
     /// it charged is unknown (its key makes a retry safe).
@@ -57,10 +63,14 @@ impl ProviderClient {
             Err(e) => return Charged::Unreachable(format!("the provider's answer broke off: {e}")),
         };
         let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-        if status == 200 {
-            Charged::Receipt(body["charge"].clone())
-        } else {
-            Charged::Refused(status, body)
+        let problem = body["type"]
+            .as_str()
+            .and_then(|t| t.strip_prefix(idem_http::problem::TYPE_PREFIX));
+        match (status, problem) {
+            (200, _) => Charged::Receipt(body["charge"].clone()),
+            (409, Some("stale-fence")) => Charged::Stale(body),
+            (409, Some("request-in-flight")) => Charged::Busy(body),
+            _ => Charged::Refused(status, body),
         }
     }
 }

@@ -40,6 +40,10 @@ struct ProviderArgs {
     /// How long each new charge takes before the provider answers.
     #[arg(long, default_value = "0ms", value_parser = humantime::parse_duration)]
     delay: Duration,
+    /// Where the provider's gate keeps its keys: `memory:` (default),
+    /// `sqlite:PATH` or `postgres://USER@HOST/DB`.
+    #[arg(long, default_value = "memory:")]
+    gate_store: String,
 }
 
 /// The flags that name the store, shared by `serve` and `nightly`.
@@ -74,7 +78,10 @@ async fn main() -> std::process::ExitCode {
     let result = match Cli::parse().command {
         Command::Serve(args) => service::serve(args).await,
         Command::Nightly(args) => nightly::run(args).await,
-        Command::Provider(args) => provider::serve(args.listen, args.delay).await,
+        Command::Provider(args) => match provider::gate_store(&args.gate_store).await {
+            Ok(store) => provider::serve(args.listen, args.delay, store).await,
+            Err(e) => Err(e),
+        },
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

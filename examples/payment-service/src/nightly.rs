@@ -78,6 +78,18 @@ async fn charge(provider: &ProviderClient, op: &Operation, ctx: &ExecContext) ->
         Charged::Receipt(receipt) => {
             EffectOutcome::Completed(Outcome::new(0, receipt.to_string().into_bytes()))
         }
+        // Deposed: this attempt charged nothing, and its successor holds
+        // the key.
+        Charged::Stale(answer) => EffectOutcome::Failed(Failed {
+            retryable: false,
+            outcome: Outcome::error(409, answer.to_string()),
+        }),
+        // Another holder's charge is still being made: this attempt charged
+        // nothing; a later run gets that charge replayed.
+        Charged::Busy(answer) => EffectOutcome::Failed(Failed {
+            retryable: true,
+            outcome: Outcome::error(503, answer.to_string()),
+        }),
         Charged::Refused(status, answer) => EffectOutcome::Failed(Failed {
             retryable: false,
             outcome: Outcome::error(i32::from(status), answer.to_string()),

@@ -116,7 +116,17 @@ async fn charge(
                 .into_response()
         }
         // A stale fence: this attempt was deposed; another holds the key.
-        Charged::Refused(409, answer) => error(StatusCode::CONFLICT, &answer["error"].to_string()),
+        Charged::Stale(answer) => error(StatusCode::CONFLICT, &answer["detail"].to_string()),
+        // Another holder's charge is still being made under the key: this
+        // attempt charged nothing; a retry gets that charge, replayed by
+        // the provider's gate.
+        Charged::Busy(answer) => error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            &format!(
+                "the provider is still making this charge: {}",
+                answer["detail"]
+            ),
+        ),
         Charged::Refused(status, answer) => error(
             StatusCode::BAD_GATEWAY,
             &format!("the provider refused the charge with {status}: {answer}"),

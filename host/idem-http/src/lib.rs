@@ -13,6 +13,13 @@
 //! | a completed request's key | its stored status, [replayed headers](IdempotencyLayer::replayed_headers) and body, with `Idempotent-Replayed: true` |
 //! | a body past the [limit](IdempotencyLayer::body_limit) | `413` |
 //!
+//! The other side of the same header: a service that *is* the downstream
+//! (a provider adapter, an internal ledger) puts a [`GateLayer`] in front of
+//! its writes. It reads `Idempotency-Key` and `Idem-Fence` ([`IDEM_FENCE`]),
+//! the key and fence an idem holder sends, admits each key once, replays
+//! its stored response to a repeat, and refuses a fence lower than the
+//! highest it has seen for the key ([`gate`]).
+//!
 //! Every error is an RFC 9457 `application/problem+json` body ([`problem`]).
 //! The request body is read once, bounded, hashed into the operation's
 //! `body_sha256`, and handed on to the handler as it came.
@@ -48,6 +55,7 @@
 
 mod config;
 mod finish_on_drop;
+pub mod gate;
 mod layer;
 mod operation;
 pub mod problem;
@@ -56,6 +64,7 @@ mod response_body;
 mod service;
 mod stored;
 
+pub use gate::{GateAdmission, GateEnd, GateLayer, GateService, default_gate_end};
 pub use layer::{IdempotencyLayer, default_ending};
 pub use operation::KIND;
 pub use response_body::ResponseBody;
@@ -64,6 +73,13 @@ pub use stored::DEFAULT_REPLAYED_HEADERS;
 
 /// The request header carrying the client's key (`Idempotency-Key`).
 pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
+
+/// The request header carrying the holder's fencing token (`Idem-Fence`),
+/// beside `Idempotency-Key`: what idem's holders send a downstream (the
+/// handler's [`FencedKey::fence`], a command's `IDEM_FENCE`), and what a
+/// [`GateLayer`] in front of that downstream reads. A whole number; the
+/// downstream refuses one lower than the highest it has seen for the key.
+pub const IDEM_FENCE: &str = "idem-fence";
 
 /// The response header marking a replayed response (`Idempotent-Replayed:
 /// true`, as Stripe sends it).

@@ -15,12 +15,15 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio::sync::OnceCell;
 
-use crate::port::{Batching, Database, Ownership, PolicyRegistry, Records, Transactions, Writes};
+use crate::port::{
+    Batching, Database, Gates, Ownership, PolicyRegistry, Records, Transactions, Writes,
+};
 use crate::store::Store;
 use crate::url::{StoreUrl, redacted_url};
 use crate::vocabulary::Holder;
 use crate::vocabulary::StoreError;
 use crate::vocabulary::{Activation, Registration, Rollback};
+use crate::vocabulary::{Admission, GateEntry, GateRequest, GateTicket};
 use crate::vocabulary::{AttemptEntry, AttemptFilter, ResolveRequest};
 use crate::vocabulary::{
     Claim, ClaimOutcome, ClaimRequest, Finish, JobLeaseAcquire, ListFilter, Membership,
@@ -89,6 +92,33 @@ impl Deferred {
 impl Transactions for Deferred {
     async fn database(&self) -> Result<Database, StoreError> {
         self.open().await?.database().await
+    }
+}
+
+#[async_trait]
+impl Gates for Deferred {
+    async fn admit(&self, request: &GateRequest) -> Result<Admission, StoreError> {
+        self.open().await?.gates().admit(request).await
+    }
+
+    async fn record(&self, ticket: &GateTicket, result: Vec<u8>) -> Result<(), StoreError> {
+        self.open().await?.gates().record(ticket, result).await
+    }
+
+    async fn release(&self, ticket: &GateTicket) -> Result<(), StoreError> {
+        self.open().await?.gates().release(ticket).await
+    }
+
+    async fn extend(&self, ticket: &GateTicket, window: Duration) -> Result<(), StoreError> {
+        self.open().await?.gates().extend(ticket, window).await
+    }
+
+    async fn entry(&self, gate: &str, key: &str) -> Result<Option<GateEntry>, StoreError> {
+        self.open().await?.gates().entry(gate, key).await
+    }
+
+    async fn forget(&self, gate: &str, before_ms: u64) -> Result<u64, StoreError> {
+        self.open().await?.gates().forget(gate, before_ms).await
     }
 }
 

@@ -52,10 +52,14 @@
 //!
 //! This crate knows nothing of WebAssembly or policies.
 //!
-//! A [`Store`] is four capabilities, each a port of its own: [`Writes`]
+//! A [`Store`] is a few capabilities, each a port of its own: [`Writes`]
 //! (claims and ends, alone or in batches), [`Records`] (the rest of a
 //! record's life, reads, gc, the attempt log), [`Ownership`] (memberships,
-//! epochs, job leases) and [`PolicyRegistry`]. Callers name the one they
+//! epochs, job leases) and [`PolicyRegistry`]; beside them,
+//! [`Transactions`] (the store's own database, for an effect whose writes
+//! commit with its end) and [`Gates`] (the gate a downstream keeps in front
+//! of its writes: a `(key, fence)` admitted once, a repeat replayed, a
+//! lower fence refused). Callers name the one they
 //! use (`store.writes().claim(…)`); a wrapper replaces only the capability
 //! it changes ([`GroupCommit`]: the writes).
 //!
@@ -100,7 +104,9 @@ pub use deferred::Deferred;
 pub use group_commit::{GroupCommit, GroupCommitOptions, GroupCommitStats, LaneStats};
 pub use memory::MemoryStore;
 pub use open::{migrate, open};
-pub use port::{Batching, Database, Ownership, PolicyRegistry, Records, Transactions, Writes};
+pub use port::{
+    Batching, Database, Gates, Ownership, PolicyRegistry, Records, Transactions, Writes,
+};
 pub use postgres::{DEFAULT_POOL_SIZE, DEFAULT_SCHEMA, PostgresUrl, TlsMode};
 #[cfg(feature = "postgres")]
 pub use postgres::{FENCED_SQLSTATE, POSTGRES_SCHEMA_VERSION, PostgresStore};
@@ -120,10 +126,11 @@ pub use store::Store;
 pub use tokio_postgres;
 pub use url::{StoreUrl, redacted_url};
 pub use vocabulary::{
-    Activation, AttemptEntry, AttemptEvent, AttemptFilter, Claim, ClaimOutcome, ClaimRequest,
-    ConnectErrorKind, DEFAULT_MAX_OUTCOME_BYTES, Digest, DualRead, EffectError, Ending, ErrorClass,
-    Existing, Finish, Holder, HolderToken, JobLease, JobLeaseAcquire, KeptOperation, ListFilter,
-    MAX_ERROR_BYTES, MAX_HISTORY, MAX_KEPT_OPERATION_BYTES, MAX_NOTE_BYTES, ManualClock,
+    Activation, Admission, AttemptEntry, AttemptEvent, AttemptFilter, Claim, ClaimOutcome,
+    ClaimRequest, ConnectErrorKind, DEFAULT_MAX_OUTCOME_BYTES, Digest, DualRead, EffectError,
+    Ending, ErrorClass, Existing, Finish, GateEntry, GateRequest, GateRun, GateState, GateTicket,
+    Holder, HolderToken, JobLease, JobLeaseAcquire, KeptOperation, ListFilter, MAX_ERROR_BYTES,
+    MAX_GATE_KEY_BYTES, MAX_HISTORY, MAX_KEPT_OPERATION_BYTES, MAX_NOTE_BYTES, ManualClock,
     Membership, NotKept, OpenErrorKind, Outcome, OwnershipToken, Record, RecordKey, RecordState,
     RecordView, Registration, RegistryAction, RegistryEvent, Resolution, ResolveRequest, Rollback,
     StoreClock, StoreError, StoreOptions, TRUNCATION_MARK, TxEnd, Write, WriteOutcome,

@@ -7,13 +7,15 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use crate::backend::{Call, Decide, Fences, OwnershipBackend, RecordBackend, RegistryBackend};
+use crate::backend::{
+    Call, Decide, Fences, GateBackend, GateDecide, OwnershipBackend, RecordBackend, RegistryBackend,
+};
 use crate::machine::Change;
 use crate::machine::{self, JobStep};
-use crate::vocabulary::Holder;
 use crate::vocabulary::Registration;
 use crate::vocabulary::StoreError;
 use crate::vocabulary::{AttemptEntry, AttemptFilter};
+use crate::vocabulary::{GateEntry, GateState, Holder};
 use crate::vocabulary::{
     JobLease, JobLeaseAcquire, ListFilter, Membership, OwnershipToken, Record, RecordKey,
     StoreOptions,
@@ -25,6 +27,9 @@ use crate::vocabulary::{
 pub struct MemoryStore {
     options: StoreOptions,
     state: Mutex<State>,
+    /// The gate's entries by gate and key (`crate::Gates`): a lock of
+    /// their own, since no gate call touches a record.
+    gates: Mutex<BTreeMap<(String, String), GateEntry>>,
 }
 
 #[derive(Debug, Default)]
@@ -85,6 +90,7 @@ impl MemoryStore {
         MemoryStore {
             options,
             state: Mutex::new(State::default()),
+            gates: Mutex::new(BTreeMap::new()),
         }
     }
 
@@ -356,5 +362,41 @@ impl crate::port::Transactions for MemoryStore {
             why: "the in-memory store has no database a business write could share                   (use a SQLite or PostgreSQL store, with the business tables beside idem's)"
                 .into(),
         })
+    }
+}
+
+/// The gate's entries under their own lock, the clock read under it.
+#[async_trait]
+impl GateBackend for MemoryStore {
+    async fn gate_transact<T: Send + 'static>(
+        &self,
+        gate: &str,
+        key: &str,
+        decide: GateDecide<T>,
+    ) -> Result<T, StoreError> {
+        // As for the records: an entry is replaced whole, so a poisoned lock
+        // holds nothing half written.
+        let mut gates = self.gates.lock().unwrap_or_else(|p| p.into_inner());
+        let now = self.options.clock.now_ms();
+        let id = (gate.to_string(), key.to_string());
+        let step = decide(gates.get(&id).cloned(), now)?;
+        if let Some(saved) = step.save {
+            gates.insert(id, saved);
+        }
+        Ok(step.answer)
+    }
+
+    async fn gate_read(&self, gate: &str, key: &str) -> Result<Option<GateEntry>, StoreError> {
+        let gates = self.gates.lock().unwrap_or_else(|p| p.into_inner());
+        Ok(gates.get(&(gate.to_string(), key.to_string())).cloned())
+    }
+
+    async fn gate_forget(&self, gate: &str, before_ms: u64) -> Result<u64, StoreError> {
+        let mut gates = self.gates.lock().unwrap_or_else(|p| p.into_inner());
+        let before = gates.len();
+        gates.retain(|(g, _), e| {
+            g != gate || e.state == GateState::InFlight || e.updated_ms >= before_ms
+        });
+        Ok((before - gates.len()) as u64)
     }
 }

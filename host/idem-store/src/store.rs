@@ -1,9 +1,9 @@
-//! [`Store`]: a store's four capabilities together, as the engine holds it.
+//! [`Store`]: a store's capabilities together, as the engine holds it.
 
 use std::sync::Arc;
 
-use crate::backend::{OwnershipBackend, RecordBackend, RegistryBackend};
-use crate::port::{Database, Ownership, PolicyRegistry, Records, Transactions, Writes};
+use crate::backend::{GateBackend, OwnershipBackend, RecordBackend, RegistryBackend};
+use crate::port::{Database, Gates, Ownership, PolicyRegistry, Records, Transactions, Writes};
 use crate::vocabulary::StoreClock;
 use crate::vocabulary::StoreError;
 
@@ -28,6 +28,7 @@ struct Capabilities {
     ownership: Arc<dyn Ownership>,
     registry: Arc<dyn PolicyRegistry>,
     transactions: Arc<dyn Transactions>,
+    gates: Arc<dyn Gates>,
 }
 
 impl std::fmt::Debug for Store {
@@ -42,7 +43,7 @@ impl Store {
     /// it decides leases by.
     pub fn from_backend<B>(name: impl Into<String>, clock: StoreClock, backend: Arc<B>) -> Self
     where
-        B: Writes + Records + Ownership + PolicyRegistry + Transactions,
+        B: Writes + Records + Ownership + PolicyRegistry + Transactions + Gates,
     {
         Store(Arc::new(Capabilities {
             name: name.into(),
@@ -51,7 +52,8 @@ impl Store {
             records: backend.clone(),
             ownership: backend.clone(),
             registry: backend.clone(),
-            transactions: backend,
+            transactions: backend.clone(),
+            gates: backend,
         }))
     }
 
@@ -114,6 +116,18 @@ impl Store {
     pub async fn database(&self) -> Result<Database, StoreError> {
         self.0.transactions.database().await
     }
+
+    /// The gate a downstream keeps in front of its writes ([`Gates`]): a
+    /// `(key, fence)` admitted once, a repeat replayed, a lower fence
+    /// refused, in this store's tables.
+    pub fn gates(&self) -> &dyn Gates {
+        &*self.0.gates
+    }
+
+    /// The gate capability as a shared handle (for a layer that keeps it).
+    pub fn gates_handle(&self) -> Arc<dyn Gates> {
+        self.0.gates.clone()
+    }
 }
 
 impl Store {
@@ -121,7 +135,7 @@ impl Store {
     /// backend says.
     fn of_backend<B>(backend: Arc<B>) -> Self
     where
-        B: RecordBackend + OwnershipBackend + RegistryBackend + Transactions,
+        B: RecordBackend + OwnershipBackend + RegistryBackend + Transactions + GateBackend,
     {
         let (name, clock) = (backend.name().to_string(), backend.options().clock.clone());
         Store::from_backend(name, clock, backend)

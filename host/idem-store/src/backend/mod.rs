@@ -14,16 +14,19 @@
 //! machine in debug builds, and the model-based test checks every path
 //! against an independent model. Memberships and job leases
 //! ([`OwnershipBackend`]) and the registry ([`RegistryBackend`]) are ports
-//! of their own.
+//! of their own, and so is the gate a downstream keeps ([`GateBackend`]:
+//! one entry's transaction).
 //!
 //! Public only inside the crate's private `backend` module (so that they
 //! cannot be named, or implemented, outside the crate).
 
+mod gates;
 mod ownership;
 mod policy_registry;
 mod records;
 mod transaction;
 
+pub use gates::{GateBackend, GateDecide};
 pub use ownership::OwnershipBackend;
 pub use policy_registry::RegistryBackend;
 pub use records::RecordBackend;

@@ -12,11 +12,14 @@
 //! - `ownership.rs`, `policy_registry.rs`: the other two capabilities;
 //! - `in_tx.rs`: an effect in the store's own transaction (its fence
 //!   check, its completion, a deposed holder's refusal logged);
+//! - `gates.rs`: [`crate::Gates`] for every backend (the gate a
+//!   downstream keeps);
 //! - `checked.rs`: the debug check of what a fast path wrote.
 
 mod checked;
 mod claims;
 mod finishes;
+mod gates;
 pub(crate) mod in_tx;
 mod ownership;
 mod policy_registry;

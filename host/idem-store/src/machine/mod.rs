@@ -21,6 +21,7 @@ use idem_core::RecordState;
 mod activation;
 mod claim;
 mod finish;
+pub(crate) mod gate;
 mod ownership;
 mod review;
 

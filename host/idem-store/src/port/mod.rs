@@ -11,18 +11,23 @@
 //! - [`PolicyRegistry`]: which policy each namespace runs.
 //! - [`Transactions`]: the store's own database, for an effect whose
 //!   writes commit with its end (none in memory: refused).
+//! - [`Gates`]: the gate a downstream keeps in front of its writes (a
+//!   `(key, fence)` admitted once, a repeat replayed, a lower fence
+//!   refused).
 //!
 //! A [`crate::Store`] holds one implementation of each. A backend
-//! implements all four (through the backend ports, `crate::backend`); a
+//! implements all of them (through the backend ports, `crate::backend`); a
 //! wrapper implements only what it changes ([`crate::GroupCommit`]:
 //! [`Writes`]) and takes the store's place for that capability alone.
 
+mod gates;
 mod ownership;
 mod policy_registry;
 mod records;
 mod transactions;
 mod writes;
 
+pub use gates::Gates;
 pub use ownership::Ownership;
 pub use policy_registry::PolicyRegistry;
 pub use records::Records;

@@ -58,7 +58,8 @@
 //! job leases), `policy_registry.rs` (namespace registrations, kept
 //! components and settings); `in_tx.rs` an effect's writes and its
 //! completion in one transaction of the store's pool, `caller_tx.rs` the
-//! completion inside a transaction the caller owns; `tls.rs` and `url.rs`
+//! completion inside a transaction the caller owns; `gate.rs` the gate a
+//! downstream keeps (its entries, and the caller-owned form); `tls.rs` and `url.rs`
 //! how to connect.
 
 #[cfg(feature = "postgres")]
@@ -71,6 +72,8 @@ mod caller_tx;
 mod connection;
 #[cfg(feature = "postgres")]
 mod fast;
+#[cfg(feature = "postgres")]
+mod gate;
 #[cfg(feature = "postgres")]
 mod in_tx;
 #[cfg(feature = "postgres")]

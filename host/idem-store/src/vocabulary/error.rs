@@ -77,7 +77,7 @@ impl fmt::Display for ConnectErrorKind {
 }
 
 /// A store error: a refusal (the call changed nothing) or a failure of the
-/// store, as [`StoreError::class`] says. The first four variants are
+/// store, as [`StoreError::class`] says. The first five variants are
 /// conflicts, the next ones refused requests, the rest failures.
 /// Cloned for a failure several callers share (a group commit's batch call
 /// failed: each caller in it gets the error).
@@ -108,6 +108,20 @@ pub enum StoreError {
         fence: u64,
         /// The record's state.
         state: RecordState,
+    },
+    /// A gate's ticket that no longer holds its key (`crate::Gates`): the
+    /// admission's result was already recorded, it was released, or the
+    /// gate gave up on it and admitted another holder. Nothing changed.
+    #[error("gate `{gate}` refused fence {fence} on key `{key}`: {why}; nothing changed")]
+    GateRefused {
+        /// The gate.
+        gate: String,
+        /// The key.
+        key: String,
+        /// The ticket's fence.
+        fence: u64,
+        /// Why.
+        why: String,
     },
     /// A take-over or mark-unknown the record's state does not allow.
     #[error("record {key} is {} and cannot be {action}: {why}", .state.as_str())]
@@ -353,9 +367,11 @@ impl StoreError {
     pub fn class(&self) -> ErrorClass {
         use StoreError::*;
         match self {
-            Fenced { .. } | NotInProgress { .. } | NotEligible { .. } | Gone { .. } => {
-                ErrorClass::Conflict
-            }
+            Fenced { .. }
+            | NotInProgress { .. }
+            | NotEligible { .. }
+            | Gone { .. }
+            | GateRefused { .. } => ErrorClass::Conflict,
             StaleEpoch { .. }
             | JobLeaseLost { .. }
             | OutcomeTooLarge { .. }

@@ -1,6 +1,6 @@
 //! The store's vocabulary: plain data, no I/O. Keys, records and outcomes
 //! (`record.rs`), what a claim asks and gets (`claim.rs`), a holder's end
-//! (`finish.rs`), who holds a record (`holder.rs`), memberships and job
+//! (`finish.rs`), the gate a downstream keeps (`gate.rs`), who holds a record (`holder.rs`), memberships and job
 //! leases (`ownership.rs`), an effect in the store's transaction
 //! (`effect.rs`), the attempt log (`attempt.rs`), a namespace's
 //! registration (`registration.rs`), the store clock (`clock.rs`), what a
@@ -12,6 +12,7 @@ mod clock;
 mod effect;
 mod error;
 mod finish;
+mod gate;
 mod holder;
 mod options;
 mod ownership;
@@ -29,6 +30,9 @@ pub(crate) use effect::{is_our_completion, statement_failed};
 pub(crate) use error::cause;
 pub use error::{ConnectErrorKind, ErrorClass, OpenErrorKind, StoreError};
 pub use finish::{Ending, Finish, Write, WriteOutcome};
+pub use gate::{
+    Admission, GateEntry, GateRequest, GateRun, GateState, GateTicket, MAX_GATE_KEY_BYTES,
+};
 pub use holder::{Holder, HolderToken};
 pub use options::{DEFAULT_MAX_OUTCOME_BYTES, StoreOptions};
 pub use ownership::{JobLease, JobLeaseAcquire, Membership, OwnershipToken};
