@@ -23,10 +23,11 @@ async fn a_version_1_file_is_upgraded_in_place() {
     };
     drop(store);
     {
-        // Back to version 1: exactly the objects migrations 2 to 4 add, gone.
+        // Back to version 1: exactly the objects later migrations add, gone
+        // (the gate's entries included).
         let conn = rusqlite::Connection::open(&path).expect("open");
         conn.execute_batch(
-            "ALTER TABLE records DROP COLUMN operation; DROP TABLE registrations; DROP TABLE policy_components; DROP TABLE settings; DROP TABLE attempts; DROP TABLE memberships; DROP TABLE job_leases; DROP TABLE epoch_seq; PRAGMA user_version = 1;",
+            "ALTER TABLE records DROP COLUMN operation; DROP TABLE registrations; DROP TABLE policy_components; DROP TABLE settings; DROP TABLE attempts; DROP TABLE memberships; DROP TABLE job_leases; DROP TABLE epoch_seq; DROP TABLE gate_entries; PRAGMA user_version = 1;",
         )
         .expect("downgrade");
     }
@@ -88,11 +89,12 @@ async fn a_version_4_log_keeps_its_timelines_when_upgraded() {
     assert_eq!(before.iter().map(Vec::len).collect::<Vec<_>>(), [2, 2]);
     drop(store);
     {
-        // Back to version 4: the log indexed by key, no anchors.
+        // Back to version 4: the log indexed by key, no anchors, no gate.
         let conn = rusqlite::Connection::open(&path).expect("open");
         conn.execute_batch(
             "DROP INDEX attempts_by_record; ALTER TABLE attempts DROP COLUMN anchor; \
-             CREATE INDEX attempts_by_key ON attempts (namespace, key); PRAGMA user_version = 4;",
+             CREATE INDEX attempts_by_key ON attempts (namespace, key); \
+             DROP TABLE gate_entries; PRAGMA user_version = 4;",
         )
         .expect("downgrade");
     }
