@@ -328,3 +328,55 @@ async fn the_nightly_job_twice_at_once_and_again_by_hand_charges_each_invoice_on
         nightly_twice_at_once_and_by_hand(&store).await;
     }
 }
+
+/// Calls the provider as a holder does, with `key` and `fence`.
+async fn provider_charge(provider: &str, key: &str, fence: &str) -> Answer {
+    let request = http::Request::post(format!("{provider}/v1/charges"))
+        .header("content-type", "application/json")
+        .header("idempotency-key", key)
+        .header("idem-fence", fence)
+        .body(Full::new(Bytes::from(r#"{"amount":"5.00"}"#)))
+        .unwrap();
+    let response = client().request(request).await.unwrap();
+    let status = response.status().as_u16();
+    let replayed = response
+        .headers()
+        .get("idempotent-replayed")
+        .is_some_and(|v| v == "true");
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    Answer {
+        status,
+        replayed,
+        body: serde_json::from_slice(&body).unwrap_or(Value::Null),
+    }
+}
+
+/// The provider's gate, as a take-over meets it: the first holder's call
+/// charges, its successor's (a higher fence) gets that charge replayed,
+/// and the first holder's late retry is refused — with the gate's entries
+/// in memory and in a SQLite file.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_providers_gate_charges_once_replays_a_successor_and_refuses_a_deposed_holder() {
+    let dir = tempfile::tempdir().unwrap();
+    let sqlite = format!("sqlite:{}", dir.path().join("gate.db").display());
+    for gate_store in ["memory:", sqlite.as_str()] {
+        let provider = Process::start(&[
+            "provider",
+            "--listen",
+            "127.0.0.1:0",
+            "--gate-store",
+            gate_store,
+        ]);
+        let first = provider_charge(&provider.url, "k-1", "1").await;
+        assert_eq!((first.status, first.replayed), (200, false), "{gate_store}");
+        let successor = provider_charge(&provider.url, "k-1", "2").await;
+        assert_eq!((successor.status, successor.replayed), (200, true));
+        assert_eq!(successor.body["charge"], first.body["charge"]);
+        let late = provider_charge(&provider.url, "k-1", "1").await;
+        assert_eq!((late.status, late.problem()), (409, "stale-fence"));
+        assert_eq!(late.body["highest_fence"], 2);
+        let ledger = ledger(&provider.url).await;
+        assert_eq!(ledger["requests"], 3, "{ledger}");
+        assert_eq!(ledger["charges"].as_array().unwrap().len(), 1, "{ledger}");
+    }
+}

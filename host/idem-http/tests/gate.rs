@@ -252,3 +252,45 @@ async fn a_5xx_releases_the_key_for_the_next_holder() {
         assert_eq!(downstream.applied.load(Ordering::SeqCst), 2);
     }
 }
+
+/// While the handler runs the layer extends its admission's window, so a
+/// handler slower than the window still holds its key: a higher fence
+/// arriving long after the first window is told the key is in flight, not
+/// admitted beside it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handler_slower_than_its_window_keeps_the_key() {
+    let place = TestStore::sqlite();
+    let store = idem::store::open(&place.store, StoreOptions::default())
+        .await
+        .unwrap();
+    let downstream = Arc::new(Downstream {
+        applied: AtomicU32::new(0),
+        release: Semaphore::new(0),
+        started: Semaphore::new(0),
+    });
+    let window = std::time::Duration::from_millis(600);
+    let app = Router::new()
+        .route("/slow", post(slow))
+        .layer(GateLayer::new(&store).gate("charges").window(window))
+        .with_state(downstream.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let first = tokio::spawn({
+        let base = base.clone();
+        async move { post_to(&base, "/slow", Some("w"), Some("1"), "").await }
+    });
+    downstream.started.acquire().await.unwrap().forget();
+    // Well past the first window: unextended, it would have lapsed.
+    tokio::time::sleep(window * 3).await;
+    let second = post_to(&base, "/slow", Some("w"), Some("2"), "").await;
+    assert_eq!(
+        (second.status, second.slug().as_str()),
+        (409, "request-in-flight")
+    );
+    downstream.release.add_permits(1);
+    assert_eq!(first.await.unwrap().status, 200);
+    let replay = post_to(&base, "/slow", Some("w"), Some("2"), "").await;
+    assert_eq!((replay.status, replay.replayed), (200, true));
+    assert_eq!(downstream.applied.load(Ordering::SeqCst), 1);
+}
