@@ -283,7 +283,13 @@ async fn a_handler_slower_than_its_window_keeps_the_key() {
     downstream.started.acquire().await.unwrap().forget();
     // Well past the first window: unextended, it would have lapsed.
     tokio::time::sleep(window * 3).await;
-    let second = post_to(&base, "/slow", Some("w"), Some("2"), "").await;
+    // Admitted instead, it would wait in the handler for a permit: bounded.
+    let second = tokio::time::timeout(
+        std::time::Duration::from_secs(30),
+        post_to(&base, "/slow", Some("w"), Some("2"), ""),
+    )
+    .await
+    .expect("the second holder was admitted beside the first");
     assert_eq!(
         (second.status, second.slug().as_str()),
         (409, "request-in-flight")
