@@ -30,6 +30,7 @@ mod attempt_log;
 mod batches;
 mod claim_in_doubt;
 mod factories;
+mod gates;
 mod in_tx;
 mod job_lease;
 mod kept_operations;
@@ -61,6 +62,7 @@ pub use factories::{
 pub use factories::{drop_postgres_schema, postgres_factory};
 #[cfg(feature = "sqlite")]
 pub use factories::{sqlite_factory, sqlite_fast_factory};
+pub use gates::the_gate_a_downstream_keeps;
 pub use in_tx::effects_in_the_store_transaction;
 pub use job_lease::job_lease;
 pub use kept_operations::{
@@ -130,6 +132,7 @@ macro_rules! for_each_conformance_check {
             racing_activations_have_one_winner,
             unstorable_text_is_refused_before_anything_is_written,
             effects_in_the_store_transaction,
+            the_gate_a_downstream_keeps,
         }
     };
 }
