@@ -268,7 +268,7 @@ async fn a_handler_slower_than_its_window_keeps_the_key() {
         release: Semaphore::new(0),
         started: Semaphore::new(0),
     });
-    let window = std::time::Duration::from_millis(600);
+    let window = std::time::Duration::from_secs(1);
     let app = Router::new()
         .route("/slow", post(slow))
         .layer(GateLayer::new(&store).gate("charges").window(window))
