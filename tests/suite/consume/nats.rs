@@ -401,6 +401,6 @@ fn stopping_when_idle_beside_a_live_holder_exits_1_naming_what_it_leaves() {
     super::kill_group(&mut holder);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
-    assert!(stderr.contains("leaving 1 deliveries"), "{stderr}");
+    assert!(stderr.contains("leaving 1 messages"), "{stderr}");
     assert_eq!(super::summary(&out)["unacknowledged"], 1);
 }

@@ -346,9 +346,9 @@ async fn idle_stop(
     };
     if overdue > wait + FETCH_WAIT {
         observer(JobEvent::Warning(&format!(
-            "stopped when idle, leaving {n} deliveries of {} unacknowledged (given to another \
-             consumer of its name, alive or crashed, and not back within {wait:?}): the broker \
-             delivers them again",
+            "stopped when idle, leaving {n} messages of {} unsettled (given to another \
+             consumer of its name, alive or crashed, and not back within {wait:?}, or not yet \
+             delivered): the broker delivers them again",
             source.describe()
         )));
         summary.unacknowledged = n;
@@ -357,8 +357,9 @@ async fn idle_stop(
     if !*told {
         *told = true;
         observer(JobEvent::Warning(&format!(
-            "idle, but {n} deliveries of {} are unacknowledged (given to another consumer of \
-             its name, or to one that crashed): waiting up to {wait:?} for them to come back",
+            "idle, but {n} messages of {} are unsettled (given to another consumer of its \
+             name, or to one that crashed, or not yet delivered): waiting up to {wait:?} for \
+             them",
             source.describe()
         )));
     }

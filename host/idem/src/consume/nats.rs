@@ -194,15 +194,34 @@ impl MessageSource for JetStreamSource {
         (!ack_wait.is_zero()).then(|| (ack_wait / 3).max(Duration::from_millis(100)))
     }
 
-    /// The durable consumer's deliveries pending acknowledgement, as the
-    /// server counts them (every consumer of the name's, a crashed one's
-    /// until its ack wait runs out, and those put off with a delay).
+    /// The durable consumer's messages not settled, as the server counts
+    /// them: deliveries pending acknowledgement (every consumer of the
+    /// name's, a crashed one's until its ack wait runs out, and those put
+    /// off with a delay) and messages not yet delivered at all.
+    ///
+    /// Asked only when this consumer has had nothing for a while: messages
+    /// waiting while the server holds no pull request of this consumer's
+    /// mean the standing pull stopped asking (the client's count of what
+    /// it is owed drifted), so it is opened again at the next fetch. With
+    /// no request waiting, nothing is on its way to the old pull.
     async fn unacknowledged(&mut self) -> Result<Option<u64>, SourceError> {
         let info =
             self.consumer.info().await.map_err(|e| {
                 SourceError::new(format!("reading the state of {}", self.described), e)
             })?;
-        Ok(Some(info.num_ack_pending as u64))
+        if info.num_pending > 0
+            && info.num_waiting == 0
+            && let Some((_, open)) = &mut self.read_ahead
+            && open.is_some()
+        {
+            tracing::warn!(
+                pending = info.num_pending,
+                "{}: messages wait and no pull asks for them; pulling again",
+                self.described
+            );
+            *open = None;
+        }
+        Ok(Some(info.num_ack_pending as u64 + info.num_pending))
     }
 
     /// The consumer's ack wait, as the server has it.

@@ -116,9 +116,11 @@ pub trait MessageSource: Send {
         0
     }
 
-    /// How many deliveries the broker has given out under this consumer's
-    /// name (to this process, a peer, or one that crashed) and not had
-    /// settled: a consumer that stops when idle waits for them. `None`: the
+    /// How many messages the broker holds unsettled under this consumer's
+    /// name: given out (to this process, a peer, or one that crashed) and
+    /// not acknowledged, or not yet delivered; a consumer that stops when
+    /// idle waits for them, and a source may take the question as a sign
+    /// that its own reading has stalled. `None`: the
     /// broker keeps no such count, because it gives a closed connection's
     /// deliveries back at once (RabbitMQ). Default: `None`.
     async fn unacknowledged(&mut self) -> Result<Option<u64>, SourceError> {
