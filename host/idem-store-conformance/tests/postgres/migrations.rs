@@ -142,8 +142,8 @@ async fn a_version_1_schema_is_upgraded_in_place() {
     };
     drop(store);
     // Back to version 1: migration 3's domains back to table checks as
-    // version 1 made them, and exactly the objects migrations 2, 4, 5 and
-    // 6 add, gone.
+    // version 1 made them, and exactly the objects migrations 2, 4, 5, 6
+    // and 7 add, gone.
     let s = &target.schema;
     let client = raw(&url).await;
     client
@@ -159,10 +159,11 @@ async fn a_version_1_schema_is_upgraded_in_place() {
              DROP DOMAIN \"{s}\".digest; DROP DOMAIN \"{s}\".record_state; DROP DOMAIN \"{s}\".fence; \
              DROP TABLE \"{s}\".memberships; DROP TABLE \"{s}\".job_leases; \
              DROP SEQUENCE \"{s}\".epoch_seq; DROP TABLE \"{s}\".attempts; \
-             ALTER TABLE \"{s}\".records DROP COLUMN operation, DROP COLUMN holder_token; \
+             ALTER TABLE \"{s}\".records DROP COLUMN operation, DROP COLUMN holder_token, \
+               DROP COLUMN effect_atomic; \
              DROP TABLE \"{s}\".registrations; DROP TABLE \"{s}\".policy_components; \
              DROP TABLE \"{s}\".settings; \
-             DELETE FROM \"{s}\".idem_schema_migrations WHERE version IN (2, 3, 4, 5, 6)"
+             DELETE FROM \"{s}\".idem_schema_migrations WHERE version IN (2, 3, 4, 5, 6, 7)"
         ))
         .await
         .expect("downgrade");
