@@ -255,3 +255,104 @@ async fn an_expired_atomic_claim_re_executes_and_the_late_commit_rolls_back_post
     named_as_re_executed(&store, &old, fence).await;
     drop_postgres_schema(&store_url);
 }
+
+/// What the commands say: `idem review` leaves an expired atomic claim
+/// out and says it will re-execute (a plain expired claim beside it still
+/// waits); once a duplicate re-executed it, `idem report` names the case
+/// and reads the take-over as `re-executed`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn review_and_report_name_an_expired_atomic_claim() {
+    use idem_tests::idem_bin;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("idem.db");
+    let url = format!("sqlite:{}", path.display());
+    // Claimed an hour ago by the store's clock: both five-minute leases
+    // are over when the commands read with the system clock.
+    let an_hour_ago = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+        - 3_600_000;
+    let past = StoreOptions {
+        clock: ManualClock::new(an_hour_ago).store_clock(),
+        ..StoreOptions::default()
+    };
+    let store = idem::store::open(&url, past).await.unwrap();
+    let engine = Engine::new(
+        load("billing-charge"),
+        store.clone(),
+        EngineOptions::default(),
+    );
+    let Begin::Execute(atomic) = engine.begin_in_store(&charge("inv-1")).await.unwrap() else {
+        panic!("the atomic claim executes");
+    };
+    let Begin::Execute(_plain) = engine.begin(&charge("inv-2")).await.unwrap() else {
+        panic!("the plain claim executes");
+    };
+    engine.flush_log().await;
+    drop((engine, store));
+    rusqlite::Connection::open(&path)
+        .unwrap()
+        .execute("CREATE TABLE ledger (invoice TEXT, fence INTEGER)", [])
+        .unwrap();
+
+    let idem = |args: &[&str]| {
+        let out = std::process::Command::new(idem_bin())
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "idem {args:?}: {out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let review = idem(&["review", "--store", &url]);
+    assert!(review.contains("1 record waits for review"), "{review}");
+    assert!(
+        review
+            .contains("1 expired claim of an effect atomic with its end does not wait for review"),
+        "{review}"
+    );
+    let listed: serde_json::Value =
+        serde_json::from_str(&idem(&["review", "--store", &url, "--json"])).unwrap();
+    assert_eq!(listed.as_array().unwrap().len(), 1, "{listed}");
+
+    // The next duplicate, now: re-executed, never sent to review.
+    let store = idem::store::open(&url, StoreOptions::default())
+        .await
+        .unwrap();
+    let engine = Engine::new(
+        load("billing-charge"),
+        store.clone(),
+        EngineOptions::default(),
+    );
+    re_executed(
+        engine
+            .run_once_in_sqlite(&charge("inv-1"), |tx, ctx| {
+                tx.execute(
+                    "INSERT INTO ledger VALUES ('inv-1', ?1)",
+                    [ctx.fence as i64],
+                )?;
+                Ok(Outcome::new(0, "charged"))
+            })
+            .await,
+        &atomic,
+    );
+    engine.flush_log().await;
+    let report: serde_json::Value =
+        serde_json::from_str(&idem(&["report", "--store", &url, "--json"])).unwrap();
+    let duplicates = report["duplicates"].as_array().unwrap();
+    assert_eq!(duplicates.len(), 1, "{report:#}");
+    assert_eq!(duplicates[0]["cause"], "take-over-after-pause");
+    assert_eq!(duplicates[0]["executions"], 1);
+    let explanation = duplicates[0]["explanation"].as_str().unwrap();
+    assert!(
+        explanation.contains("its effect is atomic with its end, so nothing was done"),
+        "{explanation}"
+    );
+    let timeline = idem(&["report", "--store", &url, "--key", &atomic.key_hex()]);
+    assert!(timeline.contains("re-executed"), "{timeline}");
+    let review = idem(&["review", "--store", &url]);
+    assert!(
+        !review.contains("expired claim of an effect atomic"),
+        "{review}"
+    );
+}
