@@ -52,6 +52,7 @@ async fn fill(store: &Store, from: u64, to: u64, retention: Duration, tag: &str)
                 operation_digest: None,
                 operation: None,
                 ownership: None,
+                effect_atomic: false,
             })
             .collect();
         let claims = store.writes().claim_many(requests).await.unwrap();

@@ -28,6 +28,7 @@ mod report_cli;
 mod report_page;
 mod run_cli;
 mod serve;
+mod serve_atomic;
 mod serve_browser;
 mod serve_connections;
 mod serve_contract;

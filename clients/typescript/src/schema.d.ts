@@ -32,7 +32,7 @@ export interface paths {
         put?: never;
         /**
          * Claims the operation's key, or says what a duplicate gets.
-         * @description `execute` hands out the key and a fence: perform the effect, then `complete` or `fail` under that fence (and `heartbeat` while it runs). Nothing is kept in the sidecar's memory: the claim is in the store.
+         * @description `execute` hands out the key and a fence: perform the effect, then `complete` or `fail` under that fence (and `heartbeat` while it runs). Nothing is kept in the sidecar's memory: the claim is in the store. With `"atomic": true` (PostgreSQL stores only) the client promises that its effect's writes and its completion commit in one transaction of its own on the store's database (idem's completion SQL function): an expired claim is then known to have done nothing, and a duplicate re-executes it instead of sending it to review.
          */
         post: operations["begin"];
         delete?: never;
@@ -169,6 +169,11 @@ export interface components {
         };
         OperationRequest: {
             operation: components["schemas"]["Operation"];
+        };
+        BeginRequest: {
+            operation: components["schemas"]["Operation"];
+            /** @description Default false. The client's effect commits in the same transaction as its completion, inside the client's own transaction on the store's PostgreSQL database. The record says so: should the claim expire, nothing was done, and a duplicate's policy is told the attempt failed retryably (it re-executes under a higher fence; the late holder's completion is refused by its fence and its transaction rolls back). Refused (400, member `atomic`) on a store that is not PostgreSQL. Never set it for an effect that can last without its completion: such an effect would run again. */
+            atomic?: boolean;
         };
         Derivation: {
             namespace: string;
@@ -514,7 +519,7 @@ export interface operations {
         };
         requestBody: {
             content: {
-                "application/json": components["schemas"]["OperationRequest"];
+                "application/json": components["schemas"]["BeginRequest"];
             };
         };
         responses: {

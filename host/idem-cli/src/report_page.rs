@@ -20,6 +20,7 @@ use crate::when;
 fn colour(shown: ShownEvent) -> &'static str {
     let event = match shown {
         ShownEvent::Retried => return "#0284c7",
+        ShownEvent::ReExecuted => return "#0891b2",
         ShownEvent::SentToReview => return "#7c3aed",
         ShownEvent::Stored(event) => event,
     };
@@ -260,6 +261,10 @@ fn legend_html() -> String {
             stored(AttemptEvent::TakenOver),
         ),
         ("retried (after a recorded end)", ShownEvent::Retried),
+        (
+            "re-executed (an atomic claim expired: nothing was done)",
+            ShownEvent::ReExecuted,
+        ),
         ("completed", stored(AttemptEvent::Completed)),
         ("failed", stored(AttemptEvent::FailedRetryable)),
         (

@@ -10,12 +10,26 @@ use serde_json::{Value, json};
 
 use crate::problem::{ApiError, invalid};
 
-/// `/v1/derive` and `/v1/begin`: one operation (`kind`, `tenant`,
+/// `/v1/derive`: one operation (`kind`, `tenant`,
 /// `fields`, optionally `run`, as `idem key` reads it).
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct OperationRequest {
     pub(crate) operation: Value,
+}
+
+/// `/v1/begin`: one operation, and whether the client's effect commits in
+/// its own transaction with the completion (`atomic`, default `false`).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct BeginRequest {
+    pub(crate) operation: Value,
+    /// The client completes inside the transaction that holds its effect's
+    /// writes, on the store's PostgreSQL database (idem's completion SQL
+    /// function): the record says so, and an expired claim is re-executed
+    /// by a duplicate instead of waiting for review.
+    #[serde(default)]
+    pub(crate) atomic: bool,
 }
 
 /// An outcome's body from the `body` (text) and `body_base64` (bytes)

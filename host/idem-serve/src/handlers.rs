@@ -13,14 +13,14 @@ use idem::core::Operation;
 use idem::engine::{Begin, Engine, EngineError};
 use idem::forensics;
 use idem::store::{
-    AttemptFilter, Ending, Holder, Outcome, RecordKey, RecordState, Resolution,
+    AttemptFilter, Database, Ending, Holder, Outcome, RecordKey, RecordState, Resolution,
     ResolveRequest as StoreResolve, StoreError,
 };
 use serde_json::{Value, json};
 
 use crate::App;
 use crate::api::{
-    CompleteRequest, FailRequest, HeartbeatRequest, OperationRequest, ReportRequest,
+    BeginRequest, CompleteRequest, FailRequest, HeartbeatRequest, OperationRequest, ReportRequest,
     ResolutionKind, ResolveRequest, body_bytes, check_integer, check_status, check_text,
     outcome_json, parse_key,
 };
@@ -54,6 +54,32 @@ impl App {
     fn engine(&self) -> &Engine {
         &self.engine
     }
+
+    /// Refuses `"atomic": true` unless a client can complete inside its
+    /// own transaction: only on a PostgreSQL store, whose database the
+    /// client shares (a SQLite file is the sidecar's alone, and memory
+    /// holds nothing a client could write beside). A claim that said so
+    /// wrongly would be run again after an effect that happened.
+    async fn completes_in_client_transaction(&self) -> Result<(), ApiError> {
+        let refused = |what: &str| {
+            invalid(
+                Some("atomic"),
+                format!(
+                    "`atomic` needs a PostgreSQL store, where the client completes in its own transaction on the same database; {what}"
+                ),
+            )
+        };
+        match self.engine.store().database().await {
+            Ok(Database::Postgres(_)) => Ok(()),
+            Ok(_) => Err(refused(
+                "this store is SQLite, whose file only the sidecar writes",
+            )),
+            Err(StoreError::NotTransactional { .. }) => Err(refused(
+                "this store keeps nothing a client's transaction could share",
+            )),
+            Err(e) => Err(store_error(e)),
+        }
+    }
 }
 
 /// `POST /v1/derive`: the key, fingerprint and partition, without the store.
@@ -78,9 +104,15 @@ pub(crate) async fn derive(State(app): State<Arc<App>>, Api(req): Api<OperationR
 }
 
 /// `POST /v1/begin`: the claim, or what the policy says a duplicate gets.
-pub(crate) async fn begin(State(app): State<Arc<App>>, Api(req): Api<OperationRequest>) -> Answer {
+pub(crate) async fn begin(State(app): State<Arc<App>>, Api(req): Api<BeginRequest>) -> Answer {
     let op = app.operation(req.operation)?;
-    let begun = app.engine().begin(&op).await.map_err(engine_error)?;
+    let begun = if req.atomic {
+        app.completes_in_client_transaction().await?;
+        app.engine().begin_in_store(&op).await
+    } else {
+        app.engine().begin(&op).await
+    }
+    .map_err(engine_error)?;
     let mut retry_after = None;
     let body = match begun {
         // The execution is dropped here, not ended: the claim lives in the

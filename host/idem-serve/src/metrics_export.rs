@@ -101,7 +101,7 @@ fn describe() {
     );
     describe_gauge!(
         REVIEW_WAITING,
-        "Records waiting for a person (outcome unknown, or in progress past their lease), counted at the scrape."
+        "Records waiting for a person (outcome unknown, or in progress past their lease unless their effect is atomic with their end), counted at the scrape."
     );
     describe_histogram!(
         "idem_store_call_seconds",

@@ -50,6 +50,7 @@ pub fn request(
         operation_digest: Some(Digest::of_bytes(&key.digest.0)),
         operation: Some(KeptOperation::Kept(operation_of(key))),
         ownership: None,
+        effect_atomic: false,
     }
 }
 

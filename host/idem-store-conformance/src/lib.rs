@@ -29,6 +29,7 @@ mod assert;
 mod attempt_log;
 mod batches;
 mod claim_in_doubt;
+mod effect_atomic;
 mod factories;
 mod gates;
 mod in_tx;
@@ -54,6 +55,7 @@ pub use batches::{
     claim_many_is_claims_in_order, finish_many_is_finishes_in_order, write_many_is_writes_in_order,
 };
 pub use claim_in_doubt::claim_sent_again_is_the_same_claim;
+pub use effect_atomic::atomic_claims_re_execute_when_expired;
 pub use factories::{
     BoxFuture, Fixture, POSTGRES_URL_ENV, Reopen, fresh_schema, grouped, memory_factory,
     postgres_test_url,
@@ -133,6 +135,7 @@ macro_rules! for_each_conformance_check {
             unstorable_text_is_refused_before_anything_is_written,
             effects_in_the_store_transaction,
             the_gate_a_downstream_keeps,
+            atomic_claims_re_execute_when_expired,
         }
     };
 }

@@ -12,7 +12,7 @@ use crate::vocabulary::{Holder, HolderToken};
 
 /// The `records` columns, in the order every statement lists them. Both
 /// dialects' schemas use these names.
-pub const COLUMNS: [&str; 23] = [
+pub const COLUMNS: [&str; 24] = [
     "namespace",
     "key",
     "policy_digest",
@@ -36,6 +36,7 @@ pub const COLUMNS: [&str; 23] = [
     "holder_pid",
     "operation",
     "holder_token",
+    "effect_atomic",
 ];
 
 /// [`COLUMNS`] joined for SQL, each behind `prefix` (`"r."`, or `""`).
@@ -60,6 +61,8 @@ pub trait ColumnReader {
     fn opt_i64(&self, column: &str) -> Result<Option<i64>, String>;
     /// An `integer` (32-bit) column, `None` when NULL.
     fn opt_i32(&self, column: &str) -> Result<Option<i32>, String>;
+    /// A `boolean` column (SQLite: an `INTEGER` 0 or 1), `None` when NULL.
+    fn opt_bool(&self, column: &str) -> Result<Option<bool>, String>;
 }
 
 /// A record's columns as plain SQL values, in [`COLUMNS`] order.
@@ -88,6 +91,7 @@ pub struct RecordRow {
     pub holder_pid: i64,
     pub operation: Option<String>,
     pub holder_token: Option<Vec<u8>>,
+    pub effect_atomic: bool,
 }
 
 /// The row values in [`COLUMNS`] order, as trait objects of a client's
@@ -95,7 +99,7 @@ pub struct RecordRow {
 macro_rules! record_values {
     ($row:expr, $param:ty) => {{
         let r = $row;
-        let values: [&$param; 23] = [
+        let values: [&$param; 24] = [
             &r.namespace,
             &r.key,
             &r.policy_digest,
@@ -119,6 +123,7 @@ macro_rules! record_values {
             &r.holder_pid,
             &r.operation,
             &r.holder_token,
+            &r.effect_atomic,
         ];
         values
     }};
@@ -159,6 +164,7 @@ impl RecordRow {
             holder_pid: i64::from(r.holder.pid),
             operation: r.operation.as_ref().map(KeptOperation::to_column),
             holder_token: r.holder.token.map(|t| t.0.to_vec()),
+            effect_atomic: r.effect_atomic,
         })
     }
 }
@@ -261,6 +267,10 @@ pub fn decode(
         .map(|text| KeptOperation::from_column(&text))
         .transpose()
         .map_err(|e| corrupt(format!("record {key}: {e}")))?;
+    let effect_atomic = row
+        .opt_bool(&name("effect_atomic"))
+        .map_err(|e| read_err("effect_atomic", e))?
+        .ok_or_else(|| required("effect_atomic"))?;
     Ok(Some(Record {
         policy_digest: text("policy_digest")?,
         fingerprint: digest("fingerprint")?,
@@ -287,6 +297,7 @@ pub fn decode(
             token,
         },
         operation,
+        effect_atomic,
         key,
     }))
 }

@@ -164,17 +164,18 @@ impl Records for Deferred {
         self.open().await?.records().ready().await
     }
 
-    async fn take_over(
+    async fn take_over_as(
         &self,
         key: &RecordKey,
         observed_fence: u64,
         lease: Duration,
         holder: Holder,
         ownership: Option<&OwnershipToken>,
+        effect_atomic: bool,
     ) -> Result<Claim, StoreError> {
         let records = self.open().await?.records();
         records
-            .take_over(key, observed_fence, lease, holder, ownership)
+            .take_over_as(key, observed_fence, lease, holder, ownership, effect_atomic)
             .await
     }
 

@@ -1,12 +1,18 @@
 //! A holder killed (SIGKILL) between its business write and its
 //! completion, many times, on SQLite and PostgreSQL: a real process (the
-//! `effect_in_store` example), a real database.
+//! `effect_in_store` example), a real database. The policy is
+//! `billing-charge`, whose standard answer to an expired claim is to send
+//! it to review: only the record's word that its effect commits with its
+//! end makes the duplicate re-execute instead.
 
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use idem::engine::{Begin, Engine, EngineOptions, ExecContext, RunResult};
-use idem::store::{Outcome, RecordState, StoreClock, StoreOptions};
+use idem::store::{
+    AttemptEvent, AttemptFilter, EXPIRED_WITHOUT_EFFECT, Outcome, RecordState, StoreClock,
+    StoreOptions,
+};
 use idem_store_conformance::{drop_postgres_schema, fresh_schema};
 use idem_tests::{load, policy_path, postgres_url};
 
@@ -33,7 +39,7 @@ fn pseudo_random(seed: u64) -> u64 {
 fn run_and_kill(url: &str, cache: &std::path::Path, after: u64, delay: Duration) {
     use std::io::BufRead;
     let mut child: Child = Command::new(crate::examples::example_bin("effect_in_store"))
-        .arg(policy_path("provider-charge"))
+        .arg(policy_path("billing-charge"))
         .arg(url)
         .arg(OPERATIONS.to_string())
         .env("IDEM_EXAMPLE_PAUSE_MS", "15")
@@ -59,7 +65,8 @@ fn run_and_kill(url: &str, cache: &std::path::Path, after: u64, delay: Duration)
 /// Kills the holder many times, then runs every operation again once the
 /// leases are over (a store clock ten minutes ahead): every invoice's
 /// business row exists exactly once, every record is completed (none in
-/// review, none in progress).
+/// review, none in progress), and each claim a kill left behind was
+/// re-executed, logged as having done nothing.
 async fn killed_holders_leave_every_row_once(url: &str, rows: impl AsyncFn(&str) -> i64) {
     let cache = tempfile::tempdir().unwrap();
     for kill in 0..KILLS {
@@ -93,7 +100,7 @@ async fn killed_holders_leave_every_row_once(url: &str, rows: impl AsyncFn(&str)
     let store = idem::store::open(url, later).await.unwrap();
     let database = store.database().await.unwrap();
     let engine = Engine::new(
-        load("provider-charge"),
+        load("billing-charge"),
         store.clone(),
         EngineOptions::default(),
     );
@@ -150,6 +157,35 @@ async fn killed_holders_leave_every_row_once(url: &str, rows: impl AsyncFn(&str)
     for view in &records {
         assert_eq!(view.record.state, RecordState::Completed, "{view:?}");
     }
+    assert!(
+        idem::forensics::review::waiting_records(&store, None)
+            .await
+            .unwrap()
+            .is_empty(),
+        "nothing waits for review"
+    );
+    // Every claim a kill left in progress was taken over as one that did
+    // nothing (else the second pass could not have completed it under this
+    // policy); the log says so.
+    let entries = store
+        .records()
+        .attempts(AttemptFilter::default())
+        .await
+        .unwrap();
+    let re_executed = entries
+        .iter()
+        .filter(|e| {
+            e.event == AttemptEvent::TakenOver
+                && e.detail.as_deref() == Some(EXPIRED_WITHOUT_EFFECT)
+        })
+        .count();
+    assert_eq!(re_executed, in_progress, "{entries:#?}");
+    assert!(
+        entries
+            .iter()
+            .all(|e| e.event != AttemptEvent::MarkedUnknown),
+        "nothing was sent to review"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

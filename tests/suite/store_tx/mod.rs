@@ -6,8 +6,11 @@
 //! lost COMMIT answer read back, a deposed holder's caller-owned
 //! transaction committing nothing, a take-over waiting for the
 //! transaction; `crash.rs` a holder killed (SIGKILL) between its business
-//! write and its completion, many times, on both stores.
+//! write and its completion, many times, on both stores; `atomic.rs` an
+//! expired claim re-executed instead of going to review, the late holder's
+//! commit rolled back, and forensics naming the case.
 
+mod atomic;
 mod crash;
 mod postgres;
 

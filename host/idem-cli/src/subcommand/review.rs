@@ -1,9 +1,12 @@
 //! `idem review`: the records waiting for a person (outcome unknown, or in
-//! progress past their lease), each with its timeline; `idem resolve`
-//! settles one.
+//! progress past their lease unless their effect is atomic with their
+//! end), each with its timeline; `idem resolve` settles one.
 
 use clap::Args;
-use idem::forensics::{self, review::waiting_for_review};
+use idem::forensics::{
+    self,
+    review::{re_executing_records, waiting_for_review},
+};
 use serde_json::json;
 
 use crate::exit::{Failure, SUCCESS};
@@ -62,8 +65,13 @@ pub fn run(args: ReviewArgs) -> Result<u8, Failure> {
             println!("{:#}", serde_json::Value::Array(out));
             return Ok(SUCCESS);
         }
+        let re_executing = re_executing_records(&store, args.namespace.as_deref())
+            .await
+            .map_err(|e| Failure::input(format!("cannot read {}: {e}", args.store.shown())))?
+            .len();
         if waiting.is_empty() {
             say!("nothing waits for review in {}", args.store.shown());
+            say_re_executing(re_executing);
             return Ok(SUCCESS);
         }
         say!(
@@ -112,6 +120,26 @@ pub fn run(args: ReviewArgs) -> Result<u8, Failure> {
                 r.key
             );
         }
+        say_re_executing(re_executing);
         Ok(SUCCESS)
     })
+}
+
+/// The claims that expired with their effect atomic with their end: in
+/// progress past their lease, yet no person's work (nothing was done; the
+/// next duplicate re-executes each). Said so that an operator counting
+/// expired claims knows where they went.
+fn say_re_executing(count: usize) {
+    if count > 0 {
+        say!(
+            "{count} expired claim{} of an effect atomic with its end {} not wait for review: nothing was done, and the next duplicate of {} re-executes it",
+            if count == 1 { "" } else { "s" },
+            if count == 1 { "does" } else { "do" },
+            if count == 1 {
+                "its operation"
+            } else {
+                "each operation"
+            },
+        );
+    }
 }

@@ -159,7 +159,8 @@ async fn a_version_1_schema_is_upgraded_in_place() {
              DROP DOMAIN \"{s}\".digest; DROP DOMAIN \"{s}\".record_state; DROP DOMAIN \"{s}\".fence; \
              DROP TABLE \"{s}\".memberships; DROP TABLE \"{s}\".job_leases; \
              DROP SEQUENCE \"{s}\".epoch_seq; DROP TABLE \"{s}\".attempts; \
-             ALTER TABLE \"{s}\".records DROP COLUMN operation, DROP COLUMN holder_token; \
+             ALTER TABLE \"{s}\".records DROP COLUMN operation, DROP COLUMN holder_token, \
+               DROP COLUMN effect_atomic; \
              DROP TABLE \"{s}\".registrations; DROP TABLE \"{s}\".policy_components; \
              DROP TABLE \"{s}\".settings; DROP TABLE \"{s}\".gate_entries; \
              DELETE FROM \"{s}\".idem_schema_migrations WHERE version >= 2"

@@ -8,20 +8,21 @@ use super::{plain_call, timed};
 use crate::backend::{Call, RecordBackend, Step};
 use crate::machine;
 use crate::port::Records;
-use crate::vocabulary::Holder;
 use crate::vocabulary::StoreError;
 use crate::vocabulary::{AttemptEntry, AttemptEvent, AttemptFilter, ResolveRequest, bounded_note};
 use crate::vocabulary::{Claim, ListFilter, OwnershipToken, RecordKey, RecordState, RecordView};
+use crate::vocabulary::{EXPIRED_WITHOUT_EFFECT, Holder};
 
 #[async_trait]
 impl<B: RecordBackend> Records for B {
-    async fn take_over(
+    async fn take_over_as(
         &self,
         key: &RecordKey,
         observed_fence: u64,
         lease: Duration,
         holder: Holder,
         ownership: Option<&OwnershipToken>,
+        effect_atomic: bool,
     ) -> Result<Claim, StoreError> {
         let call = Call {
             context: "taking over",
@@ -40,10 +41,24 @@ impl<B: RecordBackend> Records for B {
                         return Ok(Step::done(claim));
                     }
                     let record = machine::take_over_check(current, &key, observed_fence, now)?;
+                    // Said now, before the record becomes the taker's: the
+                    // deposed attempt's effect commits with its end, so it
+                    // did nothing (forensics names the case from this).
+                    let without_effect = record.expired_without_effect(now);
                     let fence = fences.next_fence()?;
-                    let record = machine::taken_over(record, fence, lease, holder.clone(), now);
+                    let record = machine::taken_over(
+                        record,
+                        fence,
+                        lease,
+                        holder.clone(),
+                        effect_atomic,
+                        now,
+                    );
                     let claim = machine::claim_of(&record);
-                    let entry = AttemptEntry::of_record(&record, AttemptEvent::TakenOver, now);
+                    let mut entry = AttemptEntry::of_record(&record, AttemptEvent::TakenOver, now);
+                    if without_effect {
+                        entry.detail = Some(EXPIRED_WITHOUT_EFFECT.to_string());
+                    }
                     Ok(Step::put(record, claim).logging(entry))
                 }),
             ),

@@ -148,6 +148,7 @@ pub(crate) fn new_record(request: &ClaimRequest, fence: u64, now_ms: u64) -> Rec
         outcome: None,
         holder: request.holder.clone(),
         operation: request.operation.clone(),
+        effect_atomic: request.effect_atomic,
     }
 }
 
@@ -181,12 +182,16 @@ pub(crate) fn take_over_check(
     }
 }
 
-/// The record after a take-over under `fence`.
+/// The record after a take-over under `fence` by `holder`, whose effect
+/// commits with its end when `effect_atomic`: the flag describes the
+/// attempt running now, so the taker's replaces the deposed holder's (an
+/// attempt that ends otherwise must never inherit "nothing was done").
 pub(crate) fn taken_over(
     mut record: Record,
     fence: u64,
     lease: Duration,
     holder: Holder,
+    effect_atomic: bool,
     now_ms: u64,
 ) -> Record {
     record.state = RecordState::InProgress;
@@ -199,5 +204,6 @@ pub(crate) fn taken_over(
     // The outcome belongs to a finished attempt; a new one is running.
     record.outcome = None;
     record.holder = holder;
+    record.effect_atomic = effect_atomic;
     record
 }

@@ -34,7 +34,8 @@ pub trait Records: Send + Sync + 'static {
     /// in-progress with its lease expired by the store clock. Under
     /// partitioned ownership, refused with [`StoreError::StaleEpoch`]
     /// (changing nothing) unless `ownership` is the group's current epoch;
-    /// `None` checks nothing.
+    /// `None` checks nothing. The new attempt's effect does not commit with
+    /// its end (see [`Records::take_over_as`]).
     async fn take_over(
         &self,
         key: &RecordKey,
@@ -42,6 +43,26 @@ pub trait Records: Send + Sync + 'static {
         lease: Duration,
         holder: Holder,
         ownership: Option<&OwnershipToken>,
+    ) -> Result<Claim, StoreError> {
+        self.take_over_as(key, observed_fence, lease, holder, ownership, false)
+            .await
+    }
+
+    /// [`Records::take_over`] by an attempt whose effect commits in the
+    /// same store transaction as its end when `effect_atomic` (see
+    /// [`ClaimRequest::effect_atomic`](crate::ClaimRequest::effect_atomic)):
+    /// the record keeps the taker's flag, never the deposed holder's. A
+    /// take-over of a claim that expired with its effect atomic with its
+    /// end is logged with [`EXPIRED_WITHOUT_EFFECT`](crate::EXPIRED_WITHOUT_EFFECT)
+    /// as its detail: that attempt did nothing.
+    async fn take_over_as(
+        &self,
+        key: &RecordKey,
+        observed_fence: u64,
+        lease: Duration,
+        holder: Holder,
+        ownership: Option<&OwnershipToken>,
+        effect_atomic: bool,
     ) -> Result<Claim, StoreError>;
 
     /// Marks an in-progress record whose lease expired as outcome-unknown,

@@ -53,10 +53,11 @@ impl PostgresStore {
         let tokens: Vec<Option<&[u8]>> = all()
             .map(|r| r.holder.token.as_ref().map(|t| t.0.as_slice()))
             .collect();
+        let atomic: Vec<bool> = all().map(|r| r.effect_atomic).collect();
         let ownership = requests[0].ownership.as_ref();
         let group = ownership.map(|t| t.group.as_str());
         let epoch = ownership.map(|t| i64::try_from(t.epoch).unwrap_or(i64::MAX));
-        let params: [&(dyn ToSql + Sync); 19] = [
+        let params: [&(dyn ToSql + Sync); 20] = [
             &namespaces,
             &keys,
             &digests,
@@ -76,6 +77,7 @@ impl PostgresStore {
             &operations,
             &kept,
             &tokens,
+            &atomic,
         ];
         let rows = inner
             .query("claiming a batch", &inner.sql.batch_claim, &params)

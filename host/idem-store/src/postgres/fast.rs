@@ -78,7 +78,7 @@ impl<'r> ClaimValues<'r> {
         ];
         // Without an ownership token the statement takes neither group nor
         // epoch: its operation digest is `$15`, the kept operation `$16`,
-        // the holder's token `$17`.
+        // the holder's token `$17`, whether its effect is atomic `$18`.
         let sql = match &r.ownership {
             Some(_) => {
                 params.extend([&self.group as &(dyn ToSql + Sync), &self.epoch]);
@@ -90,6 +90,7 @@ impl<'r> ClaimValues<'r> {
             &self.operation as &(dyn ToSql + Sync),
             &self.kept,
             &self.token,
+            &r.effect_atomic,
         ]);
         (sql, params)
     }

@@ -26,6 +26,10 @@ impl ColumnReader for Row {
     fn opt_i32(&self, column: &str) -> Result<Option<i32>, String> {
         self.try_get(column).map_err(|e| e.to_string())
     }
+
+    fn opt_bool(&self, column: &str) -> Result<Option<bool>, String> {
+        self.try_get(column).map_err(|e| e.to_string())
+    }
 }
 
 impl Inner {

@@ -11,10 +11,10 @@ use crate::codec;
 /// a column is cast to it: left to the server, a parameter written to a
 /// domain column would be typed as the domain, which the client's types
 /// do not accept.
-pub(super) const COLUMN_TYPES: [&str; 23] = [
+pub(super) const COLUMN_TYPES: [&str; 24] = [
     "text", "bytea", "text", "bytea", "text", "text", "int8", "int8", "int8", "int8", "int8",
     "int8", "int8", "int4", "bytea", "text", "text", "text", "int8", "text", "int8", "text",
-    "bytea",
+    "bytea", "bool",
 ];
 
 /// The parameter after a record's columns: the expected fence of an
@@ -54,6 +54,8 @@ pub(super) struct Fresh<'a> {
     pub operation: &'a str,
     /// The claim attempt's token.
     pub token: &'a str,
+    /// Whether its effect commits with its end.
+    pub effect_atomic: &'a str,
     /// The new fence.
     pub fence: &'a str,
     /// The store clock, ms.
@@ -73,7 +75,7 @@ pub(super) fn fresh_record(v: &Fresh<'_>) -> String {
     );
     format!(
         "{}, {}, {}, {}, {}, 'in-progress', {}, {lease_until}::int8, 1, {now}, {now}, {}, \
-         {retain_until}, NULL, NULL, NULL, {}, {}, {}, {}, {}, {}, {}",
+         {retain_until}, NULL, NULL, NULL, {}, {}, {}, {}, {}, {}, {}, {}",
         v.namespace,
         v.key,
         v.policy_digest,
@@ -88,6 +90,7 @@ pub(super) fn fresh_record(v: &Fresh<'_>) -> String {
         v.pid,
         v.operation,
         v.token,
+        v.effect_atomic,
         now = v.now,
     )
 }

@@ -28,6 +28,10 @@ impl ColumnReader for rusqlite::Row<'_> {
     fn opt_i32(&self, column: &str) -> Result<Option<i32>, String> {
         self.get(column).map_err(|e| e.to_string())
     }
+
+    fn opt_bool(&self, column: &str) -> Result<Option<bool>, String> {
+        self.get(column).map_err(|e| e.to_string())
+    }
 }
 
 /// SQL for "counts as absent" (see `machine::is_expired`), `?1` = now.

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use idem_core::{DuplicateContext, Operation};
+use idem_core::{DuplicateContext, Operation, OutcomeSummary, RecordState};
 
 use super::{Digest, Holder, KeptOperation, Outcome, OwnershipToken, RecordKey, RecordView};
 
@@ -39,6 +39,17 @@ pub struct ClaimRequest {
     /// ([`StoreError::StaleEpoch`]) unless it is the group's current epoch.
     /// `None` (the default) checks nothing.
     pub ownership: Option<OwnershipToken>,
+    /// Whether the claimer's effect commits in the same store transaction
+    /// as its end (an effect in the store's transaction: its business
+    /// writes and the completion are durable together, or neither is).
+    /// Kept with the record ([`Record::effect_atomic`]): should the claim
+    /// expire, a duplicate knows nothing was done and re-executes instead
+    /// of sending the record to review. Claim `false` unless the effect
+    /// really ends that way: a record that says so wrongly would be run
+    /// again after an effect that happened.
+    ///
+    /// [`Record::effect_atomic`]: crate::Record::effect_atomic
+    pub effect_atomic: bool,
 }
 
 /// A claim: the right to execute the effect, as long as `fence` is current.
@@ -64,18 +75,48 @@ pub struct Existing {
     pub fingerprint_matches: bool,
 }
 
+/// The error a duplicate's policy reads in the outcome of a record whose
+/// claim expired with its effect atomic with its end (see
+/// [`Existing::duplicate_context`]); the attempt log's take-over of such a
+/// record carries it as its detail.
+pub const EXPIRED_WITHOUT_EFFECT: &str = "the previous holder's claim expired before its end; \
+     its effect commits with its end, so nothing was done";
+
 impl Existing {
-    /// The duplicate context a policy's `on-duplicate` receives.
+    /// The duplicate context a policy's `on-duplicate` receives: the
+    /// record as it is, except for a claim whose lease expired (store
+    /// clock) with its effect atomic with its end
+    /// ([`Record::expired_without_effect`](crate::Record::expired_without_effect)).
+    /// The host knows that attempt did nothing, so the policy is told what
+    /// is true: `failed-retryable` (trying again is safe), attempts as they
+    /// are, and an outcome whose error says why
+    /// ([`EXPIRED_WITHOUT_EFFECT`], status 0, no bytes). A policy's
+    /// standard answer to that is `re-execute`: the record never waits for
+    /// review, and the late holder's commit is refused by its fence inside
+    /// its own transaction.
     pub fn duplicate_context(&self, operation: Operation) -> DuplicateContext {
         let record = &self.view.record;
+        let without_effect = record.expired_without_effect(self.view.now_ms);
         DuplicateContext {
             operation,
-            state: record.state,
+            state: if without_effect {
+                RecordState::FailedRetryable
+            } else {
+                record.state
+            },
             fingerprint_matches: self.fingerprint_matches,
             attempts: record.attempts,
             age_ms: self.view.age_ms,
             lease_remaining_ms: self.view.lease_remaining_ms,
-            outcome: record.outcome.as_ref().map(Outcome::summary),
+            outcome: if without_effect {
+                Some(OutcomeSummary {
+                    status: 0,
+                    size: 0,
+                    error: Some(EXPIRED_WITHOUT_EFFECT.to_string()),
+                })
+            } else {
+                record.outcome.as_ref().map(Outcome::summary)
+            },
         }
     }
 }

@@ -23,7 +23,7 @@ pub(crate) use attempt::bounded_note;
 pub use attempt::{
     AttemptEntry, AttemptEvent, AttemptFilter, MAX_NOTE_BYTES, Resolution, ResolveRequest,
 };
-pub use claim::{Claim, ClaimOutcome, ClaimRequest, Existing};
+pub use claim::{Claim, ClaimOutcome, ClaimRequest, EXPIRED_WITHOUT_EFFECT, Existing};
 pub use clock::{ManualClock, StoreClock};
 pub use effect::{EffectError, TxEnd};
 pub(crate) use effect::{is_our_completion, statement_failed};

@@ -222,6 +222,16 @@ pub struct Record {
     /// claim (a take-over keeps it); `None` on a record written before
     /// stores kept operations, or by a caller that gave none.
     pub operation: Option<KeptOperation>,
+    /// Whether the current attempt's effect commits in the same store
+    /// transaction as its end ([`ClaimRequest::effect_atomic`], set by the
+    /// claim or take-over that made the attempt). Such a record in progress
+    /// past its lease is known not to have had its effect: a duplicate is
+    /// told so ([`Existing::duplicate_context`]) and re-executes, where any
+    /// other expired claim may have done its effect and goes to review.
+    ///
+    /// [`ClaimRequest::effect_atomic`]: crate::ClaimRequest::effect_atomic
+    /// [`Existing::duplicate_context`]: crate::Existing::duplicate_context
+    pub effect_atomic: bool,
 }
 
 impl Record {
@@ -232,6 +242,13 @@ impl Record {
         } else {
             0
         }
+    }
+
+    /// Whether this record is a claim whose lease expired (store clock
+    /// `now_ms`) and whose effect commits with its end: its holder did
+    /// nothing that lasts, so the effect is safe to run again.
+    pub fn expired_without_effect(&self, now_ms: u64) -> bool {
+        self.effect_atomic && self.state == RecordState::InProgress && self.lease_until_ms <= now_ms
     }
 }
 

@@ -16,6 +16,9 @@
 //! - [`Execution::complete_in_postgres`]: the caller-owned form, for a
 //!   service that already holds a transaction on the store's database.
 //!
+//! Each form claims with [`Engine::begin_in_store`]: the record says its
+//! effect commits with its end, so an expired claim is known to have done
+//! nothing and a duplicate re-executes it instead of sending it to review.
 //! The completion is conditional on the claim's fence inside the
 //! transaction, so a deposed holder's business writes roll back and it
 //! gets [`EngineError::Fenced`]. A failure of the effect rolls its writes
@@ -38,6 +41,30 @@ use idem_store::{
 use super::{Begin, Engine, EngineError, ExecContext, Execution, Failed, RunResult};
 
 impl Engine {
+    /// [`Engine::begin`] for a holder whose effect commits in the same
+    /// store transaction as its end: the claim (or take-over) says so, and
+    /// the record keeps it. Should the claim expire, a duplicate knows the
+    /// holder did nothing that lasts — its writes commit with its end, or
+    /// not at all — so its policy is told the attempt failed retryably
+    /// (see `idem_store::Existing::duplicate_context`) and re-executes
+    /// under a higher fence; the record never waits for review, and the
+    /// late holder's commit is refused by its fence inside its own
+    /// transaction.
+    ///
+    /// The forms below begin this way. Call it directly for the
+    /// caller-owned form: complete with [`Execution::complete_in_postgres`]
+    /// inside the transaction that holds the effect's writes, or fail the
+    /// claim ([`Execution::fail`]) after rolling them back. Ending such a
+    /// claim any other way after an effect that lasts breaks the promise
+    /// the record makes. A store with no transaction to share (the
+    /// in-memory store) is refused ([`StoreError::NotTransactional`])
+    /// before anything is claimed.
+    pub async fn begin_in_store(&self, op: &Operation) -> Result<Begin, EngineError> {
+        self.store().database().await?;
+        let keyed = self.derive(op)?;
+        self.begin_claiming(op, keyed, true).await
+    }
+
     /// [`Engine::run_once`] with the effect's writes in the SQLite store's
     /// own transaction: `effect` is handed the store's
     /// `rusqlite::Transaction` (a `BEGIN IMMEDIATE` one) and the claim's
@@ -69,7 +96,7 @@ impl Engine {
             + 'static,
     {
         let database = sqlite_of(self.store()).await?;
-        let execution = match self.begin(op).await? {
+        let execution = match self.begin_in_store(op).await? {
             Begin::Execute(e) => e,
             other => return Ok(RunResult::NotRun(other)),
         };
@@ -120,7 +147,7 @@ impl Engine {
         ) -> Result<Outcome, EffectError<tokio_postgres::Error>>,
     {
         let database = postgres_of(self.store()).await?;
-        let execution = match self.begin(op).await? {
+        let execution = match self.begin_in_store(op).await? {
             Begin::Execute(e) => e,
             other => return Ok(RunResult::NotRun(other)),
         };

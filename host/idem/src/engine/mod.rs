@@ -10,7 +10,10 @@
 //! that was deposed (its lease expired and someone took over) gets
 //! [`EngineError::Fenced`] and changes nothing. Leases expire by the store's
 //! clock. An expired claim is never re-executed blindly: the policy decides
-//! (re-execute with the same key, send to review, reject).
+//! (re-execute with the same key, send to review, reject). A claim whose
+//! effect commits with its end ([`Engine::begin_in_store`]) is known to
+//! have done nothing when it expired: its policy is told so (a retryable
+//! failure), and re-executes.
 //!
 //! ```no_run
 //! # async fn charge(key: &str, fence: u64) -> Vec<u8> { Vec::new() }
@@ -304,13 +307,26 @@ impl Engine {
         op: &Operation,
         keyed: KeyedDerivation,
     ) -> Result<Begin, EngineError> {
+        self.begin_claiming(op, keyed, false).await
+    }
+
+    /// Derives, admits and claims; the claim (or take-over) says whether
+    /// its effect commits with its end (`effect_atomic`).
+    pub(crate) async fn begin_claiming(
+        &self,
+        op: &Operation,
+        keyed: KeyedDerivation,
+        effect_atomic: bool,
+    ) -> Result<Begin, EngineError> {
         self.admission.check(&self.store, &self.policy).await?;
-        if let Some(found) = self.dual_read_hit(op, &keyed).await? {
+        if let Some(mut found) = self.dual_read_hit(op, &keyed).await? {
+            found.request.effect_atomic = effect_atomic;
             return self
                 .settle_traced(op, found.keyed, found.request, Some(Ok(found.first)))
                 .await;
         }
-        let request = self.claim_request(op, &keyed);
+        let mut request = self.claim_request(op, &keyed);
+        request.effect_atomic = effect_atomic;
         self.settle_traced(op, keyed, request, None).await
     }
 
@@ -352,6 +368,7 @@ impl Engine {
             operation_digest: Some(op.business_digest()),
             operation: Some(self.kept_operation(op)),
             ownership: self.options.ownership.clone(),
+            effect_atomic: false,
         }
     }
 
@@ -426,12 +443,13 @@ impl Engine {
                 Decision::ReExecute => match self
                     .store
                     .records()
-                    .take_over(
+                    .take_over_as(
                         &key,
                         record.fence,
                         lease,
                         holder.clone(),
                         self.options.ownership.as_ref(),
+                        request.effect_atomic,
                     )
                     .await
                 {

@@ -1,7 +1,7 @@
 //! The rules that name the cause of one key's duplicate, from its
 //! timeline alone (plus when each run was active).
 
-use idem_store::{AttemptEntry, AttemptEvent};
+use idem_store::{AttemptEntry, AttemptEvent, EXPIRED_WITHOUT_EFFECT};
 
 use super::runs::ends_attempt;
 use super::{Activity, Cause, Duplicate, Spans, caller_of, human_ms, is_ask, process_of};
@@ -46,7 +46,10 @@ pub(crate) fn classify_key(timeline: &[&AttemptEntry], spans: &Spans) -> Option<
         executions: timeline
             .iter()
             .filter(|e| e.event.starts_execution())
-            .count(),
+            .count()
+            // Each take-over of an expired atomic claim proves the attempt
+            // it deposed did nothing.
+            .saturating_sub(timeline.iter().filter(|e| re_executes(e)).count()),
         fenced: timeline
             .iter()
             .filter(|e| e.event == AttemptEvent::Fenced)
@@ -112,6 +115,12 @@ fn take_over(timeline: &[&AttemptEntry]) -> Option<(Cause, String)> {
             let lost = before(timeline, over)
                 .iter()
                 .any(|e| e.fence == earlier.fence && e.event == AttemptEvent::MarkedUnknown);
+            if re_executes(over) {
+                return Some((
+                    Cause::TakeOverAfterPause,
+                    atomic_expiry(earlier, over, came_back),
+                ));
+            }
             let after = match came_back {
                 Some(fenced) => format!(
                     "; {} came back {} after the take-over and its write was refused (fenced)",
@@ -139,6 +148,42 @@ fn take_over(timeline: &[&AttemptEntry]) -> Option<(Cause, String)> {
                 ),
             ))
         })
+}
+
+/// Whether `entry` is a take-over of a claim that expired with its effect
+/// atomic with its end: the store logs it with
+/// [`EXPIRED_WITHOUT_EFFECT`] as its detail.
+pub(crate) fn re_executes(entry: &AttemptEntry) -> bool {
+    entry.event == AttemptEvent::TakenOver
+        && entry.detail.as_deref() == Some(EXPIRED_WITHOUT_EFFECT)
+}
+
+/// The explanation of a take-over of an expired atomic claim: nothing
+/// was done, so the take-over re-executed (no one's outcome was lost).
+fn atomic_expiry(
+    earlier: &AttemptEntry,
+    over: &AttemptEntry,
+    came_back: Option<&AttemptEntry>,
+) -> String {
+    let after = match came_back {
+        Some(fenced) => format!(
+            "; {} came back {} after it and its commit was refused inside its own transaction (fenced): its writes rolled back",
+            name(earlier),
+            human_ms(fenced.at_ms.saturating_sub(over.at_ms))
+        ),
+        None => format!(
+            "; {} never wrote again (crashed, or still paused)",
+            name(earlier)
+        ),
+    };
+    format!(
+        "{} started it at fence {} and its claim expired after {} without an end; its effect is atomic with its end, so nothing was done; {} re-executed it under fence {}{after}",
+        name(earlier),
+        earlier.fence,
+        human_ms(over.at_ms.saturating_sub(earlier.at_ms)),
+        name(over),
+        over.fence,
+    )
 }
 
 /// The first two callers of the key, taken in the order their runs

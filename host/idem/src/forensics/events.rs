@@ -1,7 +1,9 @@
 //! How each attempt-log entry reads to a person. The log stores what the
 //! store did (`taken-over`, `rejected`); a person wants what it meant: a
-//! take-over after a recorded end is a plain retry, and a rejection given
-//! about a record the same caller just marked unknown sent it to review.
+//! take-over after a recorded end is a plain retry, a take-over of an
+//! expired claim whose effect is atomic with its end re-executes what was
+//! never done, and a rejection given about a record the same caller just
+//! marked unknown sent it to review.
 
 use std::collections::{BTreeMap, HashSet};
 
@@ -20,16 +22,21 @@ pub enum ShownEvent {
     /// The caller found the claim expired and the policy sent the record
     /// to review (stored as a rejection beside a `marked-unknown`).
     SentToReview,
+    /// A take-over of a claim that expired with its effect atomic with its
+    /// end: the earlier attempt did nothing, so this one runs the effect
+    /// for the first time that lasts, never a second.
+    ReExecuted,
 }
 
 impl ShownEvent {
-    /// The spelling a person reads (`retried`, `sent-to-review`, or the
-    /// stored event's own).
+    /// The spelling a person reads (`retried`, `sent-to-review`,
+    /// `re-executed`, or the stored event's own).
     pub fn as_str(self) -> &'static str {
         match self {
             ShownEvent::Stored(event) => event.as_str(),
             ShownEvent::Retried => "retried",
             ShownEvent::SentToReview => "sent-to-review",
+            ShownEvent::ReExecuted => "re-executed",
         }
     }
 
@@ -37,7 +44,7 @@ impl ShownEvent {
     pub fn stored(self) -> AttemptEvent {
         match self {
             ShownEvent::Stored(event) => event,
-            ShownEvent::Retried => AttemptEvent::TakenOver,
+            ShownEvent::Retried | ShownEvent::ReExecuted => AttemptEvent::TakenOver,
             ShownEvent::SentToReview => AttemptEvent::Rejected,
         }
     }
@@ -69,6 +76,8 @@ pub fn shown_events(entries: &[AttemptEntry]) -> Vec<ShownEvent> {
                 AttemptEvent::TakenOver => {
                     if current.is_some_and(|(_, ended)| ended) {
                         out[i] = ShownEvent::Retried;
+                    } else if super::classify::re_executes(e) {
+                        out[i] = ShownEvent::ReExecuted;
                     }
                     current = Some((e.fence, false));
                 }

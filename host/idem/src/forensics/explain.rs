@@ -120,6 +120,7 @@ mod tests {
                     operation_digest: None,
                     operation: None,
                     ownership: None,
+                    effect_atomic: false,
                 })
                 .await
                 .unwrap();

@@ -48,7 +48,9 @@ pub enum Cause {
     KeyDrift,
     /// A later attempt took over an earlier one that was still in progress
     /// (its lease expired: the holder paused or crashed); the earlier
-    /// holder was fenced when it came back, or never came back.
+    /// holder was fenced when it came back, or never came back. When the
+    /// earlier attempt's effect was atomic with its end, the explanation
+    /// says so: it did nothing, and the take-over re-executed it.
     TakeOverAfterPause,
     /// A run triggered as a retry began while the first attempt was still
     /// in progress or lost: the scheduler's timeout is shorter than the job.
@@ -145,9 +147,12 @@ pub struct Duplicate {
     /// How many times it was asked (claims, take-overs and answers).
     pub asks: usize,
     /// How many of those started the effect (a fresh claim or a
-    /// take-over): more than one means the effect may have happened more
-    /// than once, and only downstream deduplication by the key (or, for
-    /// key drift, nothing) stood in the way.
+    /// take-over) and may have had it: more than one means the effect may
+    /// have happened more than once, and only downstream deduplication by
+    /// the key (or, for key drift, nothing) stood in the way. An attempt
+    /// whose claim expired with its effect atomic with its end is not
+    /// counted: its take-over proves it did nothing
+    /// ([`idem_store::EXPIRED_WITHOUT_EFFECT`]).
     pub executions: usize,
     /// How many late writes of a deposed holder were refused.
     pub fenced: usize,

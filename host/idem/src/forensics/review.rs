@@ -23,17 +23,29 @@ pub struct Waiting {
 
 /// Whether a record waits for a person: its outcome is unknown, or its
 /// holder's lease expired with no end recorded (the holder may have done
-/// the effect).
+/// the effect). A claim that expired with its effect atomic with its end
+/// does not: its holder did nothing that lasts, and the next duplicate
+/// re-executes it ([`re_executes_at_next_duplicate`]).
 pub fn waits_for_review(view: &RecordView) -> Option<&'static str> {
     match view.record.state {
         RecordState::OutcomeUnknown => {
             Some("outcome unknown: the holder may or may not have done the effect")
         }
-        RecordState::InProgress if view.lease_remaining_ms == 0 => {
+        RecordState::InProgress
+            if view.lease_remaining_ms == 0 && !re_executes_at_next_duplicate(view) =>
+        {
             Some("in progress past its lease: the holder went silent mid-effect")
         }
         _ => None,
     }
+}
+
+/// Whether a record is a claim that expired with its effect atomic with
+/// its end: nothing was done, no person is needed, and the next duplicate
+/// of its operation re-executes it (its policy is told the attempt failed
+/// retryably; see `idem_store::Existing::duplicate_context`).
+pub fn re_executes_at_next_duplicate(view: &RecordView) -> bool {
+    view.record.expired_without_effect(view.now_ms)
 }
 
 /// Every record waiting for review (in `namespace`, or all), most
@@ -42,6 +54,37 @@ pub async fn waiting_records(
     store: &Store,
     namespace: Option<&str>,
 ) -> Result<Vec<(RecordView, &'static str)>, StoreError> {
+    Ok(review_states(store, namespace)
+        .await?
+        .into_iter()
+        .filter_map(|view| {
+            let why = waits_for_review(&view)?;
+            Some((view, why))
+        })
+        .collect())
+}
+
+/// The records whose claim expired with their effect atomic with their
+/// end (in `namespace`, or all), most recently changed first: in progress
+/// past their lease like a record waiting for review, but nothing was
+/// done, and each re-executes at its operation's next duplicate.
+pub async fn re_executing_records(
+    store: &Store,
+    namespace: Option<&str>,
+) -> Result<Vec<RecordView>, StoreError> {
+    Ok(review_states(store, namespace)
+        .await?
+        .into_iter()
+        .filter(re_executes_at_next_duplicate)
+        .collect())
+}
+
+/// The records in the states review looks at (outcome-unknown, in
+/// progress), most recently changed first.
+async fn review_states(
+    store: &Store,
+    namespace: Option<&str>,
+) -> Result<Vec<RecordView>, StoreError> {
     let mut views = Vec::new();
     for state in [RecordState::OutcomeUnknown, RecordState::InProgress] {
         views.extend(
@@ -56,13 +99,7 @@ pub async fn waiting_records(
         );
     }
     views.sort_by_key(|v| std::cmp::Reverse(v.record.updated_ms));
-    Ok(views
-        .into_iter()
-        .filter_map(|view| {
-            let why = waits_for_review(&view)?;
-            Some((view, why))
-        })
-        .collect())
+    Ok(views)
 }
 
 /// The records waiting for review (in `namespace`, or all), most recently

@@ -12,7 +12,8 @@ use crate::postgres::sql::{
 /// (one element per request), `$13`/`$14` the clock, `$15`/`$16` the
 /// ownership group and epoch (NULL: none), `$17` the operation digests
 /// (for the `executed` entries logged in the same statement), `$18` the
-/// kept operations' column text, `$19` the holders' tokens. Columns, one row per request in
+/// kept operations' column text, `$19` the holders' tokens, `$20` whether
+/// each effect commits with its end. Columns, one row per request in
 /// order: `position` (1-based), `now_ms`, `current_epoch`,
 /// `inserted_fence` (when this statement inserted the row), the record the
 /// snapshot held, and in debug builds the inserted row (`ins_*`).
@@ -35,6 +36,7 @@ pub(in crate::postgres) fn claim_sql(s: &str, fence_seq: &str, log: bool) -> Str
         pid: "u.pid",
         operation: "u.operation",
         token: "u.token",
+        effect_atomic: "u.effect_atomic",
         fence: &format!("nextval({fence_seq})"),
         now: "ok.ms",
     });
@@ -54,9 +56,10 @@ pub(in crate::postgres) fn claim_sql(s: &str, fence_seq: &str, log: bool) -> Str
            WHERE $15::text IS NULL OR EXISTS (SELECT 1 FROM m WHERE m.epoch = $16::int8)), \
          u AS (SELECT * FROM unnest($1::text[], $2::bytea[], $3::text[], $4::bytea[], $5::text[], \
            $6::int8[], $7::int8[], $8::text[], $9::text[], $10::int8[], $11::text[], $12::int8[], \
-           $17::bytea[], $18::text[], $19::bytea[]) \
+           $17::bytea[], $18::text[], $19::bytea[], $20::bool[]) \
            WITH ORDINALITY AS u(namespace, key, policy_digest, fingerprint, partition, lease, \
-           retention, run_id, trig, attempt, host, pid, op_digest, operation, token, i)), \
+           retention, run_id, trig, attempt, host, pid, op_digest, operation, token, \
+           effect_atomic, i)), \
          ins AS (INSERT INTO {s}.records ({columns}) \
            SELECT {fresh} \
            FROM (SELECT * FROM u ORDER BY u.namespace COLLATE \"C\", u.key) u CROSS JOIN ok \

@@ -96,6 +96,7 @@ impl Sql {
                 pid: "$12::int8",
                 operation: "$OP::text",
                 token: "$TOKEN::bytea",
+                effect_atomic: "$ATOMIC::bool",
                 fence: "n.fence",
                 now: "n.ms",
             }),
@@ -142,7 +143,8 @@ impl Sql {
                 log_fresh("$15::bytea"),
             )
             .replace("$OP", "$16")
-            .replace("$TOKEN", "$17"),
+            .replace("$TOKEN", "$17")
+            .replace("$ATOMIC", "$18"),
             // The same under an ownership token ($15 group, $16 epoch): it
             // inserts only while the epoch is current, holding the
             // membership row FOR SHARE until commit so that a membership
@@ -159,7 +161,8 @@ impl Sql {
                 log_fresh("$17::bytea"),
             )
             .replace("$OP", "$18")
-            .replace("$TOKEN", "$19"),
+            .replace("$TOKEN", "$19")
+            .replace("$ATOMIC", "$20"),
             batch_claim: claim_sql(&s, &fence_seq, log),
             get: format!(
                 "SELECT n.ms, {r_columns} FROM (SELECT {now34} AS ms) n \
