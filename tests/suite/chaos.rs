@@ -545,6 +545,9 @@ on_both_stores!(
     dual_read_catches_the_duplicate_across_the_upgrade,
 );
 
+// After the macro: the in-store scenarios use it too.
+mod in_store;
+
 /// Seeds are deterministic: the same seed on two fresh stores gives the
 /// same ledger, fence for fence.
 #[tokio::test]
@@ -955,6 +958,14 @@ fn idem_demo_shows_the_lock_duplicating_and_idem_not() {
     assert_eq!(n("/idem/charges"), 12);
     assert_eq!(n("/idem/fenced_writes"), 1);
     assert_eq!(n("/idem/replays"), 11);
+    assert_eq!(n("/idem/outcome_unknown"), 1, "{v}");
+    // The charge in the store's transaction: the retry knew the expired
+    // claim charged nothing and charged it; the paused run's commit was
+    // fenced and rolled back; nothing waits for a person.
+    assert_eq!(n("/in_store/charges"), 12, "{v}");
+    assert_eq!(n("/in_store/duplicate_charges"), 0, "{v}");
+    assert_eq!(n("/in_store/fenced_writes"), 1, "{v}");
+    assert_eq!(n("/in_store/outcome_unknown"), 0, "{v}");
 
     // A missing policy is named, with how to build it.
     let out = std::process::Command::new(idem_tests::idem_bin())

@@ -150,4 +150,35 @@ impl Report {
         }
         if bad.is_empty() { Ok(()) } else { Err(bad) }
     }
+
+    /// Checks a report of the in-store guard ([`crate::Guard::InStore`]),
+    /// whose charge commits with its end, whatever the policy and the
+    /// ledger: every [`Report::check_idem`] rule with at most one charge
+    /// per invoice, and **nothing for a person**: no record outcome-unknown,
+    /// no expired claim sent to review. When `reconciled`: every invoice
+    /// charged exactly once and completed, nothing left in progress.
+    pub fn check_in_store(&self, reconciled: bool) -> Result<(), Vec<String>> {
+        let mut bad = self
+            .check_idem(Guarantee::NoBlindReExecution, reconciled)
+            .err()
+            .unwrap_or_default();
+        let c = &self.counters;
+        if c.outcome_unknown > 0 || c.marked_unknown > 0 {
+            bad.push(format!(
+                "{} records outcome-unknown, {} expired claims sent to review: none may wait for a person",
+                c.outcome_unknown, c.marked_unknown
+            ));
+        }
+        if reconciled {
+            for inv in &self.invoices {
+                if inv.charges != 1 || inv.record != Some(RecordState::Completed) {
+                    bad.push(format!(
+                        "{}: after reconciliation charged {} times, record {:?}",
+                        inv.invoice_id, inv.charges, inv.record
+                    ));
+                }
+            }
+        }
+        if bad.is_empty() { Ok(()) } else { Err(bad) }
+    }
 }

@@ -179,6 +179,13 @@ impl Ledger {
         reply
     }
 
+    /// The receipt the next charge that moves money gets: what an effect
+    /// in the store's transaction stores as its outcome before its commit
+    /// (the charge it records once committed gets this very receipt).
+    pub fn next_receipt(&self) -> String {
+        format!("rcpt-{:04}", self.next_receipt + 1)
+    }
+
     fn decide(&mut self, key: Option<&str>, fence: Option<u64>) -> LedgerReply {
         if let Some(key) = key {
             if self.mode.honour_fences
@@ -195,8 +202,8 @@ impl Ledger {
                 };
             }
         }
+        let receipt = self.next_receipt();
         self.next_receipt += 1;
-        let receipt = format!("rcpt-{:04}", self.next_receipt);
         if let Some(key) = key {
             self.by_key
                 .entry(key.to_string())

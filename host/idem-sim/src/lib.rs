@@ -32,6 +32,11 @@
 //!   over a real store; the charge carries the key and the fence to the
 //!   ledger; then `complete` (or `fail` when the ledger refused a stale
 //!   fence). No lock at all.
+//! - *in store*: idem with the charge a row written in the store's own
+//!   transaction and committed with the completion: a crash or a lost
+//!   commit loses the charge with its end, an expired claim is known to
+//!   have charged nothing and is re-executed, and a deposed holder's
+//!   commit is fenced inside its transaction.
 //!
 //! **Faults** ([`Fault`]) are injected at chosen invoices of chosen runs: a
 //! pause longer than the lease (GC, hypervisor stall, slow disk) before the
@@ -353,6 +358,16 @@ pub enum Guard {
         /// The store holding the claims.
         store: Store,
     },
+    /// idem with each charge a row written in the store's own transaction,
+    /// committed with its completion (`Engine::begin_in_store`, then
+    /// `Execution::run_in_sqlite` / `run_in_postgres`): `store` must be
+    /// SQLite or PostgreSQL.
+    InStore {
+        /// The policy deriving the keys (the runs' default).
+        policy: LoadedPolicy,
+        /// The store holding the claims and the charges.
+        store: Store,
+    },
 }
 
 impl Guard {
@@ -361,6 +376,7 @@ impl Guard {
         match self {
             Guard::LockOnly => "lock-only",
             Guard::Idem { .. } => "idem",
+            Guard::InStore { .. } => "in-store",
         }
     }
 }
@@ -475,6 +491,17 @@ pub enum SimError {
         invoice: usize,
         /// The error.
         source: EngineError,
+    },
+    /// A charge in the store's transaction ended without committing for a
+    /// reason no fault explains (its SQL failed).
+    #[error("run {run}, invoice {invoice}: the charge's transaction did not commit: {detail}")]
+    Charge {
+        /// The run.
+        run: String,
+        /// The invoice.
+        invoice: usize,
+        /// What the engine answered.
+        detail: String,
     },
     /// The store failed while reading the final state.
     #[error("reading the final state: {0}")]

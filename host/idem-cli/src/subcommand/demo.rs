@@ -1,6 +1,6 @@
 //! `idem demo`: the nightly billing job run twice, overlapping, with an
-//! injected pause; first guarded by a lease lock alone, then by idem; side
-//! by side.
+//! injected pause; guarded by a lease lock alone, by idem, and by idem with
+//! each charge written in the store's own transaction; side by side.
 
 use std::path::{Path, PathBuf};
 
@@ -107,18 +107,40 @@ pub fn run(args: DemoArgs) -> Result<u8, Failure> {
         .enable_all()
         .build()
         .map_err(|e| Failure::input(format!("cannot start the async runtime: {e}")))?;
-    let (lock, idem, analysis) = rt
+    // The charges in the store's transaction get a file of their own: the
+    // same keys, claimed afresh.
+    let in_store_db = dir.0.join("in-store.db");
+    let in_store_store = SqliteStore::open(
+        &in_store_db,
+        SqliteOptions::default(),
+        StoreOptions {
+            clock: clock.store_clock(),
+            ..StoreOptions::default()
+        },
+    )
+    .map_err(|e| {
+        Failure::input(format!(
+            "cannot open store sqlite:{}: {e}",
+            in_store_db.display()
+        ))
+    })?;
+    let (lock, idem, in_store, analysis) = rt
         .block_on(async {
             let lock = simulate(&scenario, &Guard::LockOnly, &clock).await?;
             let store = Store::from(store);
             let guard = Guard::Idem {
-                policy,
+                policy: policy.clone(),
                 store: store.clone(),
             };
             let idem = simulate(&scenario, &guard, &clock).await?;
+            let guard = Guard::InStore {
+                policy,
+                store: Store::from(in_store_store),
+            };
+            let in_store = simulate(&scenario, &guard, &clock).await?;
             // Why the job ran twice, from the attempt log it left.
             let log = store.records().attempts(AttemptFilter::default()).await?;
-            Ok::<_, idem_sim::SimError>((lock, idem, forensics::analyse(&log)))
+            Ok::<_, idem_sim::SimError>((lock, idem, in_store, forensics::analyse(&log)))
         })
         .map_err(|e| Failure::input(format!("the simulation failed: {e}")))?;
 
@@ -140,10 +162,17 @@ pub fn run(args: DemoArgs) -> Result<u8, Failure> {
                 "outcome_unknown": idem.counters.outcome_unknown,
                 "causes": analysis.causes().iter().map(|(c, n)| json!({"cause": c, "count": n})).collect::<Vec<_>>(),
             },
+            "in_store": {
+                "charges": in_store.counters.charges,
+                "duplicate_charges": in_store.counters.duplicate_charges,
+                "fenced_writes": in_store.counters.fenced_writes,
+                "replays": in_store.counters.replays,
+                "outcome_unknown": in_store.counters.outcome_unknown,
+            },
         });
         println!("{out}");
     } else {
-        print_table(&scenario, &lock, &idem);
+        print_table(&scenario, &lock, &idem, &in_store);
         for line in analysis.summary_lines() {
             println!("why: {line}");
         }
@@ -156,7 +185,7 @@ fn minutes(ms: u64) -> String {
     format!("{}m{:02}s", s / 60, s % 60)
 }
 
-fn print_table(scenario: &Scenario, lock: &Report, idem: &Report) {
+fn print_table(scenario: &Scenario, lock: &Report, idem: &Report, in_store: &Report) {
     let (invoice, pause) = scenario.runs[0]
         .faults
         .iter()
@@ -177,19 +206,25 @@ fn print_table(scenario: &Scenario, lock: &Report, idem: &Report) {
         minutes(idem_sim::LEASE_MS),
         minutes(scenario.runs[1].start_ms)
     );
-    let (l, i) = (&lock.counters, &idem.counters);
-    println!("{:<22}{:>11}{:>8}", "", "lock only", "idem");
-    println!("{:<22}{:>11}{:>8}", "charges made", l.charges, i.charges);
+    let (l, i, s) = (&lock.counters, &idem.counters, &in_store.counters);
+    let row = |name: &str, l: &dyn std::fmt::Display, i: u64, s: u64| {
+        println!("{name:<22}{l:>11}{i:>8}{s:>10}");
+    };
     println!(
-        "{:<22}{:>11}{:>8}",
-        "duplicate charges", l.duplicate_charges, i.duplicate_charges
+        "{:<22}{:>11}{:>8}{:>10}",
+        "", "lock only", "idem", "in store"
     );
-    println!("{:<22}{:>11}{:>8}", "fenced writes", "-", i.fenced_writes);
-    println!("{:<22}{:>11}{:>8}", "replays", "-", i.replays);
-    println!(
-        "{:<22}{:>11}{:>8}\n",
-        "sent to review", "-", i.outcome_unknown
+    row("charges made", &l.charges, i.charges, s.charges);
+    row(
+        "duplicate charges",
+        &l.duplicate_charges,
+        i.duplicate_charges,
+        s.duplicate_charges,
     );
+    row("fenced writes", &"-", i.fenced_writes, s.fenced_writes);
+    row("replays", &"-", i.replays, s.replays);
+    row("sent to review", &"-", i.outcome_unknown, s.outcome_unknown);
+    println!();
     let twice: Vec<&str> = lock
         .invoices
         .iter()
@@ -206,5 +241,8 @@ fn print_table(scenario: &Scenario, lock: &Report, idem: &Report) {
     );
     println!(
         "idem: each charge is claimed under its key (customer, period, invoice) with a fence; the retry sent the expired claim to review instead of charging, and the late completion was fenced."
+    );
+    println!(
+        "in store: each charge is a row written in the store's own transaction and committed with its completion; the retry knew the expired claim had charged nothing and charged it, and the paused run's transaction was fenced and rolled back."
     );
 }

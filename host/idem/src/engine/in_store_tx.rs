@@ -4,7 +4,7 @@
 //! between "charged" and "recorded" cannot happen: either both are
 //! durable or neither is.
 //!
-//! Three forms, composed from the store's (`idem_store::Database`):
+//! The forms, composed from the store's (`idem_store::Database`):
 //!
 //! - [`Engine::run_once_in_sqlite`]: `run_once` with a closure handed the
 //!   store's `rusqlite::Transaction` (synchronous: it is not `Send`, and
@@ -13,6 +13,9 @@
 //!   handed a `tokio_postgres::Transaction` on one of the store's pooled
 //!   connections, run again whole after a serialization failure or
 //!   deadlock;
+//! - [`Execution::run_in_sqlite`], [`Execution::run_in_postgres`]: the
+//!   second halves of those, for a holder that claimed with
+//!   [`Engine::begin_in_store`] and does something in between;
 //! - [`Execution::complete_in_postgres`]: the caller-owned form, for a
 //!   service that already holds a transaction on the store's database.
 //!
@@ -95,17 +98,11 @@ impl Engine {
             + Send
             + 'static,
     {
-        let database = sqlite_of(self.store()).await?;
-        let execution = match self.begin_in_store(op).await? {
-            Begin::Execute(e) => e,
-            other => return Ok(RunResult::NotRun(other)),
-        };
-        let ctx = execution.context();
-        let (key, fence) = (execution.key().clone(), execution.fence());
-        let end = database
-            .complete_in_transaction(&key, fence, move |tx| effect(tx, &ctx))
-            .await;
-        settle(execution, end).await
+        sqlite_of(self.store()).await?;
+        match self.begin_in_store(op).await? {
+            Begin::Execute(execution) => execution.run_in_sqlite(effect).await,
+            other => Ok(RunResult::NotRun(other)),
+        }
     }
 
     /// [`Engine::run_once`] with the effect's writes in the PostgreSQL
@@ -146,21 +143,62 @@ impl Engine {
             &ExecContext,
         ) -> Result<Outcome, EffectError<tokio_postgres::Error>>,
     {
-        let database = postgres_of(self.store()).await?;
-        let execution = match self.begin_in_store(op).await? {
-            Begin::Execute(e) => e,
-            other => return Ok(RunResult::NotRun(other)),
-        };
-        let ctx = execution.context();
-        let (key, fence) = (execution.key().clone(), execution.fence());
-        let end = database
-            .complete_in_transaction(&key, fence, isolation, &ctx, effect)
-            .await;
-        settle(execution, end).await
+        postgres_of(self.store()).await?;
+        match self.begin_in_store(op).await? {
+            Begin::Execute(execution) => execution.run_in_postgres(isolation, effect).await,
+            other => Ok(RunResult::NotRun(other)),
+        }
     }
 }
 
 impl Execution {
+    /// The second half of [`Engine::run_once_in_sqlite`], for a holder
+    /// that claimed with [`Engine::begin_in_store`] and does something
+    /// between its claim and its effect (a network call, a pause): runs
+    /// `effect` in the SQLite store's own transaction and completes this
+    /// attempt in it, with the same answers.
+    pub async fn run_in_sqlite<F>(self, effect: F) -> Result<RunResult, EngineError>
+    where
+        F: FnOnce(
+                &rusqlite::Transaction<'_>,
+                &ExecContext,
+            ) -> Result<Outcome, EffectError<rusqlite::Error>>
+            + Send
+            + 'static,
+    {
+        let database = sqlite_of(self.store()).await?;
+        let ctx = self.context();
+        let (key, fence) = (self.key().clone(), self.fence());
+        let end = database
+            .complete_in_transaction(&key, fence, move |tx| effect(tx, &ctx))
+            .await;
+        settle(self, end).await
+    }
+
+    /// The second half of [`Engine::run_once_in_postgres`], for a holder
+    /// that claimed with [`Engine::begin_in_store`]: runs `effect` in a
+    /// transaction on the PostgreSQL store's pool and completes this
+    /// attempt in it, with the same answers.
+    pub async fn run_in_postgres<F>(
+        self,
+        isolation: Option<IsolationLevel>,
+        effect: F,
+    ) -> Result<RunResult, EngineError>
+    where
+        F: AsyncFnMut(
+            &tokio_postgres::Transaction<'_>,
+            &ExecContext,
+        ) -> Result<Outcome, EffectError<tokio_postgres::Error>>,
+    {
+        let database = postgres_of(self.store()).await?;
+        let ctx = self.context();
+        let (key, fence) = (self.key().clone(), self.fence());
+        let end = database
+            .complete_in_transaction(&key, fence, isolation, &ctx, effect)
+            .await;
+        settle(self, end).await
+    }
+
     /// Completes this attempt with `outcome` inside the caller's own
     /// transaction `tx` on the store's PostgreSQL database (the caller
     /// commits it): its business writes and this completion are durable

@@ -10,6 +10,11 @@ use crate::ledger::{Ledger, LedgerReply};
 use crate::rng::SplitMix64;
 use crate::{Counters, Guard, InvoiceReport, PausePoint, Report, RunSpec, Scenario, SimError};
 
+mod in_store;
+mod lock_only;
+
+use lock_only::LeaseLock;
+
 /// Where a run is. Lock only: `Start` takes the job lock, `Next(i)` checks
 /// (and renews) the lock and reads the bookkeeping, `Charge(i)` charges,
 /// `Record(i)` writes the bookkeeping, `Release` frees the lock. idem:
@@ -41,20 +46,6 @@ struct RunState {
     engine: Option<Engine>,
 }
 
-/// The job lock: `SET lock <token> NX PX ttl`, read by the simulated clock.
-#[derive(Default)]
-struct LeaseLock {
-    token: u64,
-    until_ms: u64,
-    next_token: u64,
-}
-
-impl LeaseLock {
-    fn held_by(&self, token: u64, now_ms: u64) -> bool {
-        self.token == token && token != 0 && self.until_ms > now_ms
-    }
-}
-
 pub(super) struct Sim<'a> {
     scenario: &'a Scenario,
     guard: &'a Guard,
@@ -84,7 +75,7 @@ impl<'a> Sim<'a> {
                 ready_at_ms: t0 + spec.start_ms,
                 phase: match guard {
                     Guard::LockOnly => Phase::Start,
-                    Guard::Idem { .. } => Phase::Next(0),
+                    Guard::Idem { .. } | Guard::InStore { .. } => Phase::Next(0),
                 },
                 token: 0,
                 claim: None,
@@ -92,7 +83,7 @@ impl<'a> Sim<'a> {
                 waited: false,
                 engine: match guard {
                     Guard::LockOnly => None,
-                    Guard::Idem { policy, store } => {
+                    Guard::Idem { policy, store } | Guard::InStore { policy, store } => {
                         let engine = Engine::new(
                             spec.policy.clone().unwrap_or_else(|| policy.clone()),
                             store.clone(),
@@ -157,6 +148,7 @@ impl<'a> Sim<'a> {
             match self.guard {
                 Guard::LockOnly => self.step_lock_only(r),
                 Guard::Idem { .. } => self.step_idem(r).await?,
+                Guard::InStore { .. } => self.step_in_store(r).await?,
             }
         }
         self.finish().await
@@ -207,96 +199,11 @@ impl<'a> Sim<'a> {
     fn pause_if(&mut self, r: usize, invoice: usize, point: PausePoint) {
         if let Some(ms) = self.spec(r).pause(invoice, point) {
             self.counters.pauses += 1;
-            self.runs[r].ready_at_ms = self.clock.now_ms() + ms;
+            // After any pause already begun at this step (an effect in the
+            // store's transaction takes both of its pauses before it).
+            let from = self.runs[r].ready_at_ms.max(self.clock.now_ms());
+            self.runs[r].ready_at_ms = from + ms;
             self.note(r, || format!("pauses for {} s ({point:?})", ms / 1000));
-        }
-    }
-
-    fn step_lock_only(&mut self, r: usize) {
-        let n = self.scenario.job.customers;
-        match self.runs[r].phase {
-            Phase::Start => {
-                if self.store_wait(r) {
-                    return;
-                }
-                self.spend();
-                let now = self.clock.now_ms();
-                if self.lock.token != 0 && self.lock.until_ms > now {
-                    self.counters.lock_busy += 1;
-                    self.runs[r].phase = Phase::Done;
-                    self.note(r, || "finds the job lock held: exits".into());
-                } else {
-                    self.lock.next_token += 1;
-                    self.lock.token = self.lock.next_token;
-                    self.lock.until_ms = now + self.scenario.lock_ttl_ms;
-                    self.runs[r].token = self.lock.token;
-                    self.runs[r].phase = Phase::Next(0);
-                    let token = self.lock.token;
-                    self.note(r, || format!("takes the job lock (token {token})"));
-                }
-            }
-            Phase::Next(i) if i >= n => self.runs[r].phase = Phase::Release,
-            Phase::Next(i) => {
-                // One round trip: check and renew the lock, read the
-                // bookkeeping.
-                if self.store_wait(r) {
-                    return;
-                }
-                self.spend();
-                let now = self.clock.now_ms();
-                if !self.lock.held_by(self.runs[r].token, now) {
-                    self.counters.lock_lost += 1;
-                    self.runs[r].phase = Phase::Done;
-                    self.note(r, || "notices it lost the job lock: stops".into());
-                    return;
-                }
-                self.lock.until_ms = now + self.scenario.lock_ttl_ms;
-                if self.bookkeeping.contains(&i) {
-                    self.counters.skipped_charged += 1;
-                    self.runs[r].phase = Phase::Next(i + 1);
-                    return;
-                }
-                self.runs[r].phase = Phase::Charge(i);
-                self.pause_if(r, i, PausePoint::BeforeCharge);
-            }
-            Phase::Charge(i) => {
-                self.spend();
-                let at = self.rel_ms();
-                let reply = self.ledger.charge(at, &self.spec(r).name, i, None, None);
-                self.note(r, || format!("charges invoice {i}: {reply:?}"));
-                if self.spec(r).crashes_after_charge(i) {
-                    self.crash(r);
-                    return;
-                }
-                self.runs[r].phase = Phase::Record(i);
-                self.pause_if(r, i, PausePoint::BeforeComplete);
-            }
-            Phase::Record(i) => {
-                if self.store_wait(r) {
-                    return;
-                }
-                self.spend();
-                if self.spec(r).loses_completion(i) {
-                    self.counters.lost_completions += 1;
-                    self.note(r, || format!("bookkeeping write for invoice {i} is lost"));
-                } else {
-                    self.bookkeeping.insert(i);
-                    self.recorded[i] = true;
-                }
-                self.runs[r].phase = Phase::Next(i + 1);
-            }
-            Phase::Release => {
-                if self.store_wait(r) {
-                    return;
-                }
-                self.spend();
-                if self.lock.held_by(self.runs[r].token, self.clock.now_ms()) {
-                    self.lock.token = 0;
-                }
-                self.runs[r].phase = Phase::Done;
-                self.note(r, || "done".into());
-            }
-            Phase::Done => {}
         }
     }
 
@@ -316,60 +223,7 @@ impl<'a> Sim<'a> {
                 self.runs[r].phase = Phase::Done;
                 self.note(r, || "done".into());
             }
-            Phase::Next(i) => {
-                if self.store_wait(r) {
-                    return Ok(());
-                }
-                self.spend();
-                self.runs[r].phase = Phase::Next(i + 1);
-                let op = self.scenario.job.operation(i, self.spec(r));
-                let engine = self.runs[r]
-                    .engine
-                    .as_ref()
-                    .expect("idem runs have an engine");
-                let begun = engine.begin(&op).await;
-                if self.spec(r).policy.is_none()
-                    && let Ok(b) = &begun
-                {
-                    self.keys[i] = Some(begun_key(b).clone());
-                }
-                match begun {
-                    Ok(Begin::Execute(claim)) => {
-                        let (fence, over) = (claim.fence(), claim.is_take_over());
-                        self.runs[r].claim = Some(claim);
-                        self.runs[r].phase = Phase::Charge(i);
-                        self.note(r, || {
-                            format!("claims invoice {i} (fence {fence}, take-over {over})")
-                        });
-                        self.pause_if(r, i, PausePoint::BeforeCharge);
-                    }
-                    Ok(Begin::Replay(_)) => self.counters.replays += 1,
-                    Ok(Begin::InProgress { .. }) => {
-                        self.counters.in_progress += 1;
-                        self.note(r, || format!("invoice {i}: in progress elsewhere"));
-                    }
-                    Ok(Begin::Conflict { .. }) => self.counters.conflicts += 1,
-                    Ok(Begin::Rejected { marked_unknown, .. }) => {
-                        if marked_unknown {
-                            self.counters.marked_unknown += 1;
-                            self.note(r, || format!("invoice {i}: expired claim sent to review"));
-                        } else {
-                            self.counters.rejected += 1;
-                        }
-                    }
-                    // The host's safety gate refused the policy's decision
-                    // (the fixture's re-execute of a final record): the
-                    // duplicate is rejected, fail closed.
-                    Err(EngineError::Policy(_)) => self.counters.unsafe_refused += 1,
-                    Err(source) => {
-                        return Err(SimError::Engine {
-                            run: self.spec(r).name.clone(),
-                            invoice: i,
-                            source,
-                        });
-                    }
-                }
-            }
+            Phase::Next(i) => self.claim_next(r, i, false).await?,
             Phase::Charge(i) => {
                 self.spend();
                 let at = self.rel_ms();
@@ -447,6 +301,73 @@ impl<'a> Sim<'a> {
         Ok(())
     }
 
+    /// Begins (claims) invoice `i` for run `r`: `in_store`, as a holder
+    /// whose charge commits with its end ([`Engine::begin_in_store`]).
+    async fn claim_next(&mut self, r: usize, i: usize, in_store: bool) -> Result<(), SimError> {
+        if self.store_wait(r) {
+            return Ok(());
+        }
+        self.spend();
+        self.runs[r].phase = Phase::Next(i + 1);
+        let op = self.scenario.job.operation(i, self.spec(r));
+        let engine = self.runs[r]
+            .engine
+            .as_ref()
+            .expect("idem runs have an engine");
+        let begun = if in_store {
+            engine.begin_in_store(&op).await
+        } else {
+            engine.begin(&op).await
+        };
+        if self.spec(r).policy.is_none()
+            && let Ok(b) = &begun
+        {
+            self.keys[i] = Some(begun_key(b).clone());
+        }
+        match begun {
+            Ok(Begin::Execute(claim)) => {
+                let (fence, over) = (claim.fence(), claim.is_take_over());
+                self.runs[r].claim = Some(claim);
+                self.runs[r].phase = Phase::Charge(i);
+                self.note(r, || {
+                    format!("claims invoice {i} (fence {fence}, take-over {over})")
+                });
+                self.pause_if(r, i, PausePoint::BeforeCharge);
+                if in_store {
+                    // The charge and the end are one commit: a pause
+                    // "between" them is a pause before that commit.
+                    self.pause_if(r, i, PausePoint::BeforeComplete);
+                }
+            }
+            Ok(Begin::Replay(_)) => self.counters.replays += 1,
+            Ok(Begin::InProgress { .. }) => {
+                self.counters.in_progress += 1;
+                self.note(r, || format!("invoice {i}: in progress elsewhere"));
+            }
+            Ok(Begin::Conflict { .. }) => self.counters.conflicts += 1,
+            Ok(Begin::Rejected { marked_unknown, .. }) => {
+                if marked_unknown {
+                    self.counters.marked_unknown += 1;
+                    self.note(r, || format!("invoice {i}: expired claim sent to review"));
+                } else {
+                    self.counters.rejected += 1;
+                }
+            }
+            // The host's safety gate refused the policy's decision
+            // (the fixture's re-execute of a final record): the
+            // duplicate is rejected, fail closed.
+            Err(EngineError::Policy(_)) => self.counters.unsafe_refused += 1,
+            Err(source) => {
+                return Err(SimError::Engine {
+                    run: self.spec(r).name.clone(),
+                    invoice: i,
+                    source,
+                });
+            }
+        }
+        Ok(())
+    }
+
     /// Reads the final state and tallies the report.
     async fn finish(mut self) -> Result<Report, SimError> {
         // Every answer the runs got, into the attempt log before anyone
@@ -468,7 +389,7 @@ impl<'a> Sim<'a> {
                 receipt: None,
                 recorded_by_a_run: self.recorded[i],
             };
-            if let Guard::Idem { policy, store } = self.guard {
+            if let Guard::Idem { policy, store } | Guard::InStore { policy, store } = self.guard {
                 // The record under the job's (default) policy's key.
                 let key = match self.keys[i].take() {
                     Some(key) => key,
