@@ -5,7 +5,7 @@ missing server is a failure: CI must never pass on tests that did not run.
 
 `IDEM_TEST_RUN` prefixes every invoice id, so that a test run against a
 store that already holds an earlier run's records starts from fresh keys;
-it defaults to a random prefix. The Rust suite (tests/suite/clients.rs)
+it defaults to a random prefix. The Rust suite (tests/suite/clients/mod.rs)
 sets it to find this run's records in the store afterwards.
 """
 
@@ -70,3 +70,38 @@ def op() -> Callable[..., Operation]:
         }
 
     return make
+
+
+# The PostgreSQL tests (tests/test_postgres.py) need, beside a server whose
+# store is PostgreSQL, the same database (`IDEM_TEST_POSTGRES_URL`, a libpq
+# URL) and the store's schema (`IDEM_TEST_POSTGRES_SCHEMA`, `idem` unless
+# the store URL said `idem_schema=`). Without them they are skipped, except
+# under CI=true.
+PG_URL = os.environ.get("IDEM_TEST_POSTGRES_URL")
+PG_SCHEMA = os.environ.get("IDEM_TEST_POSTGRES_SCHEMA") or "idem"
+
+
+@pytest.fixture
+def pg_schema() -> str:
+    return PG_SCHEMA
+
+
+@pytest.fixture
+def pg_conn(server_url: str):  # type: ignore[no-untyped-def]
+    """A psycopg 3 connection to the store's database, as a service beside
+    the sidecar holds one."""
+    if not PG_URL:
+        skip_or_fail(
+            "IDEM_TEST_POSTGRES_URL is not set: start `idem serve` on a PostgreSQL store and set"
+            " IDEM_TEST_POSTGRES_URL (and IDEM_TEST_POSTGRES_SCHEMA) to its database"
+        )
+    try:
+        import psycopg
+    except ImportError:
+        skip_or_fail("psycopg is not installed: pip install 'psycopg[binary]'")
+    assert PG_URL is not None
+    conn = psycopg.connect(PG_URL)
+    try:
+        yield conn
+    finally:
+        conn.close()

@@ -11,4 +11,6 @@ export type { Body, CompleteOptions, FailOptions, IdemClientOptions, ResolveOpti
 export * from "./errors.js";
 export { decodeJson, encodeJson, withIdempotency } from "./idempotency.js";
 export type { IdempotencyOptions } from "./idempotency.js";
+export { completedUnder, completeIn, FENCED_SQLSTATE, FencedError, INVALID_SQLSTATE, logRefusal } from "./postgres.js";
+export type { FencedReason, PgClaim, PgOptions, PgOutcome, Queryable } from "./postgres.js";
 export type * from "./types.js";

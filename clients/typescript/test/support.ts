@@ -5,7 +5,7 @@
 //
 // IDEM_TEST_RUN prefixes every invoice id, so that a run against a store that
 // holds an earlier run's records starts from fresh keys (default: random).
-// The Rust suite (tests/suite/clients.rs) sets it to find this run's records.
+// The Rust suite (tests/suite/clients/mod.rs) sets it to find this run's records.
 
 import { randomUUID } from "node:crypto";
 import type { TestContext } from "node:test";

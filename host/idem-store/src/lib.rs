@@ -109,7 +109,9 @@ pub use port::{
 };
 pub use postgres::{DEFAULT_POOL_SIZE, DEFAULT_SCHEMA, PostgresUrl, TlsMode};
 #[cfg(feature = "postgres")]
-pub use postgres::{FENCED_SQLSTATE, POSTGRES_SCHEMA_VERSION, PostgresStore};
+pub use postgres::{
+    FENCED_SQLSTATE, INVALID_COMPLETION_SQLSTATE, POSTGRES_SCHEMA_VERSION, PostgresStore,
+};
 /// The SQLite driver the store runs on, re-exported so that an effect in
 /// the store's transaction names the very `rusqlite::Transaction` it is
 /// handed (no second version of the crate to match).

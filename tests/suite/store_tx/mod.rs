@@ -8,11 +8,16 @@
 //! transaction; `crash.rs` a holder killed (SIGKILL) between its business
 //! write and its completion, many times, on both stores; `atomic.rs` an
 //! expired claim re-executed instead of going to review, the late holder's
-//! commit rolled back, and forensics naming the case.
+//! commit rolled back, and forensics naming the case; `sql_function.rs`
+//! the completion as a SQL function in the store's schema, as a service in
+//! another language calls it; `sql_command.rs` the guide's `psql` command
+//! calling it under `idem exec`.
 
 mod atomic;
 mod crash;
 mod postgres;
+mod sql_command;
+mod sql_function;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};

@@ -163,6 +163,8 @@ async fn a_version_1_schema_is_upgraded_in_place() {
                DROP COLUMN effect_atomic; \
              DROP TABLE \"{s}\".registrations; DROP TABLE \"{s}\".policy_components; \
              DROP TABLE \"{s}\".settings; DROP TABLE \"{s}\".gate_entries; \
+             DROP FUNCTION \"{s}\".complete, \"{s}\".completed_under, \"{s}\".log_refused, \
+               \"{s}\".checked_key; \
              DELETE FROM \"{s}\".idem_schema_migrations WHERE version >= 2"
         ))
         .await
@@ -227,8 +229,8 @@ async fn a_version_1_schema_is_upgraded_in_place() {
 
 /// The objects of a schema, in a form that compares across builds and
 /// schema names (the name itself reads `{s}`): columns, constraints of
-/// tables and domains, indexes, sequences, domains and the migration
-/// history.
+/// tables and domains, indexes, sequences, domains, functions (their
+/// signatures and settings) and the migration history.
 async fn schema_of(url: &str, schema: &str) -> String {
     let client = raw(url).await;
     let queries = [
@@ -251,6 +253,11 @@ async fn schema_of(url: &str, schema: &str) -> String {
         "SELECT t.typname || ' ' || format_type(t.typbasetype, t.typtypmod) \
          FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnamespace \
          WHERE n.nspname = $1 AND t.typtype = 'd' ORDER BY t.typname",
+        "SELECT 'function ' || p.proname || '(' || pg_get_function_arguments(p.oid) || ') ' \
+           || pg_get_function_result(p.oid) || ' ' || l.lanname || ' ' || p.provolatile::text \
+           || COALESCE(' ' || array_to_string(p.proconfig, ' '), '') \
+         FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace \
+         JOIN pg_language l ON l.oid = p.prolang WHERE n.nspname = $1 ORDER BY p.proname",
     ];
     let mut out = String::new();
     for sql in queries {

@@ -10,6 +10,16 @@
 //! in it: a caller that ignored the error and committed anyway gets a
 //! rollback, never its business writes without a completion ("returning
 //! false is not enough", awa's ADR-042).
+//!
+//! The same completion exists as SQL functions in the store's schema
+//! (migration 9, `migrations/postgres/009_complete_function.sql`), for a
+//! service in another language: `complete(namespace, key, fence, status,
+//! body)` raises [`FENCED_SQLSTATE`] on a refusal (its DETAIL one word:
+//! `fenced`, `final` or `gone`) and [`INVALID_COMPLETION_SQLSTATE`] on a
+//! request that cannot be right; `completed_under(…)` is
+//! [`PostgresStore::completed_under`]'s question in SQL; `log_refused(…)`,
+//! called after the caller's rollback, logs a deposed holder's refused
+//! write as [`PostgresStore::complete_in`] logs it on its own.
 
 use tokio_postgres::Transaction;
 use tokio_postgres::types::ToSql;
@@ -26,6 +36,12 @@ use crate::vocabulary::{Outcome, RecordKey, StoreError, is_our_completion};
 /// transaction is aborted, so its `COMMIT` rolls back. Class `ID` is
 /// implementation-defined (not one PostgreSQL uses); `F` for fenced.
 pub const FENCED_SQLSTATE: &str = "IDF01";
+
+/// The SQLSTATE the SQL function `complete` raises for a request that
+/// cannot be right, checked before the record is read (a key that is not
+/// 64 hexadecimal digits, a NULL argument, a body over
+/// [`crate::DEFAULT_MAX_OUTCOME_BYTES`]); it too aborts the transaction.
+pub const INVALID_COMPLETION_SQLSTATE: &str = "IDF02";
 
 /// What this file's calls are, for error messages.
 const CONTEXT: &str = "completing in the caller's transaction";

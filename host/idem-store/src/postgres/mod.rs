@@ -19,6 +19,8 @@
 //!   [`crate::StoreOptions::clock`]: a [`crate::ManualClock`] pins "now" to
 //!   its reading (passed as a parameter of the same statement), and
 //!   [`crate::StoreClock::system_with_offset`] shifts the server's clock.
+//!   The SQL functions a service calls itself (`complete`, migration 9)
+//!   read the server's clock alone: a test's clock does not reach them.
 //! - **Fences**: `nextval` of a sequence in the schema: store-wide,
 //!   monotonic, never reset by gc or reconnecting.
 //! - **Transactions** (`records.rs`, the records port): a write runs in
@@ -97,7 +99,7 @@ mod tls;
 mod url;
 
 #[cfg(feature = "postgres")]
-pub use caller_tx::FENCED_SQLSTATE;
+pub use caller_tx::{FENCED_SQLSTATE, INVALID_COMPLETION_SQLSTATE};
 #[cfg(feature = "postgres")]
 use open::Inner;
 #[cfg(feature = "postgres")]

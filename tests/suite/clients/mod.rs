@@ -1,6 +1,6 @@
 //! The client packages of `idem serve` against a real server: the Python
 //! package (`clients/python`, its pytest suite, in a virtual environment with
-//! a pinned pytest) and the TypeScript one (`clients/typescript`, `npm ci`
+//! a pinned pytest and psycopg) and the TypeScript one (`clients/typescript`, `npm ci`
 //! then `npm test`: the generated schema checked against the OpenAPI
 //! document, the build, `node --test`). Each runs on a fresh SQLite store,
 //! with a token and a short lease (the heartbeat tests outlive it); then
@@ -9,7 +9,11 @@
 //! as written, twice: the second run charges nothing.
 //!
 //! The client tests run with `CI=true`, so that a test they would skip
-//! (no server, no token) fails here instead.
+//! (no server, no token) fails here instead. Each client's PostgreSQL
+//! helper (the completion inside the caller's own transaction) is tested
+//! after, against a server on a PostgreSQL store (`postgres.rs`).
+
+mod postgres;
 
 use std::path::PathBuf;
 use std::process::{Command, Output};
@@ -22,6 +26,9 @@ use crate::serve::{Server, TestStore};
 
 /// The pytest release the Python client's tests run with.
 const PYTEST: &str = "pytest==9.2.0";
+/// The psycopg release `idem_client.postgres` is tested with
+/// (`postgres.rs`), with libpq in its wheel.
+const PSYCOPG: &str = "psycopg[binary]==3.3.9";
 /// The token the server is started with.
 const TOKEN: &str = "clients-t0ken";
 /// The prefix of every invoice id the clients' tests make
@@ -32,7 +39,11 @@ const LEASE: &str = "3s";
 
 /// A server for one client's tests: its own store, a token, a short lease.
 fn start() -> (TestStore, Server) {
-    let store = TestStore::sqlite();
+    start_on(TestStore::sqlite())
+}
+
+/// [`start`] on `store`.
+fn start_on(store: TestStore) -> (TestStore, Server) {
     let server = Server::start(
         &store.url,
         &["--lease", LEASE],
@@ -64,25 +75,33 @@ fn passes(what: &str, command: &mut Command) -> String {
     stdout
 }
 
-/// A python3 with the pinned pytest, installed on first use into a virtual
-/// environment kept in the target directory; `None` (a skip, said so)
-/// without python3. The client itself comes from the work tree by
-/// `PYTHONPATH`, never installed: the target directory may be shared by
-/// several work trees.
+/// A python3 with the pinned pytest and psycopg, installed on first use
+/// into a virtual environment kept in the target directory; `None` (a
+/// skip, said so) without python3. The client itself comes from the work
+/// tree by `PYTHONPATH`, never installed: the target directory may be
+/// shared by several work trees.
 fn python_with_pytest(test: &str) -> Option<PathBuf> {
+    /// Two tests of this binary may want the environment at once.
+    static MADE: std::sync::Mutex<()> = std::sync::Mutex::new(());
     if !tool_available(test, "python3") {
         return None;
     }
-    let venv = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(PYTEST.replace("==", "-"));
+    let venv = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(
+        format!("{PYTEST}-{PSYCOPG}")
+            .replace("==", "-")
+            .replace(['[', ']'], ""),
+    );
     let python = venv.join("bin").join("python");
-    // pytest's script is written last: a venv without it is half made.
-    if !venv.join("bin").join("pytest").is_file() {
+    // Written once everything is installed: without it, the venv is half made.
+    let made = venv.join("idem-installed");
+    let _one = MADE.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    if !made.is_file() {
         passes(
             "python3 -m venv",
             Command::new("python3").args(["-m", "venv"]).arg(&venv),
         );
         passes(
-            &format!("pip install {PYTEST} (PyPI must be reachable)"),
+            &format!("pip install {PYTEST} {PSYCOPG} (PyPI must be reachable)"),
             Command::new(&python).args([
                 "-m",
                 "pip",
@@ -90,8 +109,10 @@ fn python_with_pytest(test: &str) -> Option<PathBuf> {
                 "--quiet",
                 "--disable-pip-version-check",
                 PYTEST,
+                PSYCOPG,
             ]),
         );
+        std::fs::write(&made, "").unwrap();
     }
     Some(python)
 }
@@ -210,7 +231,9 @@ fn the_python_client_passes_its_tests_against_a_real_server() {
     let report = passes(
         "the Python client's tests",
         against(&mut Command::new(&python), &server)
+            // Its PostgreSQL tests run below, on a PostgreSQL store.
             .args(["-m", "pytest", "-p", "no:cacheprovider", "-v"])
+            .arg("--ignore=tests/test_postgres.py")
             .env("PYTHONPATH", package.join("src"))
             .env("PYTHONDONTWRITEBYTECODE", "1")
             .current_dir(&package),
@@ -231,6 +254,7 @@ fn the_python_client_passes_its_tests_against_a_real_server() {
                 .env("PYTHONDONTWRITEBYTECODE", "1"),
         )
     });
+    postgres::python(test, &python, &package);
 }
 
 #[test]
@@ -283,6 +307,7 @@ fn the_typescript_client_passes_its_tests_against_a_real_server() {
                 .current_dir(&package),
         )
     });
+    postgres::typescript(test, &package);
 }
 
 /// tsc's flags for a lone file, as strict as the package's own build.
