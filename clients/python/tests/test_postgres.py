@@ -49,7 +49,7 @@ def test_the_business_row_and_the_completion_commit_together(client, op, pg_conn
     table = _ledger(pg_conn, pg_schema)
     operation = op("pg-commit")
     invoice = operation["fields"]["invoice_id"]
-    begun = client.begin(operation)
+    begun = client.begin(operation, atomic=True)
     assert isinstance(begun, ExecuteAnswer), begun
     with pg_conn.transaction():
         _charge(pg_conn, table, invoice, begun.fence)

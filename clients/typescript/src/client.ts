@@ -28,6 +28,11 @@ export interface IdemClientOptions {
   fetch?: typeof globalThis.fetch;
 }
 
+export interface BeginOptions {
+  /** The effect commits in the same transaction as its end (a PostgreSQL store only). Default false. */
+  atomic?: boolean;
+}
+
 export interface CompleteOptions {
   /** Default 0. */
   status?: number;
@@ -121,9 +126,15 @@ export class IdemClient {
     return this.post("/v1/derive", { operation });
   }
 
-  /** Claims the operation's key, or says what a duplicate gets; `run` is set as the operation's `run`. */
-  begin(operation: Operation, run?: Run): Promise<BeginAnswer> {
-    return this.post("/v1/begin", { operation: run === undefined ? operation : { ...operation, run } });
+  /**
+   * Claims the operation's key, or says what a duplicate gets; `run` is set as the operation's `run`.
+   * `atomic: true` (a PostgreSQL store only) says the effect commits in the same transaction as its
+   * end (`completeIn`): should the claim expire, the next duplicate knows nothing was done and
+   * re-executes it instead of sending it to review.
+   */
+  begin(operation: Operation, run?: Run, options: BeginOptions = {}): Promise<BeginAnswer> {
+    const withRun = run === undefined ? operation : { ...operation, run };
+    return this.post("/v1/begin", options.atomic ? { operation: withRun, atomic: true } : { operation: withRun });
   }
 
   /** Records the outcome under `fence`. Sending the same end again is answered as the first. */

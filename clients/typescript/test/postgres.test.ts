@@ -56,7 +56,7 @@ test("the business row and the completion commit together", needs("server"), asy
   const idem = client();
   const operation = op("pg-commit");
   const invoice = String(operation.fields?.invoice_id);
-  const begun = expectAnswer(await idem.begin(operation), "execute");
+  const begun = expectAnswer(await idem.begin(operation, undefined, { atomic: true }), "execute");
   await charge(db, ledger, invoice, begun, "charged in the ledger");
   assert.equal(await rows(db, ledger, invoice), 1);
   const replay = expectAnswer(await idem.begin(operation), "replay");

@@ -101,12 +101,21 @@ class IdemClient:
         """The operation's key, fingerprint and partition; stores nothing."""
         return Derivation.parse(self.post("/v1/derive", {"operation": operation}))
 
-    def begin(self, operation: Operation, run: Optional[Run] = None) -> BeginAnswer:
+    def begin(
+        self, operation: Operation, run: Optional[Run] = None, *, atomic: bool = False
+    ) -> BeginAnswer:
         """Claims the operation's key, or says what a duplicate gets. `run`,
-        when given, is set as the operation's `run` member."""
+        when given, is set as the operation's `run` member. `atomic=True`
+        (a PostgreSQL store only) says the effect commits in the same
+        transaction as its end (`idem_client.postgres.complete_in`): should
+        the claim expire, the next duplicate knows nothing was done and
+        re-executes it instead of sending it to review."""
         if run is not None:
             operation = {**operation, "run": run}
-        return parse_begin(self.post("/v1/begin", {"operation": operation}))
+        request: dict[str, Any] = {"operation": operation}
+        if atomic:
+            request["atomic"] = True
+        return parse_begin(self.post("/v1/begin", request))
 
     def complete(self, key: str, fence: int, status: int = 0, body: Body = None) -> Finished:
         """Records the outcome under `fence`: text `body` is stored as text,
