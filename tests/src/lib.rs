@@ -1,5 +1,8 @@
 //! Shared helpers for idem's integration, conformance and chaos suites.
 
+// The book's snippets as doctests; nothing else sees it.
+#[cfg(doctest)]
+mod book;
 pub mod cut_proxy;
 pub mod pg_cluster;
 pub mod ports;

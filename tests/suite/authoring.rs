@@ -51,6 +51,17 @@ fn new_build_test_from_outside_the_workspace() {
             manifest.contains(&format!("name = \"{name}\"")),
             "{manifest}"
         );
+        // By version, and by path into the tree this idem was built from.
+        let sdk = idem_tests::workspace_root().join("guest/sdk");
+        let sdk = sdk.canonicalize().unwrap();
+        assert!(
+            manifest.contains(&format!(
+                "idem-policy = {{ version = \"{}\", path = \"{}\" }}",
+                env!("CARGO_PKG_VERSION"),
+                sdk.display()
+            )),
+            "{manifest}"
+        );
 
         let built = succeed(&mut idem(dir, &["build", name, "--out", "out"]));
         let component = dir.join(text(&built.stdout).trim());
@@ -93,6 +104,40 @@ fn new_build_test_from_outside_the_workspace() {
     assert!(
         component.starts_with(cargo_target().join("policies")),
         "{printed}"
+    );
+}
+
+/// `--registry`: the SDK by version alone, as crates.io will serve it; the
+/// manifest is otherwise the same crate (not built here: nothing is
+/// published from this machine).
+#[test]
+fn new_can_depend_on_the_sdk_by_version_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    let made = succeed(&mut idem(dir, &["new", "refunds", "--registry"]));
+    let version = env!("CARGO_PKG_VERSION");
+    assert!(
+        text(&made.stdout).contains(&format!("SDK: idem-policy {version} from crates.io")),
+        "{}",
+        text(&made.stdout)
+    );
+    let manifest = std::fs::read_to_string(dir.join("refunds/Cargo.toml")).unwrap();
+    assert!(
+        manifest.contains(&format!("\nidem-policy = \"{version}\"\n")),
+        "{manifest}"
+    );
+    assert!(!manifest.contains("path ="), "{manifest}");
+    let parsed: toml::Table = manifest.parse().expect("the manifest is TOML");
+    assert_eq!(
+        parsed["dependencies"]["idem-policy"].as_str(),
+        Some(version)
+    );
+    fails_with(
+        idem(dir, &["new", "p", "--lang", "js", "--registry"])
+            .output()
+            .unwrap(),
+        2,
+        "--registry is for Rust policies",
     );
 }
 

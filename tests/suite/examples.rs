@@ -5,7 +5,7 @@
 //! The example binaries are not built here: `cargo test --workspace`
 //! builds every package's examples before it runs the tests, and they sit
 //! beside this test binary in `<target>/<profile>/examples/`. Run alone,
-//! this suite needs `cargo build -p idem -p idem-http --examples` first.
+//! this suite needs `cargo build -p idem-host -p idem-http --examples` first.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -29,7 +29,7 @@ pub(crate) fn example_bin(name: &str) -> PathBuf {
     assert!(
         bin.is_file(),
         "{} is missing: run the suites with `cargo test --workspace`, which builds every \
-         package's examples, or run `cargo build -p idem -p idem-http --examples` first",
+         package's examples, or run `cargo build -p idem-host -p idem-http --examples` first",
         bin.display()
     );
     bin

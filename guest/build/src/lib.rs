@@ -36,7 +36,7 @@ pub use toolchain::Toolchains;
 /// The policy contract, `wit/policy.wit`, as this build knows it: what
 /// JavaScript and Python policies are built against (a Rust policy gets it
 /// through the SDK's bindings).
-pub const POLICY_WIT: &str = include_str!("../../../wit/policy.wit");
+pub const POLICY_WIT: &str = include_str!("../wit/policy.wit");
 
 /// The world a policy component implements.
 pub const WORLD: &str = "idempotency-policy";

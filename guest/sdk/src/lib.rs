@@ -61,7 +61,7 @@ static ALLOCATOR: arena::BumpArena = arena::BumpArena;
 #[allow(missing_docs)]
 pub mod bindings {
     wit_bindgen::generate!({
-        path: "../../wit",
+        path: "wit",
         world: "idem:policy/idempotency-policy",
         pub_export_macro: true,
         export_macro_name: "__export_idem_world",

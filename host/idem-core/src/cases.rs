@@ -57,8 +57,9 @@ pub struct Case {
     /// Shown in the report, and how later cases refer to this one
     /// (`same_key_as`, ...).
     pub name: String,
-    /// The operation, in the operation JSON format.
-    pub op: serde_json::Value,
+    /// The operation, in the operation JSON format, as written: its numbers
+    /// reach the canonical form from their own text, never through an f64.
+    pub op: Box<serde_json::value::RawValue>,
     /// When present, the case asks `on-duplicate` instead of `derive`.
     #[serde(default)]
     pub duplicate: Option<DuplicateSpec>,
@@ -277,7 +278,7 @@ fn run_case(
     failed: &HashSet<&str>,
 ) -> CaseOutcome {
     let e = &case.expect;
-    let mut op = match Operation::from_value(case.op.clone(), &OperationLimits::default()) {
+    let mut op = match Operation::from_json(case.op.get(), &OperationLimits::default()) {
         Ok(op) => op,
         Err(err) => return (Err(format!("the case's op is invalid: {err}")), None),
     };

@@ -217,8 +217,10 @@ impl Operation {
         raw.canonicalise(limits)
     }
 
-    /// Reads an operation from an already parsed JSON value (one line of a
-    /// JSONL file, a member of a cases file).
+    /// Reads an operation from an already parsed JSON value. A number in it
+    /// is only as exact as the `Value` kept it: without serde_json's
+    /// `arbitrary_precision` feature, `12.50` and a 30-digit integer went
+    /// through an f64. Prefer [`Operation::from_json`] on the text.
     pub fn from_value(value: serde_json::Value, limits: &OperationLimits) -> Result<Self, OpError> {
         let text = serde_json::to_string(&value)?;
         Self::from_json(&text, limits)
@@ -347,9 +349,9 @@ fn first_attempt() -> u32 {
 /// Fields as written, in document order, refusing a repeated name (serde_json
 /// would silently keep the last one).
 #[derive(Default)]
-struct RawFields(Vec<(String, RawValue)>);
+struct RawFields(Vec<(String, WrittenValue)>);
 
-enum RawValue {
+enum WrittenValue {
     Text(String),
     Number(String),
     Boolean(bool),
@@ -364,26 +366,33 @@ impl<'de> Deserialize<'de> for RawFields {
                 f.write_str("an object of fields whose values are strings, numbers or booleans")
             }
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RawFields, A::Error> {
-                let mut out: Vec<(String, RawValue)> = Vec::new();
+                let mut out: Vec<(String, WrittenValue)> = Vec::new();
                 while let Some(name) = map.next_key::<String>()? {
                     if out.iter().any(|(n, _)| *n == name) {
                         return Err(de::Error::custom(format!("field `{name}` appears twice")));
                     }
-                    let value: serde_json::Value = map.next_value()?;
-                    let value = match value {
-                        serde_json::Value::String(s) => RawValue::Text(s),
-                        serde_json::Value::Number(n) => RawValue::Number(n.to_string()),
-                        serde_json::Value::Bool(b) => RawValue::Boolean(b),
-                        other => {
-                            let what = match other {
-                                serde_json::Value::Null => "null",
-                                serde_json::Value::Array(_) => "an array",
+                    // The value's own text: a number keeps the digits it was
+                    // written with (no f64 in between, whatever serde_json's
+                    // features), and is canonicalised from that text.
+                    let raw: Box<serde_json::value::RawValue> = map.next_value()?;
+                    let text = raw.get().trim_ascii_start();
+                    let value = match text.as_bytes().first() {
+                        Some(b'"') => WrittenValue::Text(
+                            serde_json::from_str(text).map_err(de::Error::custom)?,
+                        ),
+                        Some(b't') => WrittenValue::Boolean(true),
+                        Some(b'f') => WrittenValue::Boolean(false),
+                        Some(b'n' | b'[' | b'{') => {
+                            let what = match text.as_bytes()[0] {
+                                b'n' => "null",
+                                b'[' => "an array",
                                 _ => "an object",
                             };
                             return Err(de::Error::custom(format!(
                                 "field `{name}` is {what}; field values must be strings, numbers or booleans"
                             )));
                         }
+                        _ => WrittenValue::Number(text.to_string()),
                     };
                     out.push((name, value));
                 }
@@ -444,14 +453,14 @@ impl RawOperation {
                 limits,
             )?;
             let value = match raw_value {
-                RawValue::Text(t) => {
+                WrittenValue::Text(t) => {
                     if let Some(why) = crate::text::unstorable(&t) {
                         return Err(OpError::invalid(format!("field `{name}`"), why));
                     }
                     Value::Text(nfc(&t))
                 }
-                RawValue::Boolean(b) => Value::Boolean(b),
-                RawValue::Number(n) => Value::Number(canonical_number(&n).map_err(|e| {
+                WrittenValue::Boolean(b) => Value::Boolean(b),
+                WrittenValue::Number(n) => Value::Number(canonical_number(&n).map_err(|e| {
                     let why = match e {
                         NumberError::Syntax(_) | NumberError::OutOfRange(_) => e.to_string(),
                     };

@@ -1,7 +1,7 @@
 //! Exactly once by hand: `Engine::begin`, the effect, `Execution::complete`.
 //!
 //! ```text
-//! cargo run -p idem --example begin_complete -- POLICY.wasm [STORE_DIR]
+//! cargo run -p idem-host --example begin_complete -- POLICY.wasm [STORE_DIR]
 //! ```
 //!
 //! POLICY is the `billing-charge` component (`cargo xtask build` writes it to

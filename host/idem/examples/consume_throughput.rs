@@ -3,7 +3,7 @@
 //! consumer figures in docs/benchmarks.md.
 //!
 //! ```text
-//! cargo run --release -p idem --features nats,amqp --example consume_throughput -- \
+//! cargo run --release -p idem-host --features nats,amqp --example consume_throughput -- \
 //!     POLICY.wasm [MESSAGES] [CONCURRENCY] [ROUNDS]
 //! ```
 //!

@@ -2,7 +2,7 @@
 //! and `Engine::run_once_in_postgres`.
 //!
 //! ```text
-//! cargo run -p idem --example effect_in_store -- POLICY.wasm [STORE_URL [OPERATIONS]]
+//! cargo run -p idem-host --example effect_in_store -- POLICY.wasm [STORE_URL [OPERATIONS]]
 //! ```
 //!
 //! POLICY is the `provider-charge` (or `billing-charge`) component (`cargo

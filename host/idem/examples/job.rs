@@ -2,7 +2,7 @@
 //! does from the command line).
 //!
 //! ```text
-//! cargo run -p idem --example job -- POLICY.wasm [STORE_DIR]
+//! cargo run -p idem-host --example job -- POLICY.wasm [STORE_DIR]
 //! ```
 //!
 //! POLICY is the `billing-charge` component (`cargo xtask build` writes it to

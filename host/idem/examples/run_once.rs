@@ -1,7 +1,7 @@
 //! Exactly once with a closure: `Engine::run_once`.
 //!
 //! ```text
-//! cargo run -p idem --example run_once -- POLICY.wasm [STORE_DIR]
+//! cargo run -p idem-host --example run_once -- POLICY.wasm [STORE_DIR]
 //! ```
 //!
 //! POLICY is the `billing-charge` component (`cargo xtask build` writes it to

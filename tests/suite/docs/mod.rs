@@ -8,6 +8,7 @@ mod cli_reference;
 mod links;
 mod markdown;
 mod quick_start;
+mod readme_snippets;
 
 use std::path::{Path, PathBuf};
 

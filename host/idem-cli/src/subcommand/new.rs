@@ -2,14 +2,16 @@
 //! Python, from a template embedded in the binary, ready for `idem build`,
 //! `idem test` and the language's own test runner.
 //!
-//! The project depends on its language's SDK by path (a Cargo path
-//! dependency, an npm `file:` dependency, a PEP 508 `file://` URL). Which
-//! SDK: `--sdk DIR` (the idem checkout, or the language's SDK directory in
-//! it), else `$IDEM_SDK`, else the source tree this binary was built from,
-//! when it is still there. A path, not a copy: the SDK is one per idem
-//! checkout, so a policy builds against exactly the contract the host it
-//! was built beside speaks, and an SDK fix reaches every policy on its next
-//! build.
+//! A Rust project depends on `idem-policy` by version, the version of this
+//! idem (crates.io), and also by path when an SDK directory is found:
+//! `--sdk DIR` (the idem checkout, or the language's SDK directory in it),
+//! else `$IDEM_SDK`, else the source tree this binary was built from, when
+//! it is still there; `--registry` asks for the version alone. With both, a
+//! policy builds against exactly the contract the host it was built beside
+//! speaks, and deleting the path switches it to the registry. The
+//! JavaScript and Python SDKs are on no registry yet: those projects depend
+//! by path (an npm `file:` dependency, a PEP 508 `file://` URL), and need a
+//! directory.
 
 use std::path::{Path, PathBuf};
 
@@ -36,6 +38,10 @@ pub struct NewArgs {
     /// built from].
     #[arg(long, value_name = "DIR")]
     pub sdk: Option<PathBuf>,
+    /// Rust only: depend on `idem-policy` by version alone (crates.io), even
+    /// when an SDK directory is found.
+    #[arg(long, conflicts_with = "sdk")]
+    pub registry: bool,
 }
 
 /// The languages.
@@ -85,7 +91,7 @@ fn templates(lang: Lang, kind: Kind) -> [Template; 3] {
         (Lang::Rust, kind) => [
             (
                 "Cargo.toml",
-                include_str!("../../templates/rust/Cargo.toml"),
+                include_str!("../../templates/rust/Cargo.toml.template"),
             ),
             (".gitignore", include_str!("../../templates/rust/gitignore")),
             (
@@ -142,30 +148,51 @@ pub fn run(args: NewArgs) -> Result<u8, Failure> {
             args.path.display()
         )));
     }
-    let sdk = find_sdk(args.lang, args.sdk.as_deref())?;
+    if args.registry && args.lang != Lang::Rust {
+        return Err(Failure::input(format!(
+            "--registry is for Rust policies: the {} SDK is on no registry yet",
+            lang_name(args.lang)
+        )));
+    }
+    let sdk = if args.registry {
+        None
+    } else {
+        find_sdk(args.lang, args.sdk.as_deref())?
+    };
+    // What the templates' `{{sdk…}}` placeholders become, and the SDK as
+    // the summary line names it.
+    let (placeholders, sdk_shown) = match (args.lang, &sdk) {
+        (Lang::Rust, sdk) => {
+            let (dependency, comment, shown) = rust_dependency(sdk.as_deref());
+            (
+                vec![
+                    ("{{sdk_dependency}}", dependency),
+                    ("{{sdk_comment}}", comment),
+                ],
+                shown,
+            )
+        }
+        (lang, Some(sdk)) => {
+            let text = sdk.display().to_string();
+            let text = match lang {
+                Lang::Js => json_string_body(&text),
+                // Inside a file:// URL in a TOML string: a space or quote
+                // would need escaping twice over; refuse rather than guess.
+                _ => url_path(&text)?,
+            };
+            (vec![("{{sdk}}", text)], sdk.display().to_string())
+        }
+        (lang, None) => return Err(no_sdk(lang)),
+    };
     let cases = match args.kind {
         Kind::Charge => CASES_CHARGE,
         Kind::Http => CASES_HTTP,
     };
-    let sdk_text = sdk.display().to_string();
-    let sdk_text = match args.lang {
-        Lang::Rust => toml_string_body(&sdk_text),
-        Lang::Js => json_string_body(&sdk_text),
-        // Inside a file:// URL in a TOML string: a space or quote would need
-        // escaping twice over; refuse rather than guess.
-        Lang::Python => url_path(&sdk_text)?,
-    };
-    let fill = |template: &str| {
-        template
-            .replace("{{name}}", &name)
-            .replace("{{Type}}", &type_name(&name))
-            .replace("{{sdk}}", &sdk_text)
-    };
     let mut files: Vec<(&str, String)> = templates(args.lang, args.kind)
         .iter()
-        .map(|(file, text)| (*file, fill(text)))
+        .map(|(file, text)| (*file, fill(text, &name, &placeholders)))
         .collect();
-    files.push(("cases.json", fill(cases)));
+    files.push(("cases.json", fill(cases, &name, &placeholders)));
     for (file, text) in &files {
         let path = args.path.join(file);
         if let Some(dir) = path.parent() {
@@ -177,9 +204,8 @@ pub fn run(args: NewArgs) -> Result<u8, Failure> {
     }
     let dir = args.path.display();
     println!(
-        "created policy `{name}` in {dir} ({}; SDK: {})",
+        "created policy `{name}` in {dir} ({}; SDK: {sdk_shown})",
         lang_name(args.lang),
-        sdk.display()
     );
     println!("next:");
     match args.lang {
@@ -196,9 +222,10 @@ pub fn run(args: NewArgs) -> Result<u8, Failure> {
             println!("  idem test --policy {dir}/dist/{name}.wasm {dir}/cases.json");
         }
         Lang::Python => {
+            let sdk = sdk.as_deref().map(Path::display);
             println!(
                 "  PYTHONPATH={} python3 -m idem_policy.cases {dir} {dir}/cases.json   # the cases, natively",
-                sdk.display()
+                sdk.map(|d| d.to_string()).unwrap_or_default()
             );
             println!("  idem build {dir}");
             println!("  idem test --policy {dir}/dist/{name}.wasm {dir}/cases.json");
@@ -249,10 +276,58 @@ fn type_name(name: &str) -> String {
         .collect()
 }
 
+/// A template's text with the project's name, its type name and the SDK's
+/// placeholders filled in.
+fn fill(template: &str, name: &str, sdk: &[(&str, String)]) -> String {
+    let mut text = template
+        .replace("{{name}}", name)
+        .replace("{{Type}}", &type_name(name));
+    for (placeholder, value) in sdk {
+        text = text.replace(placeholder, value);
+    }
+    text
+}
+
+/// The version of `idem-policy` this idem speaks: the workspace's version.
+const SDK_VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// A Rust project's dependency on the SDK: by version, and by path when a
+/// directory was found; the comment above it; the SDK as the summary names
+/// it.
+fn rust_dependency(sdk: Option<&Path>) -> (String, String, String) {
+    match sdk {
+        Some(dir) => (
+            format!(
+                "{{ version = \"{SDK_VERSION}\", path = \"{}\" }}",
+                toml_string_body(&dir.display().to_string())
+            ),
+            "# The path is the idem tree `idem new` found (its --sdk flag, $IDEM_SDK,\n\
+             # or the tree the idem CLI was built from); delete it to take the\n\
+             # version from crates.io."
+                .to_string(),
+            format!("idem-policy {SDK_VERSION} at {}", dir.display()),
+        ),
+        None => (
+            format!("\"{SDK_VERSION}\""),
+            "# From crates.io; `idem new --sdk DIR` points it at an idem checkout.".to_string(),
+            format!("idem-policy {SDK_VERSION} from crates.io"),
+        ),
+    }
+}
+
+/// Why a JavaScript or Python project cannot be made: no SDK directory.
+fn no_sdk(lang: Lang) -> Failure {
+    Failure::input(format!(
+        "cannot find the {} SDK: this idem was built from {BUILT_FROM}, which is gone; pass --sdk DIR or set IDEM_SDK to an idem checkout",
+        lang_name(lang)
+    ))
+}
+
 /// The SDK directory: `--sdk`, `$IDEM_SDK`, or the tree this binary was
-/// built from, made absolute (the project may be built from anywhere). A
-/// checkout's root stands for its SDK in `lang`.
-fn find_sdk(lang: Lang, flag: Option<&Path>) -> Result<PathBuf, Failure> {
+/// built from, made absolute (the project may be built from anywhere); none
+/// when none was named and the tree is gone. A checkout's root stands for
+/// its SDK in `lang`.
+fn find_sdk(lang: Lang, flag: Option<&Path>) -> Result<Option<PathBuf>, Failure> {
     let (sdk_dir, marker) = lang.sdk_in_checkout();
     let (dir, from) = match (flag, std::env::var_os("IDEM_SDK")) {
         (Some(dir), _) => (dir.to_path_buf(), "--sdk"),
@@ -260,11 +335,7 @@ fn find_sdk(lang: Lang, flag: Option<&Path>) -> Result<PathBuf, Failure> {
         (None, None) => {
             let built_from = Path::new(BUILT_FROM).join(sdk_dir);
             if !built_from.join(marker).is_file() {
-                return Err(Failure::input(format!(
-                    "cannot find the {} SDK: this idem was built from {}, which is gone; pass --sdk DIR or set IDEM_SDK to an idem checkout",
-                    lang_name(lang),
-                    built_from.display()
-                )));
+                return Ok(None);
             }
             (built_from, "the tree idem was built from")
         }
@@ -292,6 +363,7 @@ fn find_sdk(lang: Lang, flag: Option<&Path>) -> Result<PathBuf, Failure> {
         )));
     }
     dir.canonicalize()
+        .map(Some)
         .map_err(|e| Failure::input(format!("cannot resolve {}: {e}", dir.display())))
 }
 
@@ -340,13 +412,25 @@ mod tests {
     fn templates_have_no_unfilled_placeholders_after_filling() {
         for lang in [Lang::Rust, Lang::Js, Lang::Python] {
             for kind in [Kind::Charge, Kind::Http] {
+                let sdk: Vec<Vec<(&str, String)>> = match lang {
+                    Lang::Rust => [None, Some(Path::new("/sdk"))]
+                        .into_iter()
+                        .map(|dir| {
+                            let (dependency, comment, _) = rust_dependency(dir);
+                            vec![
+                                ("{{sdk_dependency}}", dependency),
+                                ("{{sdk_comment}}", comment),
+                            ]
+                        })
+                        .collect(),
+                    _ => vec![vec![("{{sdk}}", "/sdk".to_string())]],
+                };
                 let all = templates(lang, kind).map(|(_, t)| t);
                 for t in all.iter().chain([&CASES_CHARGE, &CASES_HTTP]) {
-                    let filled = t
-                        .replace("{{name}}", "x")
-                        .replace("{{Type}}", "X")
-                        .replace("{{sdk}}", "/sdk");
-                    assert!(!filled.contains("{{"), "{filled}");
+                    for sdk in &sdk {
+                        let filled = fill(t, "x", sdk);
+                        assert!(!filled.contains("{{"), "{filled}");
+                    }
                 }
             }
         }

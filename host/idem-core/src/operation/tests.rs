@@ -178,3 +178,39 @@ fn a_nul_is_refused_wherever_it_is_naming_where() {
     let tab = SEED_OP.replace(r#""i1""#, r#""i\t1""#);
     assert!(parse(&tab).is_ok());
 }
+
+/// A field's number is canonicalised from the digits it was written with:
+/// no f64 in between, whatever features serde_json is built with (this
+/// crate's own tests build it without `arbitrary_precision`; the workspace's
+/// with it, through the sidecar).
+#[test]
+fn numbers_keep_the_digits_they_were_written_with() {
+    let op = parse(
+        r#"{"kind":"k","tenant":"t","fields":{"a": 12.50 , "b":123456789012345678901234567890,"c":1e1,"d":-0.000000000000000000000000001,"e": true ,"f":"x"}}"#,
+    )
+    .unwrap();
+    let number = |name: &str| match &op.fields[name] {
+        Value::Number(n) => n.clone(),
+        other => panic!("{name}: {other:?}"),
+    };
+    assert_eq!(number("a"), "12.5");
+    assert_eq!(number("b"), "123456789012345678901234567890");
+    assert_eq!(number("c"), "10");
+    assert_eq!(number("d"), "-0.000000000000000000000000001");
+    assert_eq!(op.fields["e"], Value::Boolean(true));
+    assert_eq!(op.fields["f"], Value::Text("x".into()));
+    for (doc, what) in [
+        (r#"{"kind":"k","tenant":"t","fields":{"a":null}}"#, "null"),
+        (
+            r#"{"kind":"k","tenant":"t","fields":{"a":[1]}}"#,
+            "an array",
+        ),
+        (
+            r#"{"kind":"k","tenant":"t","fields":{"a":{"b":1}}}"#,
+            "an object",
+        ),
+    ] {
+        let e = parse(doc).unwrap_err().to_string();
+        assert!(e.contains(&format!("field `a` is {what}")), "{e}");
+    }
+}

@@ -132,16 +132,19 @@ fn connect_kind(e: &tokio_postgres::Error) -> ConnectErrorKind {
     }
     let mut source: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(e);
     while let Some(s) = source {
+        #[cfg(feature = "tls")]
         if s.downcast_ref::<rustls::Error>().is_some() {
             return ConnectErrorKind::Tls;
         }
         if let Some(io) = s.downcast_ref::<std::io::Error>() {
+            #[cfg(feature = "tls")]
             if io
                 .get_ref()
                 .is_some_and(|inner| inner.is::<rustls::Error>())
             {
                 return ConnectErrorKind::Tls;
             }
+            let _ = io;
             return ConnectErrorKind::Unreachable;
         }
         source = s.source();

@@ -94,7 +94,12 @@ mod schema;
 mod sql;
 #[cfg(feature = "postgres")]
 mod statements;
-#[cfg(feature = "postgres")]
+// TLS by rustls with the `tls` feature; without it, plain connections only,
+// and a URL that asks for encryption is refused naming the feature.
+#[cfg(feature = "tls")]
+mod tls;
+#[cfg(all(feature = "postgres", not(feature = "tls")))]
+#[path = "no_tls.rs"]
 mod tls;
 mod url;
 

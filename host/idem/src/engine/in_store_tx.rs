@@ -35,13 +35,18 @@
 //! before anything is claimed.
 
 use idem_core::Operation;
+#[cfg(feature = "postgres")]
+use idem_store::PostgresStore;
+#[cfg(feature = "postgres")]
 use idem_store::tokio_postgres::{self, IsolationLevel};
-use idem_store::{
-    Database, EffectError, Ending, Outcome, PostgresStore, SqliteStore, Store, StoreError, TxEnd,
-    rusqlite,
-};
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+use idem_store::{Database, EffectError, Ending, Outcome, Store, StoreError, TxEnd};
+#[cfg(feature = "sqlite")]
+use idem_store::{SqliteStore, rusqlite};
 
-use super::{Begin, Engine, EngineError, ExecContext, Execution, Failed, RunResult};
+use super::{Begin, Engine, EngineError};
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+use super::{ExecContext, Execution, Failed, RunResult};
 
 impl Engine {
     /// [`Engine::begin`] for a holder whose effect commits in the same
@@ -68,6 +73,7 @@ impl Engine {
         self.begin_claiming(op, keyed, true).await
     }
 
+    #[cfg(feature = "sqlite")]
     /// [`Engine::run_once`] with the effect's writes in the SQLite store's
     /// own transaction: `effect` is handed the store's
     /// `rusqlite::Transaction` (a `BEGIN IMMEDIATE` one) and the claim's
@@ -105,6 +111,7 @@ impl Engine {
         }
     }
 
+    #[cfg(feature = "postgres")]
     /// [`Engine::run_once`] with the effect's writes in the PostgreSQL
     /// store's own transaction: `effect` is handed a
     /// `tokio_postgres::Transaction` on one of the store's connections
@@ -151,7 +158,9 @@ impl Engine {
     }
 }
 
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 impl Execution {
+    #[cfg(feature = "sqlite")]
     /// The second half of [`Engine::run_once_in_sqlite`], for a holder
     /// that claimed with [`Engine::begin_in_store`] and does something
     /// between its claim and its effect (a network call, a pause): runs
@@ -175,6 +184,7 @@ impl Execution {
         settle(self, end).await
     }
 
+    #[cfg(feature = "postgres")]
     /// The second half of [`Engine::run_once_in_postgres`], for a holder
     /// that claimed with [`Engine::begin_in_store`]: runs `effect` in a
     /// transaction on the PostgreSQL store's pool and completes this
@@ -199,6 +209,7 @@ impl Execution {
         settle(self, end).await
     }
 
+    #[cfg(feature = "postgres")]
     /// Completes this attempt with `outcome` inside the caller's own
     /// transaction `tx` on the store's PostgreSQL database (the caller
     /// commits it): its business writes and this completion are durable
@@ -224,6 +235,7 @@ impl Execution {
         result
     }
 
+    #[cfg(feature = "postgres")]
     /// Whether this attempt's completion with `outcome` is committed (read
     /// back under the record's row lock, which waits for the caller's
     /// transaction to end on the server): `true` proves it committed,
@@ -237,6 +249,7 @@ impl Execution {
     }
 }
 
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 /// What an effect's transaction came to, as [`RunResult`]: committed, or
 /// the effect's failure recorded now under the fence (its writes were
 /// rolled back), or the store's refusal.
@@ -271,22 +284,28 @@ async fn settle(
     })
 }
 
+#[cfg(feature = "sqlite")]
 /// The store's SQLite database, or the refusal.
 async fn sqlite_of(store: &Store) -> Result<SqliteStore, EngineError> {
+    // (With one backend compiled, the other arm cannot match.)
+    #[allow(unreachable_patterns)]
     match store.database().await? {
         Database::Sqlite(sqlite) => Ok(sqlite),
         _ => Err(not_this(store, "SQLite", "run_once_in_postgres")),
     }
 }
 
+#[cfg(feature = "postgres")]
 /// The store's PostgreSQL database, or the refusal.
 async fn postgres_of(store: &Store) -> Result<PostgresStore, EngineError> {
+    #[allow(unreachable_patterns)]
     match store.database().await? {
         Database::Postgres(postgres) => Ok(postgres),
         _ => Err(not_this(store, "PostgreSQL", "run_once_in_sqlite")),
     }
 }
 
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 /// A transactional effect of the other backend's kind.
 fn not_this(store: &Store, wanted: &str, instead: &str) -> EngineError {
     EngineError::Store(StoreError::NotTransactional {

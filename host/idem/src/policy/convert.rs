@@ -3,7 +3,7 @@
 
 pub(crate) mod wit {
     wasmtime::component::bindgen!({
-        path: "../../wit",
+        path: "wit",
         world: "idem:policy/idempotency-policy",
         // Inputs are memo keys (see `memo.rs`).
         additional_derives: [PartialEq, Eq, Hash],
