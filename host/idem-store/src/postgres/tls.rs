@@ -31,7 +31,12 @@ pub(crate) fn connector(url: &PostgresUrl) -> Result<MakeRustlsConnect, StoreErr
         detail,
     };
     // An explicit provider: the process-wide default would panic if another
-    // crate in the binary enabled a second one.
+    // crate in the binary enabled a second one. rustls 0.23.48 deprecates
+    // ring's provider because ring has no post-quantum key exchange; ring is
+    // kept because it builds without cmake or a C toolchain's extras, and
+    // PostgreSQL servers negotiate X25519 or ECDHE today. An aws-lc-rs
+    // choice would be a feature of its own.
+    #[allow(deprecated)]
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = ClientConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
