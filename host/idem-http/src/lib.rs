@@ -56,6 +56,7 @@
 mod config;
 mod finish_on_drop;
 pub mod gate;
+mod handler;
 mod layer;
 mod operation;
 pub mod problem;

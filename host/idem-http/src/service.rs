@@ -1,19 +1,15 @@
 //! The service the layer wraps around a handler: one request through the
 //! engine.
 
-use std::any::Any;
-use std::future::Future;
 use std::panic::AssertUnwindSafe;
-use std::pin::{Pin, pin};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use futures_util::FutureExt;
 use http::request::Parts;
-use http::{HeaderValue, Request, Response, StatusCode, header};
+use http::{Request, Response, StatusCode};
 use http_body::Body;
-use http_body_util::BodyExt;
 use idem::core::ErrorCode;
 use idem::engine::{Begin, EngineError, Execution, Replay, heartbeat_loop};
 use idem::store::{Ending, Outcome};
@@ -21,8 +17,9 @@ use tower::Service;
 
 use crate::config::Config;
 use crate::finish_on_drop::FinishOnDrop;
+use crate::handler::{self, Answering, Ended};
 use crate::operation::operation;
-use crate::problem::{self, Problem};
+use crate::problem::Problem;
 use crate::request_body::read_bounded;
 use crate::response_body::{BoxError, ResponseBody, full};
 use crate::stored;
@@ -77,25 +74,20 @@ where
 {
     type Response = Response<ResponseBody>;
     type Error = S::Error;
-    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, S::Error>> + Send>>;
+    type Future = Answering<S::Error>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
     }
 
     fn call(&mut self, request: Request<B>) -> Self::Future {
-        // The service polled ready is the one that must be called: take it,
-        // leave a fresh clone for the next request.
-        let fresh = self.inner.clone();
-        let mut inner = std::mem::replace(&mut self.inner, fresh);
         let config = self.config.clone();
-        if !config.methods.contains(request.method()) {
-            return Box::pin(async move {
-                let response = inner.call(request).await?;
-                Ok(response.map(|b| b.map_err(Into::into).boxed_unsync()))
-            });
-        }
-        Box::pin(deduplicated(config, inner, request))
+        handler::call(
+            &mut self.inner,
+            &self.config.methods,
+            request,
+            |inner, request| deduplicated(config, inner, request),
+        )
     }
 }
 
@@ -182,12 +174,6 @@ where
     Ok(answer.into_response())
 }
 
-/// What a handler's run came to: its response head and body, the
-/// service's error, or a panic (caught, so that it costs the request its
-/// answer, not the claim's bookkeeping).
-type HandlerEnd<E> =
-    Result<Result<(http::response::Parts, Result<Bytes, BoxError>), E>, Box<dyn Any + Send>>;
-
 /// Runs the handler under the held claim and records how it ended, polled
 /// in the request's own task: the handler and the claim's heartbeat are
 /// polled together (a panic in the handler is caught), so a request spawns
@@ -199,7 +185,7 @@ type HandlerEnd<E> =
 /// `docs/benchmarks.md`).
 async fn execute<S, B, ResB>(
     config: Arc<Config>,
-    mut inner: S,
+    inner: S,
     mut parts: Parts,
     body: Bytes,
     execution: Execution,
@@ -222,28 +208,9 @@ where
     // Polled here; a request dropped mid-way (the client hung up) hands
     // what is left to a task of its own, so its end is still recorded.
     let work = async move {
-        let handler = AssertUnwindSafe(async move {
-            let response = inner.call(request).await?;
-            let (parts, body) = response.into_parts();
-            let bytes = body
-                .collect()
-                .await
-                .map(|c| c.to_bytes())
-                .map_err(Into::into);
-            Ok((parts, bytes))
-        })
-        .catch_unwind();
-        let mut handler = pin!(handler);
-        let mut heartbeat = pin!(heartbeat_loop(&execution));
-        let mut beating = true;
-        let ended: HandlerEnd<S::Error> = loop {
-            tokio::select! {
-                ended = &mut handler => break ended,
-                // A failed heartbeat (deposed) stops beating; the handler
-                // runs on, and its end is then refused by the fence.
-                () = &mut heartbeat, if beating => beating = false,
-            }
-        };
+        // A failed heartbeat (deposed) stops beating; the handler runs on,
+        // and its end is then refused by the fence.
+        let ended = handler::run(inner, request, heartbeat_loop(&execution)).await;
         record(&config, execution, ended).await
     };
     match FinishOnDrop::new(AssertUnwindSafe(work).catch_unwind()).await {
@@ -263,16 +230,16 @@ where
 async fn record<E>(
     config: &Config,
     execution: Execution,
-    ended: HandlerEnd<E>,
+    ended: Ended<E>,
 ) -> Result<Response<ResponseBody>, E> {
     let (parts, bytes) = match ended {
-        Ok(Ok((parts, Ok(bytes)))) => (parts, bytes),
-        Ok(Ok((_, Err(e)))) => {
+        Ended::Answered(parts, bytes) => (parts, bytes),
+        Ended::BodyBrokeOff(e) => {
             tracing::warn!(key = %execution.key(), error = %e, "the handler's response body broke off; its outcome is unknown");
             return Ok(unknown_outcome("the handler's response body broke off").into_response());
         }
-        Ok(Err(e)) => return Err(e),
-        Err(_panic) => {
+        Ended::Failed(e) => return Err(e),
+        Ended::Panicked => {
             tracing::warn!(key = %execution.key(), "the handler panicked; its outcome is unknown");
             return Ok(unknown_outcome("the handler failed").into_response());
         }
@@ -281,7 +248,7 @@ async fn record<E>(
     let ending = (config.ending)(status);
     let mut stored = stored::encode(&parts.headers, &config.replayed_headers, &bytes);
     if stored.len() > config.max_stored_bytes {
-        stored = too_large_to_keep(config, status, bytes.len());
+        stored = stored::not_kept(status, bytes.len(), config.max_stored_bytes);
     }
     let outcome = Outcome {
         status: i32::from(status.as_u16()),
@@ -304,26 +271,6 @@ async fn record<E>(
     Ok(Response::from_parts(parts, full(bytes)))
 }
 
-/// What is stored instead of a response too large to keep: its status
-/// stays; a problem body says why the rest is missing.
-fn too_large_to_keep(config: &Config, status: StatusCode, size: usize) -> Vec<u8> {
-    let problem = Problem::new(
-        status,
-        "response-not-kept",
-        "The original response was too large to keep for replay",
-        format!(
-            "the original response, with a body of {size} bytes, was more than the {} bytes kept for replay; its status is this response's status",
-            config.max_stored_bytes
-        ),
-    );
-    let mut headers = http::HeaderMap::new();
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static(problem::CONTENT_TYPE),
-    );
-    stored::encode(&headers, &[header::CONTENT_TYPE], &problem.to_bytes())
-}
-
 /// A stored response, replayed.
 fn replay_response(replay: &Replay) -> Response<ResponseBody> {
     let status = u16::try_from(replay.outcome.status)
@@ -343,13 +290,7 @@ fn replay_response(replay: &Replay) -> Response<ResponseBody> {
         )
         .into_response();
     };
-    let mut response = Response::new(full(body));
-    *response.status_mut() = status;
-    *response.headers_mut() = headers;
-    response
-        .headers_mut()
-        .insert(crate::IDEMPOTENT_REPLAYED, HeaderValue::from_static("true"));
-    response
+    stored::replayed(status, headers, body)
 }
 
 /// The policy's status for a refusal (the engine's safety gate keeps it in

@@ -6,7 +6,10 @@
 //! `http` crate refuses one), so the lines cannot be forged by a value.
 
 use bytes::Bytes;
-use http::{HeaderMap, HeaderName, HeaderValue};
+use http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode, header};
+
+use crate::problem::{self, Problem};
+use crate::response_body::{ResponseBody, full};
 
 /// The headers stored and replayed unless configured otherwise: those
 /// describing the body or the resource the request created. Never cookies,
@@ -36,6 +39,42 @@ pub(crate) fn encode(headers: &HeaderMap, names: &[HeaderName], body: &[u8]) -> 
     out.push(b'\n');
     out.extend_from_slice(body);
     out
+}
+
+/// What is stored instead of a response too large to keep (its body was
+/// `size` bytes, past `limit`): its status stays, a problem body says why
+/// the rest is missing.
+pub(crate) fn not_kept(status: StatusCode, size: usize, limit: usize) -> Vec<u8> {
+    let problem = Problem::new(
+        status,
+        "response-not-kept",
+        "The original response was too large to keep for replay",
+        format!(
+            "the original response, with a body of {size} bytes, was more than the {limit} bytes kept for replay; its status is this response's status"
+        ),
+    );
+    let mut headers = HeaderMap::new();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(problem::CONTENT_TYPE),
+    );
+    encode(&headers, &[header::CONTENT_TYPE], &problem.to_bytes())
+}
+
+/// A stored response, replayed: its status, headers and body, with
+/// `Idempotent-Replayed: true`.
+pub(crate) fn replayed(
+    status: StatusCode,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response<ResponseBody> {
+    let mut response = Response::new(full(body));
+    *response.status_mut() = status;
+    *response.headers_mut() = headers;
+    response
+        .headers_mut()
+        .insert(crate::IDEMPOTENT_REPLAYED, HeaderValue::from_static("true"));
+    response
 }
 
 /// Why stored bytes are not a response this layer stored.
