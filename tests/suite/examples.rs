@@ -206,7 +206,7 @@ fn the_axum_router_runs_the_handler_once_and_replays_the_retry() {
     let second = line(&out, "request #2: ");
     assert!(
         first.starts_with(
-            "request #1: 201 Created, Idempotent-Replayed: (none), body {\"charge\":\"ch_"
+            "request #1: 201 Created, Idempotent-Replayed: false, body {\"charge\":\"ch_"
         ),
         "{out}"
     );

@@ -8,14 +8,15 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use futures_util::FutureExt;
 use http::request::Parts;
-use http::{Request, Response, StatusCode};
+use http::{HeaderValue, Request, Response, StatusCode};
 use http_body::Body;
 use idem::core::ErrorCode;
-use idem::engine::{Begin, EngineError, Execution, Replay, heartbeat_loop};
+use idem::engine::{Begin, EngineError, Execution, heartbeat_loop};
 use idem::store::{Ending, Outcome};
 use tower::Service;
 
 use crate::config::Config;
+use crate::duplicate;
 use crate::finish_on_drop::FinishOnDrop;
 use crate::handler::{self, Answering, Ended};
 use crate::operation::operation;
@@ -91,8 +92,10 @@ where
     }
 }
 
-/// A matching request: read the body, ask the engine, then run the handler
-/// or answer for it.
+/// A matching request, answered; every answer to a request with a key
+/// (and every replay) says whether it is a replay (`Idempotent-Replayed`),
+/// so that a client tells a replay from a fresh answer without keeping
+/// track of what it sent.
 async fn deduplicated<S, B, ResB>(
     config: Arc<Config>,
     inner: S,
@@ -108,70 +111,54 @@ where
     ResB: Body<Data = Bytes> + Send + 'static,
     ResB::Error: Into<BoxError>,
 {
+    let keyed = request.headers().contains_key(&config.key_header);
+    let (mut response, replayed) = answer(config, inner, request).await?;
+    if keyed || replayed {
+        let value = if replayed { "true" } else { "false" };
+        response
+            .headers_mut()
+            .insert(crate::IDEMPOTENT_REPLAYED, HeaderValue::from_static(value));
+    }
+    Ok(response)
+}
+
+/// Reads the body, asks the engine, then runs the handler or answers for
+/// it; says whether the answer is a replay.
+async fn answer<S, B, ResB>(
+    config: Arc<Config>,
+    inner: S,
+    request: Request<B>,
+) -> Result<(Response<ResponseBody>, bool), S::Error>
+where
+    S: Service<Request<B>, Response = Response<ResB>> + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+    B: Body + From<Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+    B::Data: Send,
+    ResB: Body<Data = Bytes> + Send + 'static,
+    ResB::Error: Into<BoxError>,
+{
     let (parts, body) = request.into_parts();
     let body = match read_bounded(&parts.headers, body, config.body_limit).await {
         Ok(body) => body,
-        Err(problem) => return Ok(problem.into_response()),
+        Err(problem) => return Ok((problem.into_response(), false)),
     };
     let op = match operation(&config, &parts, &body) {
         Ok(op) => op,
-        Err(problem) => return Ok(problem.into_response()),
+        Err(problem) => return Ok((problem.into_response(), false)),
     };
     let begin = match config.engine.begin(&op).await {
         Ok(begin) => begin,
-        Err(e) => return Ok(engine_problem(&config, e).into_response()),
+        Err(e) => return Ok((engine_problem(&config, e).into_response(), false)),
     };
-    let answer = match begin {
-        Begin::Execute(execution) => return execute(config, inner, parts, body, execution).await,
-        Begin::Replay(replay) => return Ok(replay_response(&replay)),
-        Begin::InProgress {
-            retry_after_ms,
-            reason,
-            ..
-        } => {
-            let problem = Problem::new(
-                StatusCode::CONFLICT,
-                "request-in-flight",
-                "A request with this Idempotency-Key is still being processed",
-                reason,
-            );
-            problem.retry_after_ms(retry_after_ms.unwrap_or(1000))
+    match begin {
+        Begin::Execute(execution) => {
+            let response = execute(config, inner, parts, body, execution).await?;
+            Ok((response, false))
         }
-        Begin::Conflict { status, reason, .. } => Problem::new(
-            policy_status(status),
-            "key-reused",
-            "The Idempotency-Key was used for a different request",
-            reason,
-        ),
-        Begin::Rejected {
-            status,
-            reason,
-            retry_after_ms,
-            marked_unknown,
-            ..
-        } => {
-            let problem = if marked_unknown {
-                Problem::new(
-                    policy_status(status),
-                    "needs-review",
-                    "An earlier attempt's outcome is unknown and needs review",
-                    reason,
-                )
-            } else {
-                Problem::new(
-                    policy_status(status),
-                    "rejected",
-                    "The policy rejected this duplicate request",
-                    reason,
-                )
-            };
-            match retry_after_ms {
-                Some(ms) => problem.retry_after_ms(ms),
-                None => problem,
-            }
-        }
-    };
-    Ok(answer.into_response())
+        duplicate => Ok(duplicate::answer(&config, duplicate)),
+    }
 }
 
 /// Runs the handler under the held claim and records how it ended, polled
@@ -269,34 +256,6 @@ async fn record<E>(
         }
     }
     Ok(Response::from_parts(parts, full(bytes)))
-}
-
-/// A stored response, replayed.
-fn replay_response(replay: &Replay) -> Response<ResponseBody> {
-    let status = u16::try_from(replay.outcome.status)
-        .ok()
-        .and_then(|s| StatusCode::from_u16(s).ok());
-    let decoded = stored::decode(&replay.outcome.body);
-    let (Some(status), Ok((headers, body))) = (status, decoded) else {
-        let why = match stored::decode(&replay.outcome.body) {
-            Err(stored::NotAResponse(why)) => why,
-            Ok(_) => "its status is not an HTTP status",
-        };
-        return Problem::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "stored-outcome-unreadable",
-            "The stored response cannot be replayed",
-            format!("the outcome stored under this key is not a response this layer stored: {why}"),
-        )
-        .into_response();
-    };
-    stored::replayed(status, headers, body)
-}
-
-/// The policy's status for a refusal (the engine's safety gate keeps it in
-/// 400..=599).
-fn policy_status(status: u16) -> StatusCode {
-    StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
 }
 
 /// A 500 for a request whose handler's outcome is unknown.

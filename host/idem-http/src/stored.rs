@@ -7,6 +7,7 @@
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode, header};
+use idem::store::Outcome;
 
 use crate::problem::{self, Problem};
 use crate::response_body::{ResponseBody, full};
@@ -39,6 +40,28 @@ pub(crate) fn encode(headers: &HeaderMap, names: &[HeaderName], body: &[u8]) -> 
     out.push(b'\n');
     out.extend_from_slice(body);
     out
+}
+
+/// A response as the layer stores it, for a record the service settles
+/// itself ([`Resolution::Completed`](idem::store::Resolution::Completed),
+/// through [`resolve`](idem::forensics::review::resolve)): every later
+/// duplicate is replayed `status`, `headers` and `body`, with
+/// `Idempotent-Replayed: true`, as if the handler had answered so. Every
+/// header given is stored: pass only those a replay should carry (the
+/// layer's own responses keep [`DEFAULT_REPLAYED_HEADERS`]).
+///
+/// ```
+/// use http::{HeaderMap, HeaderValue, StatusCode, header};
+///
+/// let mut headers = HeaderMap::new();
+/// headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+/// let outcome = idem_http::stored_outcome(StatusCode::CREATED, &headers, br#"{"charge":"ch_1"}"#);
+/// assert_eq!(outcome.status, 201);
+/// assert!(outcome.body.ends_with(br#"{"charge":"ch_1"}"#));
+/// ```
+pub fn stored_outcome(status: StatusCode, headers: &HeaderMap, body: &[u8]) -> Outcome {
+    let names: Vec<HeaderName> = headers.keys().cloned().collect();
+    Outcome::new(i32::from(status.as_u16()), encode(headers, &names, body))
 }
 
 /// What is stored instead of a response too large to keep (its body was
