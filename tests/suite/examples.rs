@@ -206,7 +206,7 @@ fn the_axum_router_runs_the_handler_once_and_replays_the_retry() {
     let second = line(&out, "request #2: ");
     assert!(
         first.starts_with(
-            "request #1: 201 Created, Idempotent-Replayed: (none), body {\"charge\":\"ch_"
+            "request #1: 201 Created, Idempotent-Replayed: false, body {\"charge\":\"ch_"
         ),
         "{out}"
     );
@@ -242,5 +242,89 @@ fn the_downstream_gate_charges_once_replays_the_successor_and_refuses_the_late_h
     assert!(
         late.contains("409 Conflict") && late.contains("stale-fence"),
         "{out}"
+    );
+}
+
+#[test]
+fn a_crash_is_told_in_flight_needs_review_rejected_then_replays_what_the_service_settled() {
+    let env = Env::new();
+    let policy = policy_path("http-idempotency-key");
+    let out = stdout_of(with_args(env.example("settle_after_a_crash"), &[&policy]));
+    assert_eq!(lines_with(&out, "  handler: charging "), 1, "{out}");
+    line(
+        &out,
+        "request #1: the service crashed mid-charge; no answer",
+    );
+    let answers = [
+        (
+            "retry within the lease: ",
+            "409 Conflict, Retry-After: 1, Idempotent-Replayed: false",
+            "problem/request-in-flight",
+        ),
+        (
+            "first retry past the lease: ",
+            "409 Conflict, Retry-After: (none), Idempotent-Replayed: false",
+            "problem/needs-review",
+        ),
+        (
+            "next retry: ",
+            "409 Conflict, Retry-After: (none), Idempotent-Replayed: false",
+            "problem/rejected\"",
+        ),
+        (
+            "retry after settling: ",
+            "201 Created, Retry-After: (none), Idempotent-Replayed: true",
+            "{\"charge\":\"ch_1001\"}",
+        ),
+    ];
+    let lines: Vec<&str> = out.lines().collect();
+    for (prefix, head, body) in answers {
+        let at = lines
+            .iter()
+            .position(|l| l.starts_with(prefix))
+            .unwrap_or_else(|| panic!("no {prefix:?} in:\n{out}"));
+        assert_eq!(lines[at], format!("{prefix}{head}"), "{out}");
+        assert!(lines[at + 1].contains(body), "{out}");
+    }
+    assert!(
+        line(&out, "the service finds http/")
+            .ends_with("waiting: outcome unknown: the holder may or may not have done the effect"),
+        "{out}"
+    );
+    line(&out, "the service settles it: completed at fence ");
+}
+
+/// The settling code `docs/guide/through-a-crash.md` quotes is the
+/// example's own: every line of the page's Rust block, in order, is a line
+/// of `host/idem-http/examples/settle_after_a_crash.rs`.
+#[test]
+fn the_crash_page_quotes_the_examples_own_settling_code() {
+    let root = idem_tests::workspace_root();
+    let page = std::fs::read_to_string(root.join("docs/guide/through-a-crash.md")).unwrap();
+    let example =
+        std::fs::read_to_string(root.join("host/idem-http/examples/settle_after_a_crash.rs"))
+            .unwrap();
+    let block: Vec<&str> = page
+        .split("```rust\n")
+        .nth(1)
+        .and_then(|rest| rest.split("\n```").next())
+        .expect("a Rust block on the page")
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    let source: Vec<&str> = example.lines().map(str::trim).collect();
+    let starts = source.iter().position(|l| *l == block[0]);
+    let quoted = starts.is_some_and(|at| {
+        source[at..]
+            .iter()
+            .filter(|l| !l.is_empty())
+            .take(block.len())
+            .eq(block.iter())
+    });
+    assert!(
+        quoted,
+        "the page's Rust block is not the example's code:\n{}",
+        block.join("\n")
     );
 }

@@ -1,6 +1,8 @@
 //! What the layer was configured with, shared by every clone of the
 //! service.
 
+use std::time::Duration;
+
 use http::{HeaderName, Method, StatusCode};
 use idem::engine::Engine;
 use idem::store::Ending;
@@ -27,4 +29,7 @@ pub(crate) struct Config {
     pub replayed_headers: Vec<HeaderName>,
     pub ending: fn(StatusCode) -> Ending,
     pub kind: String,
+    /// The `Retry-After` of a request in flight when the policy gives no
+    /// shorter hint.
+    pub in_flight_retry_after: Duration,
 }

@@ -1,6 +1,7 @@
 //! The layer and its settings.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use http::{HeaderName, Method, StatusCode};
 use idem::engine::Engine;
@@ -34,6 +35,7 @@ impl std::fmt::Debug for IdempotencyLayer {
             .field("body_limit", &c.body_limit)
             .field("max_stored_bytes", &c.max_stored_bytes)
             .field("replayed_headers", &c.replayed_headers)
+            .field("in_flight_retry_after", &c.in_flight_retry_after)
             .finish_non_exhaustive()
     }
 }
@@ -54,6 +56,11 @@ pub fn default_ending(status: StatusCode) -> Ending {
     }
 }
 
+/// The `Retry-After` of a request in flight unless
+/// [`IdempotencyLayer::in_flight_retry_after`] says otherwise: one second,
+/// the least `Retry-After` can say.
+pub const DEFAULT_IN_FLIGHT_RETRY_AFTER: Duration = Duration::from_secs(1);
+
 impl IdempotencyLayer {
     /// A layer deduplicating through `engine` (its policy and store), for
     /// the tenant `default`, on `POST` and `PATCH`, with a 1 MiB body limit.
@@ -72,6 +79,7 @@ impl IdempotencyLayer {
                     .collect(),
                 ending: default_ending,
                 kind: crate::KIND.into(),
+                in_flight_retry_after: DEFAULT_IN_FLIGHT_RETRY_AFTER,
             }),
         }
     }
@@ -141,6 +149,21 @@ impl IdempotencyLayer {
     pub fn kind(self, kind: impl Into<String>) -> Self {
         let kind = kind.into();
         self.with(|c| c.kind = kind)
+    }
+
+    /// How long a client is told to wait (`Retry-After`) before retrying a
+    /// key whose first request is still in flight, unless the policy gives
+    /// a shorter hint (default [`DEFAULT_IN_FLIGHT_RETRY_AFTER`], 1 s):
+    /// about how long the handler usually takes. Never past what is left
+    /// of the first request's lease (by then it has ended, or the next
+    /// retry is the policy's to decide), rounded up to whole seconds, at
+    /// least one.
+    ///
+    /// A policy's hint of the whole lease that is left (what
+    /// `Decision::standard` and the shipped policies give) says no more
+    /// than the lease, so this is what a client is told under them.
+    pub fn in_flight_retry_after(self, wait: Duration) -> Self {
+        self.with(|c| c.in_flight_retry_after = wait)
     }
 }
 

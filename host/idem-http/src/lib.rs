@@ -9,9 +9,14 @@
 //! | a key the policy has not seen | the handler runs once, with a [`FencedKey`] extension; its response is stored |
 //! | no key, where the policy requires one | `400`, nothing runs |
 //! | the key reused with another method, path or body | `422` (the policy's status) |
-//! | the first request with the key still in flight | `409` with `Retry-After` |
+//! | the first request with the key still in flight | `409` with a `Retry-After` of [its own](IdempotencyLayer::in_flight_retry_after) |
 //! | a completed request's key | its stored status, [replayed headers](IdempotencyLayer::replayed_headers) and body, with `Idempotent-Replayed: true` |
 //! | a body past the [limit](IdempotencyLayer::body_limit) | `413` |
+//!
+//! Every other answer to a request with a key carries `Idempotent-Replayed:
+//! false`. A service that settles a record waiting for review itself
+//! (`idem::forensics::review::resolve`) stores the response to replay with
+//! [`stored_outcome`].
 //!
 //! The other side of the same header: a service that *is* the downstream
 //! (a provider adapter, an internal ledger) puts a [`GateLayer`] in front of
@@ -54,8 +59,10 @@
 #![warn(missing_docs)]
 
 mod config;
+mod duplicate;
 mod finish_on_drop;
 pub mod gate;
+mod handler;
 mod layer;
 mod operation;
 pub mod problem;
@@ -65,11 +72,11 @@ mod service;
 mod stored;
 
 pub use gate::{GateAdmission, GateEnd, GateLayer, GateService, default_gate_end};
-pub use layer::{IdempotencyLayer, default_ending};
+pub use layer::{DEFAULT_IN_FLIGHT_RETRY_AFTER, IdempotencyLayer, default_ending};
 pub use operation::KIND;
 pub use response_body::ResponseBody;
 pub use service::{FencedKey, IdempotencyService};
-pub use stored::DEFAULT_REPLAYED_HEADERS;
+pub use stored::{DEFAULT_REPLAYED_HEADERS, stored_outcome};
 
 /// The request header carrying the client's key (`Idempotency-Key`).
 pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
@@ -81,6 +88,7 @@ pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
 /// downstream refuses one lower than the highest it has seen for the key.
 pub const IDEM_FENCE: &str = "idem-fence";
 
-/// The response header marking a replayed response (`Idempotent-Replayed:
-/// true`, as Stripe sends it).
+/// The response header saying whether an answer is a replay
+/// (`Idempotent-Replayed: true`, as Stripe sends it) or not (`false`: a
+/// fresh response or a problem), on every answer to a request with a key.
 pub const IDEMPOTENT_REPLAYED: &str = "idempotent-replayed";

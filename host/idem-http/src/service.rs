@@ -1,28 +1,26 @@
 //! The service the layer wraps around a handler: one request through the
 //! engine.
 
-use std::any::Any;
-use std::future::Future;
 use std::panic::AssertUnwindSafe;
-use std::pin::{Pin, pin};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use futures_util::FutureExt;
 use http::request::Parts;
-use http::{HeaderValue, Request, Response, StatusCode, header};
+use http::{HeaderValue, Request, Response, StatusCode};
 use http_body::Body;
-use http_body_util::BodyExt;
 use idem::core::ErrorCode;
-use idem::engine::{Begin, EngineError, Execution, Replay, heartbeat_loop};
+use idem::engine::{Begin, EngineError, Execution, heartbeat_loop};
 use idem::store::{Ending, Outcome};
 use tower::Service;
 
 use crate::config::Config;
+use crate::duplicate;
 use crate::finish_on_drop::FinishOnDrop;
+use crate::handler::{self, Answering, Ended};
 use crate::operation::operation;
-use crate::problem::{self, Problem};
+use crate::problem::Problem;
 use crate::request_body::read_bounded;
 use crate::response_body::{BoxError, ResponseBody, full};
 use crate::stored;
@@ -77,30 +75,27 @@ where
 {
     type Response = Response<ResponseBody>;
     type Error = S::Error;
-    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, S::Error>> + Send>>;
+    type Future = Answering<S::Error>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
     }
 
     fn call(&mut self, request: Request<B>) -> Self::Future {
-        // The service polled ready is the one that must be called: take it,
-        // leave a fresh clone for the next request.
-        let fresh = self.inner.clone();
-        let mut inner = std::mem::replace(&mut self.inner, fresh);
         let config = self.config.clone();
-        if !config.methods.contains(request.method()) {
-            return Box::pin(async move {
-                let response = inner.call(request).await?;
-                Ok(response.map(|b| b.map_err(Into::into).boxed_unsync()))
-            });
-        }
-        Box::pin(deduplicated(config, inner, request))
+        handler::call(
+            &mut self.inner,
+            &self.config.methods,
+            request,
+            |inner, request| deduplicated(config, inner, request),
+        )
     }
 }
 
-/// A matching request: read the body, ask the engine, then run the handler
-/// or answer for it.
+/// A matching request, answered; every answer to a request with a key
+/// (and every replay) says whether it is a replay (`Idempotent-Replayed`),
+/// so that a client tells a replay from a fresh answer without keeping
+/// track of what it sent.
 async fn deduplicated<S, B, ResB>(
     config: Arc<Config>,
     inner: S,
@@ -116,77 +111,55 @@ where
     ResB: Body<Data = Bytes> + Send + 'static,
     ResB::Error: Into<BoxError>,
 {
+    let keyed = request.headers().contains_key(&config.key_header);
+    let (mut response, replayed) = answer(config, inner, request).await?;
+    if keyed || replayed {
+        let value = if replayed { "true" } else { "false" };
+        response
+            .headers_mut()
+            .insert(crate::IDEMPOTENT_REPLAYED, HeaderValue::from_static(value));
+    }
+    Ok(response)
+}
+
+/// Reads the body, asks the engine, then runs the handler or answers for
+/// it; says whether the answer is a replay.
+async fn answer<S, B, ResB>(
+    config: Arc<Config>,
+    inner: S,
+    request: Request<B>,
+) -> Result<(Response<ResponseBody>, bool), S::Error>
+where
+    S: Service<Request<B>, Response = Response<ResB>> + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+    B: Body + From<Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+    B::Data: Send,
+    ResB: Body<Data = Bytes> + Send + 'static,
+    ResB::Error: Into<BoxError>,
+{
     let (parts, body) = request.into_parts();
     let body = match read_bounded(&parts.headers, body, config.body_limit).await {
         Ok(body) => body,
-        Err(problem) => return Ok(problem.into_response()),
+        Err(problem) => return Ok((problem.into_response(), false)),
     };
     let op = match operation(&config, &parts, &body) {
         Ok(op) => op,
-        Err(problem) => return Ok(problem.into_response()),
+        Err(problem) => return Ok((problem.into_response(), false)),
     };
     let begin = match config.engine.begin(&op).await {
         Ok(begin) => begin,
-        Err(e) => return Ok(engine_problem(&config, e).into_response()),
+        Err(e) => return Ok((engine_problem(&config, e).into_response(), false)),
     };
-    let answer = match begin {
-        Begin::Execute(execution) => return execute(config, inner, parts, body, execution).await,
-        Begin::Replay(replay) => return Ok(replay_response(&replay)),
-        Begin::InProgress {
-            retry_after_ms,
-            reason,
-            ..
-        } => {
-            let problem = Problem::new(
-                StatusCode::CONFLICT,
-                "request-in-flight",
-                "A request with this Idempotency-Key is still being processed",
-                reason,
-            );
-            problem.retry_after_ms(retry_after_ms.unwrap_or(1000))
+    match begin {
+        Begin::Execute(execution) => {
+            let response = execute(config, inner, parts, body, execution).await?;
+            Ok((response, false))
         }
-        Begin::Conflict { status, reason, .. } => Problem::new(
-            policy_status(status),
-            "key-reused",
-            "The Idempotency-Key was used for a different request",
-            reason,
-        ),
-        Begin::Rejected {
-            status,
-            reason,
-            retry_after_ms,
-            marked_unknown,
-            ..
-        } => {
-            let problem = if marked_unknown {
-                Problem::new(
-                    policy_status(status),
-                    "needs-review",
-                    "An earlier attempt's outcome is unknown and needs review",
-                    reason,
-                )
-            } else {
-                Problem::new(
-                    policy_status(status),
-                    "rejected",
-                    "The policy rejected this duplicate request",
-                    reason,
-                )
-            };
-            match retry_after_ms {
-                Some(ms) => problem.retry_after_ms(ms),
-                None => problem,
-            }
-        }
-    };
-    Ok(answer.into_response())
+        duplicate => Ok(duplicate::answer(&config, duplicate)),
+    }
 }
-
-/// What a handler's run came to: its response head and body, the
-/// service's error, or a panic (caught, so that it costs the request its
-/// answer, not the claim's bookkeeping).
-type HandlerEnd<E> =
-    Result<Result<(http::response::Parts, Result<Bytes, BoxError>), E>, Box<dyn Any + Send>>;
 
 /// Runs the handler under the held claim and records how it ended, polled
 /// in the request's own task: the handler and the claim's heartbeat are
@@ -199,7 +172,7 @@ type HandlerEnd<E> =
 /// `docs/benchmarks.md`).
 async fn execute<S, B, ResB>(
     config: Arc<Config>,
-    mut inner: S,
+    inner: S,
     mut parts: Parts,
     body: Bytes,
     execution: Execution,
@@ -222,28 +195,9 @@ where
     // Polled here; a request dropped mid-way (the client hung up) hands
     // what is left to a task of its own, so its end is still recorded.
     let work = async move {
-        let handler = AssertUnwindSafe(async move {
-            let response = inner.call(request).await?;
-            let (parts, body) = response.into_parts();
-            let bytes = body
-                .collect()
-                .await
-                .map(|c| c.to_bytes())
-                .map_err(Into::into);
-            Ok((parts, bytes))
-        })
-        .catch_unwind();
-        let mut handler = pin!(handler);
-        let mut heartbeat = pin!(heartbeat_loop(&execution));
-        let mut beating = true;
-        let ended: HandlerEnd<S::Error> = loop {
-            tokio::select! {
-                ended = &mut handler => break ended,
-                // A failed heartbeat (deposed) stops beating; the handler
-                // runs on, and its end is then refused by the fence.
-                () = &mut heartbeat, if beating => beating = false,
-            }
-        };
+        // A failed heartbeat (deposed) stops beating; the handler runs on,
+        // and its end is then refused by the fence.
+        let ended = handler::run(inner, request, heartbeat_loop(&execution)).await;
         record(&config, execution, ended).await
     };
     match FinishOnDrop::new(AssertUnwindSafe(work).catch_unwind()).await {
@@ -263,16 +217,16 @@ where
 async fn record<E>(
     config: &Config,
     execution: Execution,
-    ended: HandlerEnd<E>,
+    ended: Ended<E>,
 ) -> Result<Response<ResponseBody>, E> {
     let (parts, bytes) = match ended {
-        Ok(Ok((parts, Ok(bytes)))) => (parts, bytes),
-        Ok(Ok((_, Err(e)))) => {
+        Ended::Answered(parts, bytes) => (parts, bytes),
+        Ended::BodyBrokeOff(e) => {
             tracing::warn!(key = %execution.key(), error = %e, "the handler's response body broke off; its outcome is unknown");
             return Ok(unknown_outcome("the handler's response body broke off").into_response());
         }
-        Ok(Err(e)) => return Err(e),
-        Err(_panic) => {
+        Ended::Failed(e) => return Err(e),
+        Ended::Panicked => {
             tracing::warn!(key = %execution.key(), "the handler panicked; its outcome is unknown");
             return Ok(unknown_outcome("the handler failed").into_response());
         }
@@ -281,7 +235,7 @@ async fn record<E>(
     let ending = (config.ending)(status);
     let mut stored = stored::encode(&parts.headers, &config.replayed_headers, &bytes);
     if stored.len() > config.max_stored_bytes {
-        stored = too_large_to_keep(config, status, bytes.len());
+        stored = stored::not_kept(status, bytes.len(), config.max_stored_bytes);
     }
     let outcome = Outcome {
         status: i32::from(status.as_u16()),
@@ -302,60 +256,6 @@ async fn record<E>(
         }
     }
     Ok(Response::from_parts(parts, full(bytes)))
-}
-
-/// What is stored instead of a response too large to keep: its status
-/// stays; a problem body says why the rest is missing.
-fn too_large_to_keep(config: &Config, status: StatusCode, size: usize) -> Vec<u8> {
-    let problem = Problem::new(
-        status,
-        "response-not-kept",
-        "The original response was too large to keep for replay",
-        format!(
-            "the original response, with a body of {size} bytes, was more than the {} bytes kept for replay; its status is this response's status",
-            config.max_stored_bytes
-        ),
-    );
-    let mut headers = http::HeaderMap::new();
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static(problem::CONTENT_TYPE),
-    );
-    stored::encode(&headers, &[header::CONTENT_TYPE], &problem.to_bytes())
-}
-
-/// A stored response, replayed.
-fn replay_response(replay: &Replay) -> Response<ResponseBody> {
-    let status = u16::try_from(replay.outcome.status)
-        .ok()
-        .and_then(|s| StatusCode::from_u16(s).ok());
-    let decoded = stored::decode(&replay.outcome.body);
-    let (Some(status), Ok((headers, body))) = (status, decoded) else {
-        let why = match stored::decode(&replay.outcome.body) {
-            Err(stored::NotAResponse(why)) => why,
-            Ok(_) => "its status is not an HTTP status",
-        };
-        return Problem::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "stored-outcome-unreadable",
-            "The stored response cannot be replayed",
-            format!("the outcome stored under this key is not a response this layer stored: {why}"),
-        )
-        .into_response();
-    };
-    let mut response = Response::new(full(body));
-    *response.status_mut() = status;
-    *response.headers_mut() = headers;
-    response
-        .headers_mut()
-        .insert(crate::IDEMPOTENT_REPLAYED, HeaderValue::from_static("true"));
-    response
-}
-
-/// The policy's status for a refusal (the engine's safety gate keeps it in
-/// 400..=599).
-fn policy_status(status: u16) -> StatusCode {
-    StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
 }
 
 /// A 500 for a request whose handler's outcome is unknown.

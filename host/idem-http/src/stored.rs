@@ -6,7 +6,11 @@
 //! `http` crate refuses one), so the lines cannot be forged by a value.
 
 use bytes::Bytes;
-use http::{HeaderMap, HeaderName, HeaderValue};
+use http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode, header};
+use idem::store::Outcome;
+
+use crate::problem::{self, Problem};
+use crate::response_body::{ResponseBody, full};
 
 /// The headers stored and replayed unless configured otherwise: those
 /// describing the body or the resource the request created. Never cookies,
@@ -36,6 +40,64 @@ pub(crate) fn encode(headers: &HeaderMap, names: &[HeaderName], body: &[u8]) -> 
     out.push(b'\n');
     out.extend_from_slice(body);
     out
+}
+
+/// A response as the layer stores it, for a record the service settles
+/// itself ([`Resolution::Completed`](idem::store::Resolution::Completed),
+/// through [`resolve`](idem::forensics::review::resolve)): every later
+/// duplicate is replayed `status`, `headers` and `body`, with
+/// `Idempotent-Replayed: true`, as if the handler had answered so. Every
+/// header given is stored: pass only those a replay should carry (the
+/// layer's own responses keep [`DEFAULT_REPLAYED_HEADERS`]).
+///
+/// ```
+/// use http::{HeaderMap, HeaderValue, StatusCode, header};
+///
+/// let mut headers = HeaderMap::new();
+/// headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+/// let outcome = idem_http::stored_outcome(StatusCode::CREATED, &headers, br#"{"charge":"ch_1"}"#);
+/// assert_eq!(outcome.status, 201);
+/// assert!(outcome.body.ends_with(br#"{"charge":"ch_1"}"#));
+/// ```
+pub fn stored_outcome(status: StatusCode, headers: &HeaderMap, body: &[u8]) -> Outcome {
+    let names: Vec<HeaderName> = headers.keys().cloned().collect();
+    Outcome::new(i32::from(status.as_u16()), encode(headers, &names, body))
+}
+
+/// What is stored instead of a response too large to keep (its body was
+/// `size` bytes, past `limit`): its status stays, a problem body says why
+/// the rest is missing.
+pub(crate) fn not_kept(status: StatusCode, size: usize, limit: usize) -> Vec<u8> {
+    let problem = Problem::new(
+        status,
+        "response-not-kept",
+        "The original response was too large to keep for replay",
+        format!(
+            "the original response, with a body of {size} bytes, was more than the {limit} bytes kept for replay; its status is this response's status"
+        ),
+    );
+    let mut headers = HeaderMap::new();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(problem::CONTENT_TYPE),
+    );
+    encode(&headers, &[header::CONTENT_TYPE], &problem.to_bytes())
+}
+
+/// A stored response, replayed: its status, headers and body, with
+/// `Idempotent-Replayed: true`.
+pub(crate) fn replayed(
+    status: StatusCode,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response<ResponseBody> {
+    let mut response = Response::new(full(body));
+    *response.status_mut() = status;
+    *response.headers_mut() = headers;
+    response
+        .headers_mut()
+        .insert(crate::IDEMPOTENT_REPLAYED, HeaderValue::from_static("true"));
+    response
 }
 
 /// Why stored bytes are not a response this layer stored.

@@ -1,6 +1,7 @@
 //! The layer in front of an axum Router: each of the draft's answers, what
-//! the handler sees, and what is stored, on the in-memory store (and the
-//! replay path on SQLite and PostgreSQL).
+//! the handler sees, and what is stored, on the in-memory store (the
+//! replay path on SQLite and PostgreSQL; `Retry-After` for a key in flight
+//! on a SQLite file whose clock the test holds).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -162,7 +163,7 @@ async fn replays_a_completed_request(url: &str) {
     let app = app(engine_on(url).await, seen.clone());
     let first = send(&app, request("POST", "/charges", Some("k-1"), "100 EUR")).await;
     assert_eq!(first.status, StatusCode::CREATED);
-    assert!(first.headers.get("idempotent-replayed").is_none());
+    assert_eq!(first.headers["idempotent-replayed"], "false");
     let again = send(
         &app,
         request("POST", "/charges", Some("\"k-1\""), "100 EUR"),
@@ -275,16 +276,11 @@ async fn a_request_in_flight_is_a_409_with_retry_after() {
     seen.started.acquire().await.unwrap().forget();
     let second = send(&app, request("POST", "/slow", Some("k-3"), "")).await;
     second.assert_problem(StatusCode::CONFLICT, "request-in-flight");
-    let retry_after: u64 = second.headers["retry-after"]
-        .to_str()
-        .unwrap()
-        .parse()
-        .unwrap();
-    assert!(
-        (1..=60).contains(&retry_after),
-        "the lease is 60 s: {retry_after}"
-    );
-    assert_eq!(second.json()["retry_after_s"], retry_after);
+    // The policy's hint is the whole lease (60 s), which says no more than
+    // the lease: the layer's own wait, 1 s by default.
+    assert_eq!(second.headers["retry-after"], "1");
+    assert_eq!(second.json()["retry_after_s"], 1);
+    assert_eq!(second.headers["idempotent-replayed"], "false");
     gate.add_permits(1);
     let first = first.await.unwrap();
     assert_eq!(first.status, StatusCode::OK);
@@ -292,6 +288,126 @@ async fn a_request_in_flight_is_a_409_with_retry_after() {
     let third = send(&app, request("POST", "/slow", Some("k-3"), "")).await;
     assert_eq!(third.headers["idempotent-replayed"], "true");
     assert_eq!(third.body, "done");
+    assert_eq!(seen.runs.load(Ordering::SeqCst), 1);
+}
+
+/// `/slow` behind a layer whose in-flight wait is `wait`, on a SQLite file
+/// whose clock the test holds (the lease left is what the test says), with
+/// a 60 s lease: its first request with `key` held in flight, the answer to
+/// a second one after `elapsed` of the lease.
+async fn in_flight_answer(wait: Option<Duration>, elapsed: Duration) -> Answer {
+    let clock = idem::store::ManualClock::new(1_000_000);
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite:{}", dir.path().join("idem.db").display());
+    let options = StoreOptions {
+        clock: clock.store_clock(),
+        ..StoreOptions::default()
+    };
+    let store = idem::store::open(&url, options).await.unwrap();
+    let engine = Engine::new(
+        idem_tests::load("http-idempotency-key"),
+        store,
+        EngineOptions {
+            lease: Some(Duration::from_secs(60)),
+            ..EngineOptions::default()
+        },
+    );
+    let gate = Arc::new(Semaphore::new(0));
+    let seen = Arc::new(Seen {
+        gate: Some(gate.clone()),
+        ..Seen::default()
+    });
+    let mut layer = IdempotencyLayer::new(engine).tenant("shop");
+    if let Some(wait) = wait {
+        layer = layer.in_flight_retry_after(wait);
+    }
+    let app = Router::new()
+        .route("/slow", post(slow))
+        .layer(layer)
+        .with_state(seen.clone());
+    let first = tokio::spawn({
+        let app = app.clone();
+        async move { send(&app, request("POST", "/slow", Some("k-11"), "")).await }
+    });
+    seen.started.acquire().await.unwrap().forget();
+    clock.advance(elapsed);
+    let answer = send(&app, request("POST", "/slow", Some("k-11"), "")).await;
+    answer.assert_problem(StatusCode::CONFLICT, "request-in-flight");
+    assert_eq!(answer.headers["idempotent-replayed"], "false");
+    gate.add_permits(1);
+    assert_eq!(first.await.unwrap().status, StatusCode::OK);
+    answer
+}
+
+fn retry_after(answer: &Answer) -> u64 {
+    let header: u64 = answer.headers["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_eq!(answer.json()["retry_after_s"], header);
+    header
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retry_after_for_a_key_in_flight_is_the_layers_wait_not_the_lease() {
+    // No wait configured: 1 s, though 50 s of the lease are left.
+    let answer = in_flight_answer(None, Duration::from_secs(10)).await;
+    assert_eq!(retry_after(&answer), 1);
+    // A configured wait, well inside the lease.
+    let answer =
+        in_flight_answer(Some(Duration::from_millis(4_200)), Duration::from_secs(10)).await;
+    assert_eq!(retry_after(&answer), 5);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retry_after_for_a_key_in_flight_never_passes_the_lease() {
+    // A configured wait of 2 minutes, 7.5 s of the lease left: 8 s (the
+    // lease's end, rounded up to the second).
+    let answer = in_flight_answer(
+        Some(Duration::from_secs(120)),
+        Duration::from_millis(52_500),
+    )
+    .await;
+    assert_eq!(retry_after(&answer), 8);
+    // The last few milliseconds of the lease: never less than 1 s.
+    let answer = in_flight_answer(
+        Some(Duration::from_secs(120)),
+        Duration::from_millis(59_990),
+    )
+    .await;
+    assert_eq!(retry_after(&answer), 1);
+}
+
+#[tokio::test]
+async fn every_answer_to_a_request_with_a_key_says_whether_it_is_a_replay() {
+    let seen = Arc::new(Seen::default());
+    let app = app(engine_on("memory:").await, seen.clone());
+    // Refused before anything runs, with a key.
+    let long = "k".repeat(300);
+    let refused = send(&app, request("POST", "/charges", Some(&long), "")).await;
+    refused.assert_problem(StatusCode::BAD_REQUEST, "refused-by-policy");
+    assert_eq!(refused.headers["idempotent-replayed"], "false");
+    let large = send(
+        &app,
+        request("POST", "/charges", Some("k-12"), &"x".repeat(2000)),
+    )
+    .await;
+    large.assert_problem(StatusCode::PAYLOAD_TOO_LARGE, "body-too-large");
+    assert_eq!(large.headers["idempotent-replayed"], "false");
+    // A fresh response, a conflict, then a replay.
+    let fresh = send(&app, request("POST", "/charges", Some("k-12"), "1")).await;
+    assert_eq!(fresh.status, StatusCode::CREATED);
+    assert_eq!(fresh.headers["idempotent-replayed"], "false");
+    let reused = send(&app, request("POST", "/charges", Some("k-12"), "2")).await;
+    reused.assert_problem(StatusCode::UNPROCESSABLE_ENTITY, "key-reused");
+    assert_eq!(reused.headers["idempotent-replayed"], "false");
+    let replay = send(&app, request("POST", "/charges", Some("k-12"), "1")).await;
+    assert_eq!(replay.headers["idempotent-replayed"], "true");
+    // No key: no answer about a key.
+    let keyless = send(&app, request("POST", "/charges", None, "1")).await;
+    keyless.assert_problem(StatusCode::BAD_REQUEST, "missing-idempotency-key");
+    assert!(keyless.headers.get("idempotent-replayed").is_none());
     assert_eq!(seen.runs.load(Ordering::SeqCst), 1);
 }
 
@@ -372,7 +488,7 @@ async fn server_errors_are_re_executed_and_client_errors_replayed_as_the_policy_
         (second.status, second.body.as_str()),
         (StatusCode::SERVICE_UNAVAILABLE, "run 2")
     );
-    assert!(second.headers.get("idempotent-replayed").is_none());
+    assert_eq!(second.headers["idempotent-replayed"], "false");
     // 402: recorded failed for good; replayed.
     let declined = send(&app, request("POST", "/status", Some("k-7"), "402")).await;
     assert_eq!(

@@ -140,6 +140,7 @@ pub(crate) async fn begin(State(app): State<Arc<App>>, Api(req): Api<BeginReques
             key,
             retry_after_ms,
             reason,
+            ..
         } => {
             retry_after = retry_after_ms;
             json!({

@@ -119,6 +119,7 @@ async fn exec(engine: &Engine, op: &Operation, args: &ExecArgs) -> Result<u8, Fa
             key,
             retry_after_ms,
             reason,
+            ..
         } => {
             let after = retry_after_ms
                 .map(|ms| format!("; retry after {ms} ms"))

@@ -1,9 +1,7 @@
 //! The service a [`GateLayer`](super::GateLayer) wraps around a handler:
 //! one request through the gate.
 
-use std::future::Future;
 use std::panic::AssertUnwindSafe;
-use std::pin::{Pin, pin};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -11,16 +9,16 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures_util::FutureExt;
 use http::request::Parts;
-use http::{HeaderValue, Request, Response, StatusCode, header};
+use http::{HeaderValue, Request, Response, StatusCode};
 use http_body::Body;
-use http_body_util::BodyExt;
 use idem::store::{Admission, GateRequest, GateTicket, MAX_GATE_KEY_BYTES, StoreError};
 use sha2::{Digest, Sha256};
 use tower::Service;
 
 use super::{GateConfig, GateEnd};
 use crate::finish_on_drop::FinishOnDrop;
-use crate::problem::{self, Problem};
+use crate::handler::{self, Answering, Ended};
+use crate::problem::Problem;
 use crate::request_body::read_bounded;
 use crate::response_body::{BoxError, ResponseBody, full};
 use crate::stored;
@@ -74,24 +72,20 @@ where
 {
     type Response = Response<ResponseBody>;
     type Error = S::Error;
-    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, S::Error>> + Send>>;
+    type Future = Answering<S::Error>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
     }
 
     fn call(&mut self, request: Request<B>) -> Self::Future {
-        // The service polled ready is the one that must be called.
-        let fresh = self.inner.clone();
-        let mut inner = std::mem::replace(&mut self.inner, fresh);
         let config = self.config.clone();
-        if !config.methods.contains(request.method()) {
-            return Box::pin(async move {
-                let response = inner.call(request).await?;
-                Ok(response.map(|b| b.map_err(Into::into).boxed_unsync()))
-            });
-        }
-        Box::pin(gated(config, inner, request))
+        handler::call(
+            &mut self.inner,
+            &self.config.methods,
+            request,
+            |inner, request| gated(config, inner, request),
+        )
     }
 }
 
@@ -240,7 +234,7 @@ fn fingerprint(parts: &Parts, body: &[u8]) -> Vec<u8> {
 /// own ([`FinishOnDrop`]), so the end is still kept.
 async fn run<S, B, ResB>(
     config: Arc<GateConfig>,
-    mut inner: S,
+    inner: S,
     mut parts: Parts,
     body: Bytes,
     ticket: GateTicket,
@@ -262,33 +256,15 @@ where
     });
     let request = Request::from_parts(parts, B::from(body));
     let work = async move {
-        let handler = AssertUnwindSafe(async move {
-            let response = inner.call(request).await?;
-            let (parts, body) = response.into_parts();
-            let bytes: Result<Bytes, BoxError> = body
-                .collect()
-                .await
-                .map(|c| c.to_bytes())
-                .map_err(Into::into);
-            Ok::<_, S::Error>((parts, bytes))
-        })
-        .catch_unwind();
-        let mut handler = pin!(handler);
-        let mut extending = pin!(extend_loop(&config, &ticket));
-        let ended = loop {
-            tokio::select! {
-                ended = &mut handler => break ended,
-                () = &mut extending => {}
-            }
-        };
+        let ended = handler::run(inner, request, extend_loop(&config, &ticket)).await;
         let (parts, bytes) = match ended {
-            Ok(Ok((parts, Ok(bytes)))) => (parts, bytes),
-            Ok(Ok((_, Err(e)))) => {
+            Ended::Answered(parts, bytes) => (parts, bytes),
+            Ended::BodyBrokeOff(e) => {
                 tracing::warn!(key = %ticket.key, error = %e, "the gated handler's body broke off; the key stays in flight until its window ends");
                 return Ok(unknown("the handler's response body broke off").into_response());
             }
-            Ok(Err(e)) => return Err(e),
-            Err(_panic) => {
+            Ended::Failed(e) => return Err(e),
+            Ended::Panicked => {
                 tracing::warn!(key = %ticket.key, "the gated handler panicked; the key stays in flight until its window ends");
                 return Ok(unknown("the handler failed").into_response());
             }
@@ -303,8 +279,7 @@ where
 }
 
 /// Extends the admission's window every third of it, for as long as it is
-/// polled; stops (pending forever) once the gate refuses, which only a
-/// lapsed admission gets.
+/// polled; ends once the gate refuses, which only a lapsed admission gets.
 async fn extend_loop(config: &GateConfig, ticket: &GateTicket) {
     let every = (config.window / 3).max(Duration::from_millis(10));
     loop {
@@ -313,7 +288,7 @@ async fn extend_loop(config: &GateConfig, ticket: &GateTicket) {
             && e.is_conflict()
         {
             tracing::warn!(key = %ticket.key, error = %e, "the gate gave up on this admission while its handler ran");
-            std::future::pending::<()>().await;
+            return;
         }
     }
 }
@@ -348,25 +323,10 @@ fn encode(config: &GateConfig, parts: &http::response::Parts, body: &Bytes) -> V
         out.extend_from_slice(&kept);
         return out;
     }
-    let problem = Problem::new(
+    out.extend_from_slice(&stored::not_kept(
         parts.status,
-        "response-not-kept",
-        "The original response was too large to keep for replay",
-        format!(
-            "the original response, with a body of {} bytes, was more than the {} bytes kept for replay; its status is this response's status",
-            body.len(),
-            config.max_stored_bytes
-        ),
-    );
-    let mut headers = http::HeaderMap::new();
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static(problem::CONTENT_TYPE),
-    );
-    out.extend_from_slice(&stored::encode(
-        &headers,
-        &[header::CONTENT_TYPE],
-        &problem.to_bytes(),
+        body.len(),
+        config.max_stored_bytes,
     ));
     out
 }
@@ -387,13 +347,7 @@ fn replay(result: &[u8]) -> Response<ResponseBody> {
         )
         .into_response();
     };
-    let mut response = Response::new(full(body));
-    *response.status_mut() = status;
-    *response.headers_mut() = headers;
-    response
-        .headers_mut()
-        .insert(crate::IDEMPOTENT_REPLAYED, HeaderValue::from_static("true"));
-    response
+    stored::replayed(status, headers, body)
 }
 
 /// A 500 for a handler whose end is unknown: the key stays in flight.

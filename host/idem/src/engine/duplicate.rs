@@ -48,6 +48,7 @@ impl Engine {
             AttemptEvent::InProgress => Begin::InProgress {
                 key,
                 retry_after_ms: r.retry_after_ms,
+                lease_remaining_ms: existing.view.lease_remaining_ms,
                 reason: r.reason,
             },
             _ => Begin::Rejected {

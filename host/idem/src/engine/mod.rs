@@ -133,6 +133,13 @@ pub enum Begin {
         /// suggestion, or the lease that was left when the engine stopped
         /// waiting.
         retry_after_ms: Option<u64>,
+        /// What is left of the holder's lease, in milliseconds by the
+        /// store's clock, as of this answer: by then the holder has ended,
+        /// or the next duplicate is the policy's to decide (a crashed
+        /// holder's claim lapses). The bound on any "come back later" a
+        /// face gives (the HTTP layer's `Retry-After`), whatever the
+        /// policy's suggestion.
+        lease_remaining_ms: u64,
         /// Why, for the caller.
         reason: String,
     },
@@ -436,7 +443,10 @@ impl Engine {
                 Decision::Wait { max_ms } => {
                     waits += 1;
                     last_round_waited = true;
-                    last_in_progress = Some(existing.view.lease_remaining_ms);
+                    last_in_progress = Some((
+                        existing.view.lease_remaining_ms,
+                        tokio::time::Instant::now(),
+                    ));
                     self.wait_while_in_progress(&key, record.fence, Duration::from_millis(max_ms))
                         .await?;
                 }
@@ -498,9 +508,15 @@ impl Engine {
         if let Some(fence) = last_fence {
             self.log_answer(&request, fence, AttemptEvent::InProgress, Some(&reason));
         }
+        // The lease as last seen, less the time spent waiting since.
+        let lease_remaining_ms = last_in_progress.map_or(0, |(ms, seen)| {
+            let waited = u64::try_from(seen.elapsed().as_millis()).unwrap_or(u64::MAX);
+            ms.saturating_sub(waited)
+        });
         Ok(Begin::InProgress {
             key,
-            retry_after_ms: last_in_progress,
+            retry_after_ms: last_in_progress.map(|(ms, _)| ms),
+            lease_remaining_ms,
             reason,
         })
     }
