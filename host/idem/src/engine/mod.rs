@@ -73,6 +73,7 @@ pub use batch::FirstClaim;
 pub(crate) use batch::ToClaim;
 pub use error::EngineError;
 pub use execution::{ExecContext, Execution};
+pub use in_store_tx::{PostgresEffect, SqliteEffect};
 pub use run_once::{Failed, RunResult, heartbeat_loop, spawn_heartbeat};
 
 /// Settings of an [`Engine`].
