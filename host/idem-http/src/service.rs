@@ -354,8 +354,11 @@ fn replay_response(replay: &Replay) -> Response<ResponseBody> {
 
 /// The policy's status for a refusal (the engine's safety gate keeps it in
 /// 400..=599).
-fn policy_status(status: u16) -> StatusCode {
-    StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+fn policy_status(status: i32) -> StatusCode {
+    u16::try_from(status)
+        .ok()
+        .and_then(|status| StatusCode::from_u16(status).ok())
+        .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
 }
 
 /// A 500 for a request whose handler's outcome is unknown.

@@ -142,7 +142,7 @@ pub enum Begin {
         /// Namespace and key.
         key: RecordKey,
         /// The policy's HTTP-style status (typically 422).
-        status: u16,
+        status: i32,
         /// Why, for the caller.
         reason: String,
     },
@@ -152,7 +152,7 @@ pub enum Begin {
         /// Namespace and key.
         key: RecordKey,
         /// The policy's HTTP-style status.
-        status: u16,
+        status: i32,
         /// Why, for the caller.
         reason: String,
         /// When trying again may help, in milliseconds.
