@@ -269,7 +269,7 @@ fn from_guest_error(e: crate::PolicyError) -> idem_core::PolicyError {
 
 fn from_guest_decision(d: crate::Decision) -> idem_core::Decision {
     let rejection = |r: crate::Rejection| idem_core::Rejection {
-        status: r.status,
+        status: i32::from(r.status),
         reason: r.reason,
         retry_after_ms: r.retry_after_ms,
     };

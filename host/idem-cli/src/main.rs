@@ -76,7 +76,7 @@ enum Command {
     Inspect(subcommand::inspect::InspectArgs),
     /// Why did it run twice: the duplicates in the attempt log by cause.
     Report(subcommand::report::ReportArgs),
-    /// List the records waiting for a person (outcome unknown, silent past their lease).
+    /// List the records waiting for a person: outcome unknown, or in progress past their lease.
     Review(subcommand::review::ReviewArgs),
     /// Settle a record waiting for review: completed, released or rejected.
     Resolve(subcommand::resolve::ResolveArgs),

@@ -130,7 +130,7 @@ pub struct Expect {
     /// The policy's decision for a duplicate (`replay`, `reject`, ...).
     pub decision: Option<String>,
     /// The rejection's status.
-    pub status: Option<u16>,
+    pub status: Option<i32>,
     /// The rejection's `retry_after_ms`.
     pub retry_after_ms: Option<u64>,
     /// The decision is `wait` for exactly this many milliseconds.

@@ -91,7 +91,10 @@ pub struct DuplicateContext {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Rejection {
     /// HTTP-style class, 400 to 599: 409 in progress, 422 mismatch, ...
-    pub status: u16,
+    /// An `i32`, as every status is in idem's Rust API (see
+    /// [`OutcomeSummary::status`]); the contract's `u16` is converted where
+    /// a policy's decision is read.
+    pub status: i32,
     /// Why, for the caller (1 to [`MAX_REASON_BYTES`] bytes).
     pub reason: String,
     /// When trying again may help, in milliseconds.
@@ -268,7 +271,7 @@ mod tests {
         }
     }
 
-    fn reject(status: u16) -> Rejection {
+    fn reject(status: i32) -> Rejection {
         Rejection {
             status,
             reason: "no".into(),

@@ -39,5 +39,7 @@ pub use duplicate::{
     check_decision,
 };
 pub use lifecycle::Lifecycle;
-pub use operation::{OpError, Operation, OperationLimits, RunContext, Trigger, Value};
+pub use operation::{
+    OpError, Operation, OperationBuilder, OperationLimits, RunContext, Trigger, Value,
+};
 pub use policy_error::{ErrorCode, PolicyError};

@@ -14,6 +14,9 @@
 //!   NFC are an error, as is a name repeated in the JSON;
 //! - numbers are spelt canonically (see [`crate::number`]);
 //! - an unknown member anywhere is an error, never ignored.
+//!
+//! [`Operation::builder`] builds the same operation from typed values, through
+//! the same canonicalisation.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -24,6 +27,9 @@ use thiserror::Error;
 use unicode_normalization::UnicodeNormalization;
 
 use crate::number::{NumberError, canonical_number};
+
+mod builder;
+pub use builder::OperationBuilder;
 
 /// Size limits applied while reading an operation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -320,7 +326,7 @@ impl Operation {
     }
 }
 
-#[derive(Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawOperation {
     kind: String,
@@ -333,7 +339,7 @@ struct RawOperation {
     now_ms: Option<u64>,
 }
 
-#[derive(Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawRun {
     run_id: String,
@@ -348,9 +354,10 @@ fn first_attempt() -> u32 {
 
 /// Fields as written, in document order, refusing a repeated name (serde_json
 /// would silently keep the last one).
-#[derive(Default)]
+#[derive(Debug, Clone, Default)]
 struct RawFields(Vec<(String, WrittenValue)>);
 
+#[derive(Debug, Clone)]
 enum WrittenValue {
     Text(String),
     Number(String),

@@ -27,7 +27,7 @@ impl ErrorCode {
 
     /// The HTTP-style class a caller should answer with: every policy
     /// refusal is the client's fault, so 400.
-    pub fn status(self) -> u16 {
+    pub fn status(self) -> i32 {
         400
     }
 }

@@ -143,8 +143,11 @@ fn settled_without_a_response(status: StatusCode, state: RecordState) -> Respons
 
 /// The policy's status for a refusal (the engine's safety gate keeps it in
 /// 400..=599).
-fn policy_status(status: u16) -> StatusCode {
-    StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+fn policy_status(status: i32) -> StatusCode {
+    u16::try_from(status)
+        .ok()
+        .and_then(|status| StatusCode::from_u16(status).ok())
+        .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
 }
 
 #[cfg(test)]

@@ -359,7 +359,8 @@ impl crate::port::Transactions for MemoryStore {
     async fn database(&self) -> Result<crate::port::Database, StoreError> {
         Err(StoreError::NotTransactional {
             store: RecordBackend::name(self).to_string(),
-            why: "the in-memory store has no database a business write could share                   (use a SQLite or PostgreSQL store, with the business tables beside idem's)"
+            why: "the in-memory store has no database a business write could share \
+                  (use a SQLite or PostgreSQL store, with the business tables beside idem's)"
                 .into(),
         })
     }

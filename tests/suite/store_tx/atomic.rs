@@ -13,24 +13,23 @@ use idem::store::{
     AttemptEvent, AttemptFilter, Database, ManualClock, Outcome, RecordState, Store, StoreError,
     StoreOptions, rusqlite,
 };
-use idem_store_conformance::{drop_postgres_schema, fresh_schema};
-use idem_tests::{load, postgres_url};
+use idem_tests::load;
 
-use super::{charge, connect, schema_url};
+use super::{OnPostgres, charge, on_clock};
+
+/// The policy: it sends any other expired claim to review.
+const POLICY: &str = "billing-charge";
+
+/// The store's clock at the start.
+fn start_clock() -> ManualClock {
+    ManualClock::new(1_800_000_000_000)
+}
 
 /// A store on a manual clock, and an engine with the standard policy.
 async fn engine_on(url: &str) -> (Engine, Store, ManualClock) {
-    let clock = ManualClock::new(1_800_000_000_000);
-    let options = StoreOptions {
-        clock: clock.store_clock(),
-        ..StoreOptions::default()
-    };
-    let store = idem::store::open(url, options).await.unwrap();
-    let engine = Engine::new(
-        load("billing-charge"),
-        store.clone(),
-        EngineOptions::default(),
-    );
+    let clock = start_clock();
+    let store = idem::store::open(url, on_clock(&clock)).await.unwrap();
+    let engine = Engine::new(load(POLICY), store.clone(), EngineOptions::default());
     (engine, store, clock)
 }
 
@@ -195,23 +194,21 @@ async fn an_expired_atomic_claim_re_executes_and_the_late_commit_rolls_back_sqli
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_expired_atomic_claim_re_executes_and_the_late_commit_rolls_back_postgres() {
-    let Some(url) = postgres_url("an_expired_atomic_claim_re_executes") else {
+    let clock = start_clock();
+    let Some(pg) = OnPostgres::open(
+        "an_expired_atomic_claim_re_executes",
+        POLICY,
+        on_clock(&clock),
+    )
+    .await
+    else {
         return;
     };
-    let schema = fresh_schema();
-    let store_url = schema_url(&url, &schema);
-    let (engine, store, clock) = engine_on(&store_url).await;
-    let ledger = format!("{schema}.ledger");
-    let mut service = connect(&url).await;
-    service
-        .batch_execute(&format!(
-            "CREATE TABLE {ledger} (invoice text, fence bigint)"
-        ))
-        .await
-        .unwrap();
+    let (store, engine) = (&pg.store, &pg.engine);
+    let (mut service, ledger) = pg.with_ledger().await;
     // The caller-owned form: the service begins, and will complete inside
     // its own transaction.
-    let old = expired_atomic_claim(&engine, &store, &clock).await;
+    let old = expired_atomic_claim(engine, store, &clock).await;
 
     let table = ledger.clone();
     let fence = re_executed(
@@ -252,8 +249,7 @@ async fn an_expired_atomic_claim_re_executes_and_the_late_commit_rolls_back_post
         .map(|row| row.get(0))
         .collect();
     assert_eq!(fences, vec![fence as i64], "one row, the duplicate's");
-    named_as_re_executed(&store, &old, fence).await;
-    drop_postgres_schema(&store_url);
+    named_as_re_executed(store, &old, fence).await;
 }
 
 /// What the commands say: `idem review` leaves an expired atomic claim

@@ -11,7 +11,8 @@
 //! commit rolled back, and forensics naming the case; `sql_function.rs`
 //! the completion as a SQL function in the store's schema, as a service in
 //! another language calls it; `sql_command.rs` the guide's `psql` command
-//! calling it under `idem exec`.
+//! calling it under `idem exec`. [`OnPostgres`] is what the PostgreSQL
+//! tests start from.
 
 mod atomic;
 mod crash;
@@ -25,10 +26,11 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use idem::core::{Operation, OperationLimits};
 use idem::engine::{Begin, Engine, EngineError, EngineOptions, ExecContext, RunResult};
 use idem::store::{
-    AttemptEvent, AttemptFilter, MemoryStore, Outcome, RecordState, Store, StoreError,
+    AttemptEvent, AttemptFilter, ManualClock, MemoryStore, Outcome, RecordState, Store, StoreError,
     StoreOptions, tokio_postgres,
 };
-use idem_tests::load;
+use idem_store_conformance::{drop_postgres_schema, fresh_schema};
+use idem_tests::{load, postgres_url};
 
 /// The charge of `invoice` (policies `provider-charge`, `billing-charge`).
 pub(super) fn charge(invoice: &str) -> Operation {
@@ -54,6 +56,76 @@ pub(super) async fn connect(url: &str) -> tokio_postgres::Client {
         .unwrap();
     tokio::spawn(conn);
     client
+}
+
+/// Store options on `clock` (the store's clock, moved by the test).
+pub(super) fn on_clock(clock: &ManualClock) -> StoreOptions {
+    StoreOptions {
+        clock: clock.store_clock(),
+        ..StoreOptions::default()
+    }
+}
+
+/// A PostgreSQL store in a schema of its own in the test database, and an
+/// engine on it: what each PostgreSQL test here starts from. The schema is
+/// dropped with the fixture.
+pub(super) struct OnPostgres {
+    /// The test database (no schema named): a service's own connections.
+    pub url: String,
+    /// The store's schema, where the tests' business tables go too.
+    pub schema: String,
+    /// The store.
+    pub store: Store,
+    /// An engine with the test's policy over the store.
+    pub engine: Engine,
+    /// The store's URL (`url` with `schema`).
+    store_url: String,
+}
+
+impl OnPostgres {
+    /// The fixture for `test`, with `policy` and `options`; `None` when no
+    /// PostgreSQL is configured and the test is skipped (see
+    /// [`postgres_url`]).
+    pub(super) async fn open(test: &str, policy: &str, options: StoreOptions) -> Option<Self> {
+        let url = postgres_url(test)?;
+        let schema = fresh_schema();
+        let store_url = schema_url(&url, &schema);
+        let store = idem::store::open(&store_url, options).await.unwrap();
+        let engine = Engine::new(load(policy), store.clone(), EngineOptions::default());
+        Some(OnPostgres {
+            url,
+            schema,
+            store,
+            engine,
+            store_url,
+        })
+    }
+
+    /// A client of the service's own on the database.
+    pub(super) async fn client(&self) -> tokio_postgres::Client {
+        connect(&self.url).await
+    }
+
+    /// A client of the service's own, and the business table it writes,
+    /// `{schema}.ledger (invoice text, fence bigint)`, created through it:
+    /// the client and the table's name.
+    pub(super) async fn with_ledger(&self) -> (tokio_postgres::Client, String) {
+        let client = self.client().await;
+        let ledger = format!("{}.ledger", self.schema);
+        client
+            .batch_execute(&format!(
+                "CREATE TABLE {ledger} (invoice text, fence bigint)"
+            ))
+            .await
+            .unwrap();
+        (client, ledger)
+    }
+}
+
+impl Drop for OnPostgres {
+    fn drop(&mut self) {
+        drop_postgres_schema(&self.store_url);
+    }
 }
 
 /// The events the attempt log holds for `op`'s key.

@@ -10,12 +10,11 @@ use idem::engine::{Begin, Engine, EngineError, EngineOptions, RunResult};
 use idem::store::{
     AttemptEvent, ManualClock, Outcome, RecordState, StoreError, StoreOptions, tokio_postgres,
 };
-use idem_store_conformance::{drop_postgres_schema, fresh_schema};
 use idem_tests::cut_proxy::CutProxy;
+use idem_tests::load;
 use idem_tests::pg_cluster::PgCluster;
-use idem_tests::{load, postgres_url};
 
-use super::{charge, connect, events, schema_url};
+use super::{OnPostgres, charge, connect, events, on_clock};
 
 /// A SERIALIZABLE effect whose business row another client changed after
 /// the transaction's snapshot fails with SQLSTATE 40001 (for real: no
@@ -23,21 +22,18 @@ use super::{charge, connect, events, schema_url};
 /// only the second run's write commits. The attempt log holds no failure.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_serialization_failure_runs_the_whole_transaction_again_and_is_never_recorded() {
-    let Some(url) = postgres_url("a_serialization_failure_runs_the_whole_transaction_again") else {
+    let Some(pg) = OnPostgres::open(
+        "a_serialization_failure_runs_the_whole_transaction_again",
+        "provider-charge",
+        StoreOptions::default(),
+    )
+    .await
+    else {
         return;
     };
-    let schema = fresh_schema();
-    let store_url = schema_url(&url, &schema);
-    let store = idem::store::open(&store_url, StoreOptions::default())
-        .await
-        .unwrap();
-    let engine = Engine::new(
-        load("provider-charge"),
-        store.clone(),
-        EngineOptions::default(),
-    );
-    let other = connect(&url).await;
-    let accounts = format!("{schema}.accounts");
+    let (store, engine) = (&pg.store, pg.engine.clone());
+    let other = pg.client().await;
+    let accounts = format!("{}.accounts", pg.schema);
     other
         .batch_execute(&format!(
             "CREATE TABLE {accounts} (id int PRIMARY KEY, balance int NOT NULL); \
@@ -94,11 +90,10 @@ async fn a_serialization_failure_runs_the_whole_transaction_again_and_is_never_r
     let record = store.records().get(&key).await.unwrap().unwrap().record;
     assert_eq!(record.state, RecordState::Completed);
     assert_eq!(
-        events(&store, &key).await,
+        events(store, &key).await,
         [AttemptEvent::Executed, AttemptEvent::Completed],
         "a serialization failure is never recorded"
     );
-    drop_postgres_schema(&store_url);
 }
 
 /// The answer to the effect's COMMIT is lost (the proxy cuts the
@@ -176,30 +171,18 @@ async fn a_lost_commit_answer_is_read_back_not_repeated() {
 /// whether its completion committed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deposed_holders_own_transaction_commits_nothing() {
-    let Some(url) = postgres_url("a_deposed_holders_own_transaction_commits_nothing") else {
+    let clock = ManualClock::new(1_800_000_000_000);
+    let Some(pg) = OnPostgres::open(
+        "a_deposed_holders_own_transaction_commits_nothing",
+        "provider-charge",
+        on_clock(&clock),
+    )
+    .await
+    else {
         return;
     };
-    let schema = fresh_schema();
-    let store_url = schema_url(&url, &schema);
-    let clock = ManualClock::new(1_800_000_000_000);
-    let options = StoreOptions {
-        clock: clock.store_clock(),
-        ..StoreOptions::default()
-    };
-    let store = idem::store::open(&store_url, options).await.unwrap();
-    let engine = Engine::new(
-        load("provider-charge"),
-        store.clone(),
-        EngineOptions::default(),
-    );
-    let ledger = format!("{schema}.ledger");
-    let mut service = connect(&url).await;
-    service
-        .batch_execute(&format!(
-            "CREATE TABLE {ledger} (invoice text, fence bigint)"
-        ))
-        .await
-        .unwrap();
+    let (store, engine) = (&pg.store, &pg.engine);
+    let (mut service, ledger) = pg.with_ledger().await;
     let op = charge("inv-1");
     let Begin::Execute(old) = engine.begin(&op).await.unwrap() else {
         panic!("the first begin executes");
@@ -263,7 +246,6 @@ async fn a_deposed_holders_own_transaction_commits_nothing() {
         (record.state, record.fence),
         (RecordState::Completed, new.fence())
     );
-    drop_postgres_schema(&store_url);
 }
 
 /// A take-over tried while the holder's transaction is open (the holder
@@ -272,30 +254,18 @@ async fn a_deposed_holders_own_transaction_commits_nothing() {
 /// refused, and the business row exists once, under the first fence.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_take_over_during_the_transaction_waits_and_finds_it_completed() {
-    let Some(url) = postgres_url("a_take_over_during_the_transaction_waits") else {
+    let clock = ManualClock::new(1_800_000_000_000);
+    let Some(pg) = OnPostgres::open(
+        "a_take_over_during_the_transaction_waits",
+        "provider-charge",
+        on_clock(&clock),
+    )
+    .await
+    else {
         return;
     };
-    let schema = fresh_schema();
-    let store_url = schema_url(&url, &schema);
-    let clock = ManualClock::new(1_800_000_000_000);
-    let options = StoreOptions {
-        clock: clock.store_clock(),
-        ..StoreOptions::default()
-    };
-    let store = idem::store::open(&store_url, options).await.unwrap();
-    let engine = Engine::new(
-        load("provider-charge"),
-        store.clone(),
-        EngineOptions::default(),
-    );
-    let watcher = Arc::new(connect(&url).await);
-    let ledger = format!("{schema}.ledger");
-    watcher
-        .batch_execute(&format!(
-            "CREATE TABLE {ledger} (invoice text, fence bigint)"
-        ))
-        .await
-        .unwrap();
+    let (store, engine) = (&pg.store, &pg.engine);
+    let (watcher, ledger) = pg.with_ledger().await;
     let (other, table) = (store.clone(), ledger.clone());
     let (sender, taken_over) = tokio::sync::oneshot::channel();
     let mut sender = Some(sender);
@@ -377,5 +347,4 @@ async fn a_take_over_during_the_transaction_waits_and_finds_it_completed() {
         .unwrap()
         .get(0);
     assert_eq!(rows, 1);
-    drop_postgres_schema(&store_url);
 }

@@ -13,16 +13,14 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use idem::engine::{Begin, Engine, EngineOptions, Execution};
+use idem::engine::{Begin, Execution};
 use idem::store::{
     AttemptEntry, AttemptEvent, AttemptFilter, DEFAULT_MAX_OUTCOME_BYTES, FENCED_SQLSTATE,
     INVALID_COMPLETION_SQLSTATE, ManualClock, Outcome, Record, RecordKey, RecordState, Store,
     StoreOptions, tokio_postgres,
 };
-use idem_store_conformance::{drop_postgres_schema, fresh_schema};
-use idem_tests::{load, postgres_url};
 
-use super::{charge, connect, schema_url};
+use super::{OnPostgres, charge, on_clock};
 
 /// `SELECT "schema".complete($1 … $5)` for `execution`, in `tx`.
 async fn complete(
@@ -139,27 +137,17 @@ fn finished(before: &Record, outcome: &Outcome, now: u64) -> (Record, AttemptEnt
 /// writes them. A duplicate is then replayed the stored outcome.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_sql_function_writes_what_complete_in_writes() {
-    let Some(url) = postgres_url("the_sql_function_writes_what_complete_in_writes") else {
+    let Some(pg) = OnPostgres::open(
+        "the_sql_function_writes_what_complete_in_writes",
+        "billing-charge",
+        StoreOptions::default(),
+    )
+    .await
+    else {
         return;
     };
-    let schema = fresh_schema();
-    let store_url = schema_url(&url, &schema);
-    let store = idem::store::open(&store_url, StoreOptions::default())
-        .await
-        .unwrap();
-    let engine = Engine::new(
-        load("billing-charge"),
-        store.clone(),
-        EngineOptions::default(),
-    );
-    let mut service = connect(&url).await;
-    let ledger = format!("{schema}.ledger");
-    service
-        .batch_execute(&format!(
-            "CREATE TABLE {ledger} (invoice text, fence bigint)"
-        ))
-        .await
-        .unwrap();
+    let (store, engine, schema) = (&pg.store, &pg.engine, &pg.schema);
+    let (mut service, ledger) = pg.with_ledger().await;
     // A body that is not UTF-8, and a status other than 0.
     let outcome = Outcome::new(7, b"\x00\xffreceipt".to_vec());
 
@@ -169,7 +157,7 @@ async fn the_sql_function_writes_what_complete_in_writes() {
         let Begin::Execute(execution) = engine.begin(&op).await.unwrap() else {
             panic!("the first begin executes");
         };
-        let before = record(&store, execution.key()).await;
+        let before = record(store, execution.key()).await;
         let tx = service.transaction().await.unwrap();
         tx.execute(
             &format!("INSERT INTO {ledger} VALUES ($1, $2)"),
@@ -178,7 +166,7 @@ async fn the_sql_function_writes_what_complete_in_writes() {
         .await
         .unwrap();
         if by_function {
-            complete(&tx, &schema, execution.key(), execution.fence(), &outcome)
+            complete(&tx, schema, execution.key(), execution.fence(), &outcome)
                 .await
                 .unwrap();
         } else {
@@ -188,11 +176,11 @@ async fn the_sql_function_writes_what_complete_in_writes() {
                 .unwrap();
         }
         tx.commit().await.unwrap();
-        let after = record(&store, execution.key()).await;
+        let after = record(store, execution.key()).await;
         assert!(after.updated_ms >= before.updated_ms, "{invoice}");
         let (expected, entry) = finished(&before, &outcome, after.updated_ms);
         assert_eq!(after, expected, "{invoice}: not the machine's finish");
-        let entries = log(&store, execution.key()).await;
+        let entries = log(store, execution.key()).await;
         let last = entries.last().expect("an entry").clone();
         assert_eq!(AttemptEntry { id: 0, ..last }, entry, "{invoice}");
         assert_eq!(
@@ -204,7 +192,7 @@ async fn the_sql_function_writes_what_complete_in_writes() {
             Begin::Replay(replay) => assert_eq!(replay.outcome, outcome, "{invoice}"),
             other => panic!("{invoice}: a completed record replays, got {other:?}"),
         }
-        assert!(completed_under(&service, &schema, &execution, &outcome).await);
+        assert!(completed_under(&service, schema, &execution, &outcome).await);
         ends.push((before, after));
     }
     // The two ends differ only where their claims did.
@@ -231,7 +219,6 @@ async fn the_sql_function_writes_what_complete_in_writes() {
         .unwrap()
         .get(0);
     assert_eq!(rows, 2);
-    drop_postgres_schema(&store_url);
 }
 
 /// A holder paused past its lease while another took over calls the
@@ -242,34 +229,21 @@ async fn the_sql_function_writes_what_complete_in_writes() {
 /// `completed_under` says which completion committed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stale_fence_raises_idf01_and_the_business_row_rolls_back() {
-    let Some(url) = postgres_url("a_stale_fence_raises_idf01_and_the_business_row_rolls_back")
-    else {
-        return;
-    };
-    let schema = fresh_schema();
-    let store_url = schema_url(&url, &schema);
     // Ten minutes behind the server: after the take-over below, the records
     // are still live by the server's clock, which the function reads.
     let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
     let clock = ManualClock::new(now.as_millis() as u64 - 10 * 60 * 1000);
-    let options = StoreOptions {
-        clock: clock.store_clock(),
-        ..StoreOptions::default()
+    let Some(pg) = OnPostgres::open(
+        "a_stale_fence_raises_idf01_and_the_business_row_rolls_back",
+        "provider-charge",
+        on_clock(&clock),
+    )
+    .await
+    else {
+        return;
     };
-    let store = idem::store::open(&store_url, options).await.unwrap();
-    let engine = Engine::new(
-        load("provider-charge"),
-        store.clone(),
-        EngineOptions::default(),
-    );
-    let mut service = connect(&url).await;
-    let ledger = format!("{schema}.ledger");
-    service
-        .batch_execute(&format!(
-            "CREATE TABLE {ledger} (invoice text, fence bigint)"
-        ))
-        .await
-        .unwrap();
+    let (store, engine, schema) = (&pg.store, &pg.engine, &pg.schema);
+    let (mut service, ledger) = pg.with_ledger().await;
     let rows = async |service: &tokio_postgres::Client| -> i64 {
         service
             .query_one(&format!("SELECT count(*) FROM {ledger}"), &[])
@@ -294,7 +268,7 @@ async fn a_stale_fence_raises_idf01_and_the_business_row_rolls_back() {
     )
     .await
     .unwrap();
-    let refused = complete(&tx, &schema, old.key(), old.fence(), &outcome)
+    let refused = complete(&tx, schema, old.key(), old.fence(), &outcome)
         .await
         .unwrap_err();
     let (code, detail, message) = refusal(&refused);
@@ -330,7 +304,7 @@ async fn a_stale_fence_raises_idf01_and_the_business_row_rolls_back() {
             .unwrap();
         assert_eq!(row.get::<_, bool>(0), logged);
     }
-    let refused = log(&store, old.key())
+    let refused = log(store, old.key())
         .await
         .into_iter()
         .filter(|e| e.event == AttemptEvent::Fenced)
@@ -373,12 +347,12 @@ async fn a_stale_fence_raises_idf01_and_the_business_row_rolls_back() {
     )
     .await
     .unwrap();
-    complete(&tx, &schema, new.key(), new.fence(), &outcome)
+    complete(&tx, schema, new.key(), new.fence(), &outcome)
         .await
         .unwrap();
     tx.commit().await.unwrap();
     assert_eq!(rows(&service).await, 1);
-    let completed = record(&store, new.key()).await;
+    let completed = record(store, new.key()).await;
     assert_eq!(
         (completed.state, completed.fence),
         (RecordState::Completed, new.fence())
@@ -394,7 +368,7 @@ async fn a_stale_fence_raises_idf01_and_the_business_row_rolls_back() {
     .unwrap();
     let again = complete(
         &tx,
-        &schema,
+        schema,
         new.key(),
         new.fence(),
         &Outcome::new(0, "twice"),
@@ -405,7 +379,7 @@ async fn a_stale_fence_raises_idf01_and_the_business_row_rolls_back() {
     assert_eq!(refusal(&again).1, "final");
     let _ = tx.commit().await;
     assert_eq!(rows(&service).await, 1);
-    assert_eq!(record(&store, new.key()).await, completed);
+    assert_eq!(record(store, new.key()).await, completed);
 
     // A key nobody claimed.
     let never = RecordKey {
@@ -413,23 +387,22 @@ async fn a_stale_fence_raises_idf01_and_the_business_row_rolls_back() {
         digest: idem::store::Digest([7; 32]),
     };
     let tx = service.transaction().await.unwrap();
-    let gone = complete(&tx, &schema, &never, 1, &outcome)
+    let gone = complete(&tx, schema, &never, 1, &outcome)
         .await
         .unwrap_err();
     assert_eq!(refusal(&gone).1, "gone", "{gone}");
     drop(tx);
 
-    assert!(completed_under(&service, &schema, &new, &outcome).await);
-    assert!(!completed_under(&service, &schema, &old, &outcome).await);
-    assert!(!completed_under(&service, &schema, &new, &Outcome::new(0, "twice")).await);
-    let completions = log(&store, new.key())
+    assert!(completed_under(&service, schema, &new, &outcome).await);
+    assert!(!completed_under(&service, schema, &old, &outcome).await);
+    assert!(!completed_under(&service, schema, &new, &Outcome::new(0, "twice")).await);
+    let completions = log(store, new.key())
         .await
         .into_iter()
         .filter(|e| e.event == AttemptEvent::Completed)
         .map(|e| e.fence)
         .collect::<Vec<_>>();
     assert_eq!(completions, [new.fence()]);
-    drop_postgres_schema(&store_url);
 }
 
 /// A body over the store's limit (`DEFAULT_MAX_OUTCOME_BYTES`, what `idem
@@ -438,27 +411,23 @@ async fn a_stale_fence_raises_idf01_and_the_business_row_rolls_back() {
 /// is not 64 hexadecimal digits is refused the same way.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_body_over_the_limit_is_refused_before_the_record_is_read() {
-    let Some(url) = postgres_url("a_body_over_the_limit_is_refused_before_the_record_is_read")
+    let Some(pg) = OnPostgres::open(
+        "a_body_over_the_limit_is_refused_before_the_record_is_read",
+        "billing-charge",
+        StoreOptions::default(),
+    )
+    .await
     else {
         return;
     };
-    let schema = fresh_schema();
-    let store_url = schema_url(&url, &schema);
-    let store = idem::store::open(&store_url, StoreOptions::default())
-        .await
-        .unwrap();
-    let engine = Engine::new(
-        load("billing-charge"),
-        store.clone(),
-        EngineOptions::default(),
-    );
-    let mut service = connect(&url).await;
+    let (store, engine, schema) = (&pg.store, &pg.engine, &pg.schema);
+    let mut service = pg.client().await;
     let Begin::Execute(execution) = engine.begin(&charge("inv-1")).await.unwrap() else {
         panic!("the first begin executes");
     };
     let too_large = Outcome::new(0, vec![b'x'; DEFAULT_MAX_OUTCOME_BYTES + 1]);
     let tx = service.transaction().await.unwrap();
-    let refused = complete(&tx, &schema, execution.key(), execution.fence(), &too_large)
+    let refused = complete(&tx, schema, execution.key(), execution.fence(), &too_large)
         .await
         .unwrap_err();
     assert_eq!(
@@ -486,19 +455,18 @@ async fn a_body_over_the_limit_is_refused_before_the_record_is_read() {
     );
     drop(tx);
     assert_eq!(
-        record(&store, execution.key()).await.state,
+        record(store, execution.key()).await.state,
         RecordState::InProgress
     );
 
     let largest = Outcome::new(0, vec![b'x'; DEFAULT_MAX_OUTCOME_BYTES]);
     let tx = service.transaction().await.unwrap();
-    complete(&tx, &schema, execution.key(), execution.fence(), &largest)
+    complete(&tx, schema, execution.key(), execution.fence(), &largest)
         .await
         .unwrap();
     tx.commit().await.unwrap();
-    let completed = record(&store, execution.key()).await;
+    let completed = record(store, execution.key()).await;
     assert_eq!(completed.outcome, Some(largest));
-    drop_postgres_schema(&store_url);
 }
 
 /// `completed_under` asked while the completing transaction is still open
@@ -507,28 +475,25 @@ async fn a_body_over_the_limit_is_refused_before_the_record_is_read() {
 /// did: `false` after it rolled back, `true` after it committed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn completed_under_waits_for_the_open_transaction_and_answers_what_it_did() {
-    let Some(url) = postgres_url("completed_under_waits_for_the_open_transaction") else {
+    let Some(pg) = OnPostgres::open(
+        "completed_under_waits_for_the_open_transaction",
+        "billing-charge",
+        StoreOptions::default(),
+    )
+    .await
+    else {
         return;
     };
-    let schema = fresh_schema();
-    let store_url = schema_url(&url, &schema);
-    let store = idem::store::open(&store_url, StoreOptions::default())
-        .await
-        .unwrap();
-    let engine = Engine::new(
-        load("billing-charge"),
-        store.clone(),
-        EngineOptions::default(),
-    );
-    let mut service = connect(&url).await;
-    let asker = Arc::new(connect(&url).await);
+    let (engine, schema) = (&pg.engine, &pg.schema);
+    let mut service = pg.client().await;
+    let asker = Arc::new(pg.client().await);
     let Begin::Execute(execution) = engine.begin(&charge("inv-1")).await.unwrap() else {
         panic!("the first begin executes");
     };
     let outcome = Outcome::new(0, "charged");
     for commits in [false, true] {
         let tx = service.transaction().await.unwrap();
-        complete(&tx, &schema, execution.key(), execution.fence(), &outcome)
+        complete(&tx, schema, execution.key(), execution.fence(), &outcome)
             .await
             .unwrap();
         let (client, name, key) = (asker.clone(), schema.clone(), execution.key().clone());
@@ -561,5 +526,4 @@ async fn completed_under_waits_for_the_open_transaction_and_answers_what_it_did(
         }
         assert_eq!(ask.await.unwrap(), commits, "committed: {commits}");
     }
-    drop_postgres_schema(&store_url);
 }

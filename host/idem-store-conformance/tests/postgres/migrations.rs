@@ -164,7 +164,7 @@ async fn a_version_1_schema_is_upgraded_in_place() {
              DROP TABLE \"{s}\".registrations; DROP TABLE \"{s}\".policy_components; \
              DROP TABLE \"{s}\".settings; DROP TABLE \"{s}\".gate_entries; \
              DROP FUNCTION \"{s}\".complete, \"{s}\".completed_under, \"{s}\".log_refused, \
-               \"{s}\".checked_key; \
+               \"{s}\".checked_key, \"{s}\".locked_record, \"{s}\".counts_as_absent; \
              DELETE FROM \"{s}\".idem_schema_migrations WHERE version >= 2"
         ))
         .await

@@ -22,7 +22,9 @@
 -- `{s}.log_refused(namespace, key, fence)`, called after the caller's
 -- transaction rolled back, appends the refused write of a deposed holder
 -- to the attempt log as the library logs it (the rollback took any entry
--- the refusal could have written), once per key, fence and reason.
+-- the refusal could have written), once per key, fence and reason: under
+-- the record's row lock, as the library's write is, so two calls at once
+-- cannot both append it.
 --
 -- `{s}.completed_under(namespace, key, fence, status, body)` answers,
 -- when the answer to the caller's COMMIT was lost, whether that completion
@@ -55,6 +57,38 @@ BEGIN
 END
 $idem$;
 
+-- The record of the key whose bytes are `k` in `namespace`, its row
+-- locked until the caller's transaction ends (waiting for a transaction
+-- that holds it); a row of NULLs when there is none. Each function reads
+-- the record this way, then the clock: the clock is read once the lock
+-- is held.
+CREATE FUNCTION {s}.locked_record(namespace text, k bytea)
+    RETURNS {s}.records
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+AS $idem$
+#variable_conflict use_column
+DECLARE
+    r {s}.records%ROWTYPE;
+BEGIN
+    SELECT * INTO r FROM {s}.records AS x
+        WHERE x.namespace = locked_record.namespace AND x.key = locked_record.k FOR UPDATE;
+    RETURN r;
+END
+$idem$;
+
+-- Whether `r` (from `locked_record`) counts as absent at the store clock
+-- `now_ms`, as `machine::is_expired` says: no record, or one past its
+-- retention, unless it is in progress under a live lease.
+CREATE FUNCTION {s}.counts_as_absent(r {s}.records, now_ms bigint)
+    RETURNS boolean
+    LANGUAGE sql IMMUTABLE
+    SET search_path = pg_catalog, pg_temp
+AS $idem$
+    SELECT r.namespace IS NULL OR (r.retain_until < now_ms
+        AND NOT (r.state = 'in-progress' AND r.lease_until > now_ms))
+$idem$;
+
 CREATE FUNCTION {s}.complete(namespace text, key text, fence bigint,
         status integer DEFAULT 0, body bytea DEFAULT '\x'::bytea)
     RETURNS void
@@ -75,14 +109,12 @@ BEGIN
             complete.key, octet_length(complete.body)
             USING ERRCODE = 'IDF02';
     END IF;
-    SELECT * INTO r FROM {s}.records AS x
-        WHERE x.namespace = complete.namespace AND x.key = k FOR UPDATE;
+    r := {s}.locked_record(complete.namespace, k);
     now_ms := floor(extract(epoch FROM clock_timestamp()) * 1000)::int8;
     -- The order of `machine::fenced` and `machine::held`: a record that
     -- counts as absent, then another fence, then a state that is not in
     -- progress.
-    IF NOT FOUND OR (r.retain_until < now_ms
-            AND NOT (r.state = 'in-progress' AND r.lease_until > now_ms)) THEN
+    IF {s}.counts_as_absent(r, now_ms) THEN
         refused := 'gone';
         why := 'there is no live record of it (never claimed, or collected after its retention)';
     ELSIF r.fence <> complete.fence THEN
@@ -134,9 +166,8 @@ DECLARE
 BEGIN
     k := {s}.checked_key(completed_under.namespace, completed_under.key,
         completed_under.fence, completed_under.status);
-    SELECT * INTO r FROM {s}.records AS x
-        WHERE x.namespace = completed_under.namespace AND x.key = k FOR UPDATE;
-    RETURN FOUND AND r.fence = completed_under.fence AND r.state = 'completed'
+    r := {s}.locked_record(completed_under.namespace, k);
+    RETURN r.namespace IS NOT NULL AND r.fence = completed_under.fence AND r.state = 'completed'
         AND r.outcome_status = completed_under.status
         AND r.outcome_body = COALESCE(completed_under.body, '\x'::bytea);
 END
@@ -155,14 +186,12 @@ DECLARE
     why text;
 BEGIN
     k := {s}.checked_key(log_refused.namespace, log_refused.key, log_refused.fence, 0);
-    SELECT * INTO r FROM {s}.records AS x
-        WHERE x.namespace = log_refused.namespace AND x.key = k;
+    r := {s}.locked_record(log_refused.namespace, k);
     now_ms := floor(extract(epoch FROM clock_timestamp()) * 1000)::int8;
     -- What `logged_if_fenced` logs: a holder deposed by a higher fence, or
     -- one whose record was sent to review while it was away; nothing for a
     -- record gone, final under its own fence, or still its own.
-    IF NOT FOUND OR (r.retain_until < now_ms
-            AND NOT (r.state = 'in-progress' AND r.lease_until > now_ms)) THEN
+    IF {s}.counts_as_absent(r, now_ms) THEN
         RETURN false;
     ELSIF log_refused.fence < r.fence THEN
         why := format('finishing refused: the record is at fence %s', r.fence);

@@ -1,14 +1,15 @@
 //! What an effect in the store's own transaction shares with every other
-//! end (`sqlite/in_tx.rs`, `postgres/in_tx.rs` run it): the fence check
-//! before the effect, the completion decided by `machine::finish` inside
-//! the same transaction, and the refused write of a deposed holder logged
-//! once its transaction is rolled back.
+//! end (`sqlite/in_tx.rs`, `postgres/in_tx.rs` and `postgres/caller_tx.rs`
+//! run it): the fence check before the effect (`machine::holding`), the
+//! completion decided by `machine::finish` inside the same transaction
+//! (drawing no fence: [`NoFences`]), and the refused write of a deposed
+//! holder logged once its transaction is rolled back.
 
 use super::finishes::finish_decision;
 use super::plain_call;
-use crate::backend::{Call, Decide, RecordBackend, Step};
+use crate::backend::{Call, Decide, Fences, RecordBackend, Step};
 use crate::machine;
-use crate::vocabulary::{Ending, Finish, Outcome, Record, RecordKey, RecordState, StoreError};
+use crate::vocabulary::{Ending, Finish, Outcome, RecordKey, RecordState, StoreError};
 
 /// What the completion of an effect in the store's transaction is: a
 /// plain record call (no fence drawn, no ownership token).
@@ -36,16 +37,16 @@ pub(crate) fn completion(
     )
 }
 
-/// Whether the holder of `fence` may still write `key`'s record as read
-/// (`current`, at the store clock `now`): checked before the effect runs,
-/// so that a holder deposed before its transaction began runs nothing.
-pub(crate) fn holding(
-    current: Option<Record>,
-    key: &RecordKey,
-    fence: u64,
-    now: u64,
-) -> Result<(), StoreError> {
-    machine::holding(current, key, fence, now)
+/// The fence source of a completion's decision: a completion never draws
+/// a fence.
+pub(crate) struct NoFences;
+
+impl Fences for NoFences {
+    fn next_fence(&mut self) -> Result<u64, StoreError> {
+        Err(StoreError::InvalidRequest(
+            "a completion draws no fence".into(),
+        ))
+    }
 }
 
 /// Logs a deposed holder's refused completion, in a transaction of its

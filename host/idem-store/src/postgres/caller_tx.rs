@@ -25,9 +25,8 @@ use tokio_postgres::Transaction;
 use tokio_postgres::types::ToSql;
 
 use super::PostgresStore;
-use super::in_tx::NoFences;
 use crate::codec::RecordRow;
-use crate::execute::in_tx;
+use crate::execute::in_tx::{self, NoFences};
 use crate::machine;
 use crate::vocabulary::{Outcome, RecordKey, StoreError, is_our_completion};
 

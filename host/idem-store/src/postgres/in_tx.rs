@@ -22,7 +22,7 @@ use super::connection::{Conn, is_retryable};
 use super::row::values;
 use super::{Inner, PostgresStore};
 use crate::codec::{AttemptRow, RecordRow, attempt_values};
-use crate::execute::in_tx;
+use crate::execute::in_tx::{self, NoFences};
 use crate::machine;
 use crate::port::{Database, Transactions};
 use crate::vocabulary::{
@@ -172,7 +172,7 @@ impl Inner {
             .transpose()?
             .flatten();
         let now_ms = self.unsigned(clock.get::<_, i64>(0), "the clock")?;
-        if let Err(refused) = in_tx::holding(current.clone(), key, fence, now_ms) {
+        if let Err(refused) = machine::holding(current.clone(), key, fence, now_ms) {
             let rolled_back = tx.rollback().await;
             end(&mut conn, rolled_back);
             return Ok(Try::Refused(refused));
@@ -329,11 +329,9 @@ impl Inner {
             Some(r) if is_our_completion(&r, fence, sent) => {
                 Ok(Try::Ended(TxEnd::Committed(sent.clone())))
             }
-            Some(r) if r.fence == fence && r.state == idem_core::RecordState::InProgress => {
-                Ok(Try::Again)
-            }
-            // Anything else is no completion of ours: the commit failed,
-            // and the fence check of the next try says why.
+            // Anything else is no completion of ours, so the commit failed:
+            // still held under this fence, the next try runs it all again;
+            // otherwise its fence check says why it may not.
             Some(_) | None => Ok(Try::Again),
         }
     }
@@ -377,16 +375,5 @@ fn statement_text(e: &tokio_postgres::Error) -> String {
     match e.as_db_error() {
         Some(db) => format!("{} (SQLSTATE {})", db.message(), db.code().code()),
         None => e.to_string(),
-    }
-}
-
-/// A completion never draws a fence.
-pub(super) struct NoFences;
-
-impl crate::backend::Fences for NoFences {
-    fn next_fence(&mut self) -> Result<u64, StoreError> {
-        Err(StoreError::InvalidRequest(
-            "a completion draws no fence".into(),
-        ))
     }
 }

@@ -15,8 +15,8 @@ use async_trait::async_trait;
 use rusqlite::{Connection, Transaction, TransactionBehavior};
 
 use super::connection::{Inner, SqliteStore};
-use crate::backend::Fences;
-use crate::execute::in_tx;
+use crate::execute::in_tx::{self, NoFences};
+use crate::machine;
 use crate::port::{Database, Transactions};
 use crate::vocabulary::{
     EffectError, Outcome, RecordKey, StoreError, TxEnd, is_our_completion, statement_failed,
@@ -29,17 +29,6 @@ enum Ran {
     /// The holder was deposed (or the record is final or gone): rolled
     /// back, the refusal still to be logged.
     Refused(StoreError),
-}
-
-/// A completion never draws a fence.
-struct NoFences;
-
-impl Fences for NoFences {
-    fn next_fence(&mut self) -> Result<u64, StoreError> {
-        Err(StoreError::InvalidRequest(
-            "a completion draws no fence".into(),
-        ))
-    }
 }
 
 #[async_trait]
@@ -115,7 +104,8 @@ impl Inner {
                 .map_err(|e| self.err(CONTEXT, e))?;
             // Read under the write lock, as every write of this store is.
             let now = self.options.clock.now_ms();
-            if let Err(refused) = in_tx::holding(self.load(&tx, key)?, key, fence, now) {
+            // The holder deposed before its transaction began runs nothing.
+            if let Err(refused) = machine::holding(self.load(&tx, key)?, key, fence, now) {
                 // Dropping the transaction rolls it back; nothing was written.
                 return Ok(Ran::Refused(refused));
             }
@@ -141,7 +131,10 @@ impl Inner {
             // The clock again: the effect may have taken a while, and the
             // end is stamped when it is written.
             let now = self.options.clock.now_ms();
-            let sent = in_tx_outcome(&outcome, self.options.max_outcome_bytes, key)?;
+            // The outcome as the store will keep it (cut and checked), to
+            // recognise it if read back.
+            let sent =
+                machine::checked_outcome(key, outcome.clone(), self.options.max_outcome_bytes)?;
             let mut decide = in_tx::completion(key, fence, outcome, self.options.max_outcome_bytes);
             let call = in_tx::completion_call(key);
             match self.transact_in(&tx, now, &call, &mut decide, &mut NoFences)? {
@@ -177,12 +170,6 @@ impl Inner {
             _ => Err(self.err(CONTEXT, failed)),
         }
     }
-}
-
-/// The outcome as the store will keep it (cut and checked), to recognise
-/// it when read back.
-fn in_tx_outcome(outcome: &Outcome, limit: usize, key: &RecordKey) -> Result<Outcome, StoreError> {
-    crate::machine::checked_outcome(key, outcome.clone(), limit)
 }
 
 /// Rolls back; a rollback that fails leaves nothing committed either (the

@@ -149,7 +149,12 @@ impl fmt::Display for RecordKey {
 /// The stored result of an attempt.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Outcome {
-    /// The caller's status: an exit code or an HTTP status.
+    /// The caller's status: an HTTP status, a process's exit status, a
+    /// worker's own code. An `i32`, as every status in idem's Rust API
+    /// is: it holds each of those (an exit status is `i32` in
+    /// `std::process::ExitStatus::code`, negative for some Windows ones),
+    /// and it is what the stores keep (SQLite's and PostgreSQL's
+    /// `integer`) and what a policy is shown (the contract's `s32`).
     pub status: i32,
     /// The outcome's bytes, at most the store's `max_outcome_bytes`
     /// (a larger body is refused with [`StoreError::OutcomeTooLarge`]).

@@ -33,6 +33,9 @@
 //! (group commit) is not involved: these ends commit in the effect's own
 //! transaction. The in-memory store refuses ([`StoreError::NotTransactional`])
 //! before anything is claimed.
+//!
+//! The effects' shapes are named once, [`SqliteEffect`] and
+//! [`PostgresEffect`]: every closure of that shape is one.
 
 use idem_core::Operation;
 #[cfg(feature = "postgres")]
@@ -47,6 +50,61 @@ use idem_store::{SqliteStore, rusqlite};
 use super::{Begin, Engine, EngineError};
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 use super::{ExecContext, Execution, Failed, RunResult};
+
+/// An effect in the SQLite store's own transaction
+/// ([`Engine::run_once_in_sqlite`], [`Execution::run_in_sqlite`]): a
+/// closure handed the store's `rusqlite::Transaction` and the claim's
+/// context, answering the outcome to record (or the effect's failure).
+/// Synchronous, since the transaction is not `Send`, and run on the
+/// thread that holds the store's one connection (which may be one of the
+/// blocking pool's), hence `Send + 'static`: move what it needs into it.
+///
+/// Implemented for every closure of that shape: name it in a bound of
+/// your own (`fn charge(effect: impl SqliteEffect)`) rather than spelling
+/// the signature out.
+pub trait SqliteEffect:
+    FnOnce(
+        &rusqlite::Transaction<'_>,
+        &ExecContext,
+    ) -> Result<Outcome, EffectError<rusqlite::Error>>
+    + Send
+    + 'static
+{
+}
+
+impl<F> SqliteEffect for F where
+    F: FnOnce(
+            &rusqlite::Transaction<'_>,
+            &ExecContext,
+        ) -> Result<Outcome, EffectError<rusqlite::Error>>
+        + Send
+        + 'static
+{
+}
+
+/// An effect in the PostgreSQL store's own transaction
+/// ([`Engine::run_once_in_postgres`], [`Execution::run_in_postgres`]): an
+/// async closure handed a `tokio_postgres::Transaction` and the claim's
+/// context, answering the outcome to record (or the effect's failure).
+/// `FnMut`, since a serialization failure or deadlock runs it again.
+///
+/// Implemented for every async closure of that shape, as
+/// [`SqliteEffect`] is.
+pub trait PostgresEffect:
+    AsyncFnMut(
+    &tokio_postgres::Transaction<'_>,
+    &ExecContext,
+) -> Result<Outcome, EffectError<tokio_postgres::Error>>
+{
+}
+
+impl<F> PostgresEffect for F where
+    F: AsyncFnMut(
+        &tokio_postgres::Transaction<'_>,
+        &ExecContext,
+    ) -> Result<Outcome, EffectError<tokio_postgres::Error>>
+{
+}
 
 impl Engine {
     /// [`Engine::begin`] for a holder whose effect commits in the same
@@ -97,12 +155,7 @@ impl Engine {
         effect: F,
     ) -> Result<RunResult, EngineError>
     where
-        F: FnOnce(
-                &rusqlite::Transaction<'_>,
-                &ExecContext,
-            ) -> Result<Outcome, EffectError<rusqlite::Error>>
-            + Send
-            + 'static,
+        F: SqliteEffect,
     {
         sqlite_of(self.store()).await?;
         match self.begin_in_store(op).await? {
@@ -145,10 +198,7 @@ impl Engine {
         effect: F,
     ) -> Result<RunResult, EngineError>
     where
-        F: AsyncFnMut(
-            &tokio_postgres::Transaction<'_>,
-            &ExecContext,
-        ) -> Result<Outcome, EffectError<tokio_postgres::Error>>,
+        F: PostgresEffect,
     {
         postgres_of(self.store()).await?;
         match self.begin_in_store(op).await? {
@@ -168,12 +218,7 @@ impl Execution {
     /// attempt in it, with the same answers.
     pub async fn run_in_sqlite<F>(self, effect: F) -> Result<RunResult, EngineError>
     where
-        F: FnOnce(
-                &rusqlite::Transaction<'_>,
-                &ExecContext,
-            ) -> Result<Outcome, EffectError<rusqlite::Error>>
-            + Send
-            + 'static,
+        F: SqliteEffect,
     {
         let database = sqlite_of(self.store()).await?;
         let ctx = self.context();
@@ -195,10 +240,7 @@ impl Execution {
         effect: F,
     ) -> Result<RunResult, EngineError>
     where
-        F: AsyncFnMut(
-            &tokio_postgres::Transaction<'_>,
-            &ExecContext,
-        ) -> Result<Outcome, EffectError<tokio_postgres::Error>>,
+        F: PostgresEffect,
     {
         let database = postgres_of(self.store()).await?;
         let ctx = self.context();

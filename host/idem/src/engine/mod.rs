@@ -73,6 +73,7 @@ pub use batch::FirstClaim;
 pub(crate) use batch::ToClaim;
 pub use error::EngineError;
 pub use execution::{ExecContext, Execution};
+pub use in_store_tx::{PostgresEffect, SqliteEffect};
 pub use run_once::{Failed, RunResult, heartbeat_loop, spawn_heartbeat};
 
 /// Settings of an [`Engine`].
@@ -148,7 +149,7 @@ pub enum Begin {
         /// Namespace and key.
         key: RecordKey,
         /// The policy's HTTP-style status (typically 422).
-        status: u16,
+        status: i32,
         /// Why, for the caller.
         reason: String,
     },
@@ -158,7 +159,7 @@ pub enum Begin {
         /// Namespace and key.
         key: RecordKey,
         /// The policy's HTTP-style status.
-        status: u16,
+        status: i32,
         /// Why, for the caller.
         reason: String,
         /// When trying again may help, in milliseconds.

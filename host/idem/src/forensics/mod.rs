@@ -15,8 +15,8 @@
 //!
 //! [`analyse`] is a pure function over entries: no store access, so the
 //! same history gives the same report on every store. [`review`] lists the
-//! records waiting for a person (outcome unknown, or silent past their
-//! lease) with their timelines; `Records::resolve` settles one.
+//! records waiting for a person (outcome unknown, or in progress
+//! past their lease) with their timelines; `Records::resolve` settles one.
 
 mod classify;
 mod events;

@@ -107,8 +107,9 @@ pub(crate) fn policy_error(e: p::PolicyError) -> core::PolicyError {
 }
 
 pub(crate) fn decision(d: p::Decision) -> core::Decision {
+    // The contract's `u16`, as the `i32` every status is in Rust.
     let rejection = |r: p::Rejection| core::Rejection {
-        status: r.status,
+        status: i32::from(r.status),
         reason: r.reason,
         retry_after_ms: r.retry_after_ms,
     };
