@@ -178,6 +178,17 @@ where
                 None => problem,
             }
         }
+        // `Begin` is non-exhaustive: an answer of a later engine that this
+        // layer does not know runs nothing.
+        other => {
+            tracing::error!(answer = ?other, "an answer of the engine this layer does not know");
+            Problem::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "unknown-answer",
+                "The idempotency engine gave an answer this layer does not know",
+                "nothing was run for this request",
+            )
+        }
     };
     Ok(answer.into_response())
 }
@@ -436,6 +447,17 @@ fn engine_problem(config: &Config, e: EngineError) -> Problem {
                 format!("the idempotency store failed: {e}"),
             )
             .retry_after_ms(1000)
+        }
+        // `EngineError` is non-exhaustive: an error this layer does not
+        // know, before anything ran.
+        e => {
+            tracing::error!(error = %e, "the idempotency engine failed");
+            Problem::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "engine-failed",
+                "The idempotency engine failed",
+                e.to_string(),
+            )
         }
     }
 }
