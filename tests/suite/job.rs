@@ -121,6 +121,7 @@ async fn a_job_run_twice_runs_each_effect_once() {
             JobEvent::Ended { end, .. } => format!("{end:?}"),
             JobEvent::Skipped { position, .. } => format!("skipped {position}"),
             JobEvent::Warning(message) => format!("warning {message}"),
+            other => format!("{other:?}"),
         };
         seen.lock().unwrap().push(event);
     });

@@ -103,6 +103,8 @@ pub fn engine_failure(e: EngineError) -> Failure {
         EngineError::Refused(_) => POLICY_REFUSED,
         EngineError::Policy(_) => POLICY_FAILED,
         EngineError::Fenced(_) => DEPOSED,
+        // An error this idem does not know (`EngineError` is non-exhaustive).
+        _ => BAD_INPUT,
     };
     Failure {
         code,

@@ -23,6 +23,8 @@ fn colour(shown: ShownEvent) -> &'static str {
         ShownEvent::ReExecuted => return "#0891b2",
         ShownEvent::SentToReview => return "#7c3aed",
         ShownEvent::Stored(event) => event,
+        // An event this page does not know (non-exhaustive): unremarkable.
+        _ => return "#64748b",
     };
     match event {
         AttemptEvent::Executed => "#2563eb",
@@ -36,6 +38,8 @@ fn colour(shown: ShownEvent) -> &'static str {
         AttemptEvent::ResolvedCompleted
         | AttemptEvent::ResolvedReleased
         | AttemptEvent::ResolvedRejected => "#0f766e",
+        // An event this page does not know (non-exhaustive): unremarkable.
+        _ => "#64748b",
     }
 }
 

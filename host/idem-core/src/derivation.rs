@@ -96,6 +96,7 @@ pub mod bounds {
 
 /// Why a derivation is refused.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
 pub enum DerivationError {
     /// The policy returned something the contract does not allow.
     #[error("policy returned a malformed derivation: {0}")]

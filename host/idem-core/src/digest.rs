@@ -46,6 +46,8 @@ impl Part {
     }
 }
 
+// Exhaustive on purpose (not `#[non_exhaustive]`): the key encoding (KEY_ENCODING_VERSION) has
+// exactly these two domains; another would be a new encoding.
 /// What a digest is of.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Domain {

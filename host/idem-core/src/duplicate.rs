@@ -14,6 +14,10 @@ pub const MAX_WAIT_MS: u64 = 60_000;
 /// Longest rejection reason.
 pub const MAX_REASON_BYTES: usize = 1024;
 
+// Exhaustive on purpose (not `#[non_exhaustive]`): it mirrors the policy contract's
+// (wit/policy.wit), which is versioned: a new variant is a new contract, and the host maps each
+// variant to and from it, so a match must name them all. The stores keep the same set (a domain
+// check in SQL).
 /// The state of a stored record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -101,6 +105,10 @@ pub struct Rejection {
     pub retry_after_ms: Option<u64>,
 }
 
+// Exhaustive on purpose (not `#[non_exhaustive]`): it mirrors the policy contract's
+// (wit/policy.wit), which is versioned: a new variant is a new contract, and the host maps each
+// variant to and from it, so a match must name them all. The engine must act on every decision; a
+// `_` arm would hide one it does not.
 /// What a duplicate gets.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case", tag = "decision")]

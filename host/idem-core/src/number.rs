@@ -13,6 +13,7 @@ pub const MAX_CANONICAL_NUMBER_LEN: usize = 128;
 
 /// Why a number could not be canonicalised.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
 pub enum NumberError {
     /// The text is not a JSON number.
     #[error("`{0}` is not a JSON number")]

@@ -54,6 +54,7 @@ impl Default for OperationLimits {
 
 /// Why an operation was refused.
 #[derive(Debug, Error)]
+#[non_exhaustive]
 pub enum OpError {
     /// The document is larger than [`OperationLimits::max_bytes`].
     #[error("operation is {size} bytes; the limit is {limit} bytes")]
@@ -86,6 +87,9 @@ impl OpError {
     }
 }
 
+// Exhaustive on purpose (not `#[non_exhaustive]`): it mirrors the policy contract's
+// (wit/policy.wit), which is versioned: a new variant is a new contract, and the host maps each
+// variant to and from it, so a match must name them all.
 /// Why an operation is being run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -162,6 +166,8 @@ impl RunContext {
     }
 }
 
+// Exhaustive on purpose (not `#[non_exhaustive]`): the canonical form is defined over JSON's
+// scalars (text, number, boolean); another kind would change every key.
 /// A canonical field value.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Value {

@@ -3,6 +3,9 @@
 use serde::Serialize;
 use thiserror::Error;
 
+// Exhaustive on purpose (not `#[non_exhaustive]`): it mirrors the policy contract's
+// (wit/policy.wit), which is versioned: a new variant is a new contract, and the host maps each
+// variant to and from it, so a match must name them all.
 /// What kind of refusal.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "kebab-case")]

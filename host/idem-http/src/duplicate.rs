@@ -71,6 +71,17 @@ pub(crate) fn answer(config: &Config, begin: Begin) -> (Response<ResponseBody>, 
                 None => problem,
             }
         }
+        // `Begin` is non-exhaustive: an answer of a later engine that this
+        // layer does not know runs nothing.
+        other => {
+            tracing::error!(answer = ?other, "an answer of the engine this layer does not know");
+            Problem::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "unknown-answer",
+                "The idempotency engine gave an answer this layer does not know",
+                "nothing was run for this request",
+            )
+        }
     };
     (problem.into_response(), false)
 }

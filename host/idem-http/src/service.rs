@@ -334,5 +334,16 @@ fn engine_problem(config: &Config, e: EngineError) -> Problem {
             )
             .retry_after_ms(1000)
         }
+        // `EngineError` is non-exhaustive: an error this layer does not
+        // know, before anything ran.
+        e => {
+            tracing::error!(error = %e, "the idempotency engine failed");
+            Problem::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "engine-failed",
+                "The idempotency engine failed",
+                e.to_string(),
+            )
+        }
     }
 }

@@ -177,6 +177,17 @@ pub(crate) async fn begin(State(app): State<Arc<App>>, Api(req): Api<BeginReques
                 "sent_to_review": marked_unknown,
             })
         }
+        // `Begin` is non-exhaustive: an answer of a later engine that this
+        // server does not know; nothing is held for the client.
+        other => {
+            tracing::error!(answer = ?other, "an answer of the engine this server does not know");
+            return Err(ApiError(Problem::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "unknown-answer",
+                "The idempotency engine gave an answer this server does not know",
+                "nothing was claimed for this request",
+            )));
+        }
     };
     let mut response = Json(body).into_response();
     if let Some(ms) = retry_after {

@@ -77,6 +77,17 @@ pub(crate) fn engine_error(e: EngineError) -> ApiError {
             "The policy is not registered for its namespace",
             refusal.to_string(),
         )),
+        // `EngineError` is non-exhaustive: an error this server does not
+        // know is its own fault.
+        e => {
+            tracing::error!(error = %e, "the engine failed");
+            ApiError(Problem::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "engine-failed",
+                "The idempotency engine failed",
+                e.to_string(),
+            ))
+        }
     }
 }
 

@@ -503,6 +503,17 @@ pub enum SimError {
         /// What the engine answered.
         detail: String,
     },
+    /// The engine answered a `begin` in a way this simulator does not
+    /// know (`Begin` is non-exhaustive: a later engine's answer).
+    #[error("run {run}, invoice {invoice}: an answer the simulator does not know: {answer}")]
+    UnknownAnswer {
+        /// The run.
+        run: String,
+        /// The invoice.
+        invoice: usize,
+        /// The answer, as `Debug` shows it.
+        answer: String,
+    },
     /// The store failed while reading the final state.
     #[error("reading the final state: {0}")]
     Store(#[from] idem_store::StoreError),

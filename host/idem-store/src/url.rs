@@ -29,6 +29,7 @@ pub fn redacted_url(url: &str) -> String {
 ///   [`PostgresUrl`] for the query parameters idem reads).
 /// - `memory:` (or `memory://`): a fresh in-memory store.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum StoreUrl {
     /// A SQLite file.
     Sqlite {

@@ -87,6 +87,9 @@ async fn charge_once(engine: &Engine, op: &Operation) -> Result<(), EngineError>
         Begin::InProgress { reason, .. } => println!("in progress elsewhere: {reason}"),
         Begin::Conflict { status, reason, .. } => println!("conflict ({status}): {reason}"),
         Begin::Rejected { status, reason, .. } => println!("rejected ({status}): {reason}"),
+        // `Begin` is non-exhaustive: a later idem may answer in a new way,
+        // and nothing was claimed for this one.
+        other => println!("not run: {other:?}"),
     }
     Ok(())
 }

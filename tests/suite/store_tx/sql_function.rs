@@ -107,25 +107,20 @@ async fn log(store: &Store, key: &RecordKey) -> Vec<AttemptEntry> {
 /// and `retain_until` change, nothing else (the holder and its token, the
 /// lease, the kept operation stay).
 fn finished(before: &Record, outcome: &Outcome, now: u64) -> (Record, AttemptEntry) {
-    let record = Record {
-        state: RecordState::Completed,
-        outcome: Some(outcome.clone()),
-        updated_ms: now,
-        retain_until_ms: now.saturating_add(before.retention_ms).min(i64::MAX as u64),
-        ..before.clone()
-    };
-    let entry = AttemptEntry {
-        id: 0,
-        key: before.key.clone(),
-        fence: before.fence,
-        event: AttemptEvent::Completed,
-        holder: Some(before.holder.provenance()),
-        at_ms: now,
-        policy_digest: Some(before.policy_digest.clone()),
-        operation_digest: None,
-        actor: None,
-        detail: None,
-    };
+    let mut record = before.clone();
+    record.state = RecordState::Completed;
+    record.outcome = Some(outcome.clone());
+    record.updated_ms = now;
+    record.retain_until_ms = now.saturating_add(before.retention_ms).min(i64::MAX as u64);
+    // Nothing else: no operation digest, actor or detail.
+    let mut entry = AttemptEntry::new(
+        before.key.clone(),
+        before.fence,
+        AttemptEvent::Completed,
+        now,
+    );
+    entry.holder = Some(before.holder.provenance());
+    entry.policy_digest = Some(before.policy_digest.clone());
     (record, entry)
 }
 
@@ -181,8 +176,9 @@ async fn the_sql_function_writes_what_complete_in_writes() {
         let (expected, entry) = finished(&before, &outcome, after.updated_ms);
         assert_eq!(after, expected, "{invoice}: not the machine's finish");
         let entries = log(store, execution.key()).await;
-        let last = entries.last().expect("an entry").clone();
-        assert_eq!(AttemptEntry { id: 0, ..last }, entry, "{invoice}");
+        let mut last = entries.last().expect("an entry").clone();
+        last.id = 0;
+        assert_eq!(last, entry, "{invoice}");
         assert_eq!(
             entries.iter().map(|e| e.event).collect::<Vec<_>>(),
             [AttemptEvent::Executed, AttemptEvent::Completed],
@@ -199,17 +195,18 @@ async fn the_sql_function_writes_what_complete_in_writes() {
     let [(sql_before, sql_after), (rust_before, rust_after)] = &ends[..] else {
         unreachable!()
     };
-    let alike = |r: &Record, like: &Record| Record {
-        key: like.key.clone(),
-        fingerprint: like.fingerprint,
-        fence: like.fence,
-        created_ms: like.created_ms,
-        updated_ms: like.updated_ms,
-        lease_until_ms: like.lease_until_ms,
-        retain_until_ms: r.retain_until_ms - r.updated_ms + like.updated_ms,
-        holder: like.holder.clone(),
-        operation: like.operation.clone(),
-        ..r.clone()
+    let alike = |r: &Record, like: &Record| {
+        let mut alike = r.clone();
+        alike.key = like.key.clone();
+        alike.fingerprint = like.fingerprint;
+        alike.fence = like.fence;
+        alike.created_ms = like.created_ms;
+        alike.updated_ms = like.updated_ms;
+        alike.lease_until_ms = like.lease_until_ms;
+        alike.retain_until_ms = r.retain_until_ms - r.updated_ms + like.updated_ms;
+        alike.holder = like.holder.clone();
+        alike.operation = like.operation.clone();
+        alike
     };
     assert_eq!(alike(sql_after, rust_after), *rust_after);
     assert_eq!(alike(sql_before, rust_before), *rust_before);
@@ -308,30 +305,18 @@ async fn a_stale_fence_raises_idf01_and_the_business_row_rolls_back() {
         .await
         .into_iter()
         .filter(|e| e.event == AttemptEvent::Fenced)
-        .map(|e| AttemptEntry {
-            id: 0,
-            at_ms: 0,
-            ..e
+        .map(|mut e| {
+            (e.id, e.at_ms) = (0, 0);
+            e
         })
         .collect::<Vec<_>>();
-    assert_eq!(
-        refused,
-        [AttemptEntry {
-            id: 0,
-            key: old.key().clone(),
-            fence: old.fence(),
-            event: AttemptEvent::Fenced,
-            holder: None,
-            at_ms: 0,
-            policy_digest: None,
-            operation_digest: None,
-            actor: None,
-            detail: Some(format!(
-                "finishing refused: the record is at fence {}",
-                new.fence()
-            )),
-        }]
-    );
+    // Naming no holder, digest or actor: only the refusal.
+    let mut expected = AttemptEntry::new(old.key().clone(), old.fence(), AttemptEvent::Fenced, 0);
+    expected.detail = Some(format!(
+        "finishing refused: the record is at fence {}",
+        new.fence()
+    ));
+    assert_eq!(refused, [expected]);
     // The holder of the current fence was refused nothing: nothing to log.
     let (namespace, key_hex, fence) = params(&new);
     let row = service

@@ -156,6 +156,14 @@ async fn exec(engine: &Engine, op: &Operation, args: &ExecArgs) -> Result<u8, Fa
             );
             return Ok(exit::REJECTED);
         }
+        // An answer this idem does not know (`Begin` is non-exhaustive):
+        // nothing was claimed, so the command does not run.
+        other => {
+            return Err(Failure::input(format!(
+                "the engine answered for key {} in a way this command does not know ({other:?}); the command did not run",
+                other.key().digest
+            )));
+        }
     };
     let held = args.buffer_stdout.then(Arc::default);
     let command = UserCommand {
@@ -198,6 +206,14 @@ async fn exec(engine: &Engine, op: &Operation, args: &ExecArgs) -> Result<u8, Fa
         }
         Ok(Performed::Completed) => Ok(exit::SUCCESS),
         Ok(Performed::Failed { status, .. }) => Ok(exit::from_status(status)),
+        // An end this idem does not know (`Performed` is non-exhaustive):
+        // the command ran, and how it was recorded cannot be said.
+        Ok(other) => {
+            tell!(
+                "idem: the command ran and its end is one this idem does not know ({other:?}); check key {key} with `idem inspect`"
+            );
+            Ok(exit::OUTCOME_UNKNOWN)
+        }
         Err(EngineError::Fenced(e)) => {
             tell!(
                 "idem: this run was deposed while the command ran; its result was not recorded: {e}"

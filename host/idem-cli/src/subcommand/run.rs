@@ -358,6 +358,9 @@ fn report_to(
             }
         }
         JobEvent::Warning(message) => tell!("idem: {message}"),
+        // An event this idem does not know (`JobEvent` is non-exhaustive)
+        // says nothing here.
+        _ => {}
     }
 }
 
@@ -391,10 +394,9 @@ fn job_failure(e: JobError, args: &RunArgs) -> Failure {
         JobError::Store(e) => {
             Failure::input(format!("cannot open store {}: {e}", args.store.shown()))
         }
-        other @ (JobError::JobLease { .. }
-        | JobError::Membership { .. }
-        | JobError::MembershipMismatch { .. }
-        | JobError::Source(_)) => Failure::input(other),
+        // The lease, the membership, the source, and any error this idem
+        // does not know (`JobError` is non-exhaustive).
+        other => Failure::input(other),
     }
 }
 

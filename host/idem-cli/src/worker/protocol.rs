@@ -147,13 +147,9 @@ mod tests {
             &Default::default(),
         )
         .unwrap();
-        let ctx = ExecContext {
-            key: "ab".repeat(32),
-            fence: 7,
-            attempt: 2,
-            take_over: true,
-            partition: "c\"1".into(),
-        };
+        let mut ctx = ExecContext::new("ab".repeat(32), 7);
+        (ctx.attempt, ctx.take_over) = (2, true);
+        ctx.partition = "c\"1".into();
         let line = request(&op, &ctx);
         assert!(line.ends_with('\n'));
         assert_eq!(line.matches('\n').count(), 1);

@@ -322,7 +322,7 @@ impl<'a> Sim<'a> {
         if self.spec(r).policy.is_none()
             && let Ok(b) = &begun
         {
-            self.keys[i] = Some(begun_key(b).clone());
+            self.keys[i] = Some(b.key().clone());
         }
         match begun {
             Ok(Begin::Execute(claim)) => {
@@ -356,6 +356,13 @@ impl<'a> Sim<'a> {
             // The host's safety gate refused the policy's decision
             // (the fixture's re-execute of a final record): the
             // duplicate is rejected, fail closed.
+            Ok(other) => {
+                return Err(SimError::UnknownAnswer {
+                    run: self.spec(r).name.clone(),
+                    invoice: i,
+                    answer: format!("{other:?}"),
+                });
+            }
             Err(EngineError::Policy(_)) => self.counters.unsafe_refused += 1,
             Err(source) => {
                 return Err(SimError::Engine {
@@ -440,17 +447,6 @@ impl<'a> Sim<'a> {
             trace: self.trace,
             simulated_ms: self.clock.now_ms() - self.t0,
         })
-    }
-}
-
-/// The key a `begin` answered about.
-fn begun_key(b: &Begin) -> &RecordKey {
-    match b {
-        Begin::Execute(e) => e.key(),
-        Begin::Replay(r) => &r.key,
-        Begin::InProgress { key, .. }
-        | Begin::Conflict { key, .. }
-        | Begin::Rejected { key, .. } => key,
     }
 }
 

@@ -105,6 +105,8 @@ pub struct Written {
     pub row: Option<Record>,
 }
 
+// Exhaustive on purpose (not `#[non_exhaustive]`): a backend answers each request of a batch
+// claim in one of these ways, and the batch path handles each.
 /// One request's answer from [`RecordBackend::batch_claim`].
 #[derive(Debug)]
 pub enum BatchAnswer {

@@ -21,6 +21,7 @@ pub const DEFAULT_POOL_SIZE: usize = 16;
 
 /// How the connection is encrypted (`sslmode`), with libpq's meanings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub enum TlsMode {
     /// Never TLS.
     Disable,

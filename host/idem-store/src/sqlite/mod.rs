@@ -73,6 +73,8 @@ pub(crate) const BATCHING: Batching = Batching {
     one_transaction: true,
 };
 
+// Exhaustive on purpose (not `#[non_exhaustive]`): SQLite's own settings of `PRAGMA
+// synchronous`.
 /// The `synchronous` setting (see the module docs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Synchronous {

@@ -23,6 +23,7 @@ pub const MAX_NOTE_BYTES: usize = 1024;
 
 /// What an attempt-log entry records.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
 pub enum AttemptEvent {
     /// A claim made a fresh record: the claimer executes under a new fence.
     Executed,
@@ -143,6 +144,7 @@ impl FromStr for AttemptEvent {
 
 /// One entry of the attempt log.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct AttemptEntry {
     /// The entry's place in the log: increasing in the order entries were
     /// committed to one store (0 on an entry not yet written).
@@ -187,6 +189,25 @@ impl AttemptEntry {
             holder: Some(record.holder.provenance()),
             at_ms,
             policy_digest: Some(record.policy_digest.clone()),
+            operation_digest: None,
+            actor: None,
+            detail: None,
+        }
+    }
+
+    /// An entry of `event` about `key` at `fence`, at `at_ms` (store clock),
+    /// naming nothing else: no id yet, no holder, no digests, no actor, no
+    /// detail. The fields are public, to be set after. (The struct is
+    /// non-exhaustive: entries gain fields as the log learns more.)
+    pub fn new(key: RecordKey, fence: u64, event: AttemptEvent, at_ms: u64) -> Self {
+        AttemptEntry {
+            id: 0,
+            key,
+            fence,
+            event,
+            holder: None,
+            at_ms,
+            policy_digest: None,
             operation_digest: None,
             actor: None,
             detail: None,
@@ -255,6 +276,7 @@ impl AttemptFilter {
 
 /// How a person settles a record waiting for review.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Resolution {
     /// The effect did happen: the record becomes completed with this
     /// outcome, replayed to every later duplicate.

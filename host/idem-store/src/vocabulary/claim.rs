@@ -121,6 +121,8 @@ impl Existing {
     }
 }
 
+// Exhaustive on purpose (not `#[non_exhaustive]`): a claim either holds the key or finds a live
+// record, and the engine must handle both.
 /// What a claim got.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ClaimOutcome {

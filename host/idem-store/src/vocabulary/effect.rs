@@ -14,6 +14,7 @@ use super::{Outcome, Record};
 /// included) from the statement's own failure (recorded as the effect's
 /// retryable failure).
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum EffectError<D> {
     /// A statement of the effect failed.
     Database(D),
@@ -60,6 +61,8 @@ impl From<tokio_postgres::Error> for EffectError<tokio_postgres::Error> {
     }
 }
 
+// Exhaustive on purpose (not `#[non_exhaustive]`): the effect's transaction either committed or
+// rolled back.
 /// How an effect in the store's transaction ended, when the store could
 /// say (a deposed holder's is [`crate::StoreError::Fenced`] or another
 /// conflict instead, and then nothing of it was committed).

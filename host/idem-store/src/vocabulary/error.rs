@@ -11,6 +11,7 @@ use crate::RecordKey;
 
 /// Why a store file could not be opened. Nothing was written to it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum OpenErrorKind {
     /// The path is a directory.
     IsADirectory,
@@ -337,6 +338,8 @@ pub(crate) fn cause(
     Arc::from(cause.into())
 }
 
+// Exhaustive on purpose (not `#[non_exhaustive]`): every error is exactly one of these three,
+// and a caller decides by them (look again, give up, wait).
 /// Whose an error is, and whether waiting can change it: a refusal (the
 /// store refused the call and changed nothing) or a failure (the store's
 /// own). Every [`StoreError`] has exactly one ([`StoreError::class`]).

@@ -2,6 +2,8 @@
 
 use super::{ClaimOutcome, ClaimRequest, Outcome, RecordKey, RecordState};
 
+// Exhaustive on purpose (not `#[non_exhaustive]`): a holder's end completes or fails; each maps
+// to a record state.
 /// How a holder ends its attempt: [`Writes::complete`](crate::Writes::complete) or [`Writes::fail`](crate::Writes::fail).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Ending {
@@ -38,6 +40,8 @@ pub struct Finish {
     pub outcome: Outcome,
 }
 
+// Exhaustive on purpose (not `#[non_exhaustive]`): a backend's `write_many` must carry out each
+// kind of write.
 /// One grouped write, for [`Writes::write_many`](crate::Writes::write_many): a claim or a holder's end.
 // Moved once into a group commit's line and out into a batch: boxing the
 // larger variant would cost every claim an allocation for nothing.
@@ -50,6 +54,7 @@ pub enum Write {
     Finish(Finish),
 }
 
+// Exhaustive on purpose (not `#[non_exhaustive]`): one answer per kind of `Write`.
 /// What one [`Write`] got.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum WriteOutcome {

@@ -51,6 +51,8 @@ pub struct GateTicket {
     pub admission: u64,
 }
 
+// Exhaustive on purpose (not `#[non_exhaustive]`): the gate's answers, each of which its caller
+// (the HTTP gate) must turn into a response of its own.
 /// The gate's answer to a [`GateRequest`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Admission {
@@ -94,6 +96,7 @@ pub enum Admission {
 
 /// Where a key's admissions stand.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum GateState {
     /// An admission is in flight: its effect may be running.
     InFlight,
@@ -152,6 +155,8 @@ pub struct GateEntry {
     pub updated_ms: u64,
 }
 
+// Exhaustive on purpose (not `#[non_exhaustive]`): the effect applied, was not admitted, or
+// failed and rolled back.
 /// How an effect run behind the gate in the store's own transaction ended
 /// (`SqliteStore::gate_in_transaction`).
 #[derive(Debug)]

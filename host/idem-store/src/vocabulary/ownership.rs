@@ -55,6 +55,7 @@ pub struct JobLease {
     pub lease_until_ms: u64,
 }
 
+// Exhaustive on purpose (not `#[non_exhaustive]`): the caller holds the lease or another does.
 /// What [`Ownership::acquire_job_lease`](crate::Ownership::acquire_job_lease) got.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum JobLeaseAcquire {

@@ -23,6 +23,8 @@ pub const TRUNCATION_MARK: &str = " …[truncated]";
 /// the rare large operation, which then cannot be diffed.
 pub const MAX_KEPT_OPERATION_BYTES: usize = 16 * 1024;
 
+// Exhaustive on purpose (not `#[non_exhaustive]`): a record keeps its operation or says why not
+// ([`NotKept`] grows).
 /// What a record keeps of the business operation that made it, so that its
 /// key can be derived again offline (`idem diff --store`) with another
 /// version of the policy.
@@ -37,6 +39,7 @@ pub enum KeptOperation {
 
 /// Why a record keeps no operation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum NotKept {
     /// The canonical operation was longer than [`MAX_KEPT_OPERATION_BYTES`].
     TooLarge {
@@ -194,6 +197,7 @@ impl Outcome {
 
 /// A stored record.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Record {
     /// Namespace and key.
     pub key: RecordKey,
@@ -259,6 +263,7 @@ impl Record {
 
 /// A record as the store saw it, with store-clock times.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct RecordView {
     /// The record.
     pub record: Record,

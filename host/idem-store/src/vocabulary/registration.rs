@@ -22,6 +22,7 @@ pub const MAX_HISTORY: usize = 200;
 /// What was done to a namespace's registration.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
+#[non_exhaustive]
 pub enum RegistryAction {
     /// A version became active after the gate and the diff passed.
     Activated,

@@ -10,6 +10,7 @@ use crate::policy::EvalError;
 
 /// Why the engine could not proceed.
 #[derive(Debug, Error)]
+#[non_exhaustive]
 pub enum EngineError {
     /// The operation itself is malformed.
     #[error("{0}")]

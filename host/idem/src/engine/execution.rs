@@ -10,6 +10,7 @@ use super::EngineError;
 /// What an effect is handed (by [`super::Engine::run_once`] or a
 /// [`crate::job::JobRunner`]): the key and fence to pass downstream.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct ExecContext {
     /// The idempotency key (64 hex).
     pub key: String,
@@ -21,6 +22,22 @@ pub struct ExecContext {
     pub take_over: bool,
     /// Who owns the effect, as the policy derived it (e.g. the customer).
     pub partition: String,
+}
+
+impl ExecContext {
+    /// The context of a first attempt under `key` (64 hex) holding
+    /// `fence`, with no partition: for calling an effect yourself (a test
+    /// of it). The fields are public, to be set after; the struct is
+    /// non-exhaustive, since what an effect is told may grow.
+    pub fn new(key: impl Into<String>, fence: u64) -> Self {
+        ExecContext {
+            key: key.into(),
+            fence,
+            attempt: 1,
+            take_over: false,
+            partition: String::new(),
+        }
+    }
 }
 
 /// The right to perform an effect. Every write is conditional on the fence:

@@ -121,6 +121,7 @@ impl Default for EngineOptions {
 
 /// What [`Engine::begin`] got.
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum Begin {
     /// The caller holds the key: perform the effect, then complete or fail.
     Execute(Execution),
@@ -169,8 +170,22 @@ pub enum Begin {
     },
 }
 
+impl Begin {
+    /// The namespace and key the answer is about, whatever the answer.
+    pub fn key(&self) -> &RecordKey {
+        match self {
+            Begin::Execute(execution) => execution.key(),
+            Begin::Replay(replay) => &replay.key,
+            Begin::InProgress { key, .. }
+            | Begin::Conflict { key, .. }
+            | Begin::Rejected { key, .. } => key,
+        }
+    }
+}
+
 /// A stored outcome handed back to a duplicate.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Replay {
     /// Namespace and key.
     pub key: RecordKey,

@@ -16,6 +16,8 @@ pub struct Failed {
     pub outcome: Outcome,
 }
 
+// Exhaustive on purpose (not `#[non_exhaustive]`): the effect ran or it did not; why not is a
+// [`Begin`], which is non-exhaustive.
 /// What [`Engine::run_once`] did.
 #[derive(Debug)]
 pub enum RunResult {

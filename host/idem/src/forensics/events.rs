@@ -13,6 +13,7 @@ use super::runs::ends_attempt;
 
 /// An entry as people read it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum ShownEvent {
     /// The stored event, as it is.
     Stored(AttemptEvent),

@@ -90,17 +90,16 @@ mod tests {
     /// for a key another process asked for; each key claimed first by
     /// that other process (an answer is logged about a stored record).
     async fn asked_twice(store: &Store, keys: u8) {
-        let answer = |key: u8, holder: Holder| AttemptEntry {
-            id: 0,
-            key: RecordKey::new("ns", Digest([key; 32])),
-            fence: 1,
-            event: AttemptEvent::Replayed,
-            holder: Some(holder),
-            at_ms: 1_000 + u64::from(key),
-            policy_digest: Some("sha256:p".into()),
-            operation_digest: None,
-            actor: None,
-            detail: None,
+        let answer = |key: u8, holder: Holder| {
+            let mut entry = AttemptEntry::new(
+                RecordKey::new("ns", Digest([key; 32])),
+                1,
+                AttemptEvent::Replayed,
+                1_000 + u64::from(key),
+            );
+            entry.holder = Some(holder);
+            entry.policy_digest = Some("sha256:p".into());
+            entry
         };
         let other = Holder {
             pid: Holder::this_process().pid.wrapping_add(1),

@@ -42,6 +42,7 @@ use runs::{run_spans, run_summaries};
 /// Why an operation was asked for more than once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "kebab-case")]
+#[non_exhaustive]
 pub enum Cause {
     /// The same business operation under two policy versions and two keys:
     /// idem could not have caught this one (see `idem diff`).

@@ -14,6 +14,8 @@ pub const SHOWN_FIELDS: usize = 16;
 /// A field's value is cut to this many characters when shown.
 pub const SHOWN_VALUE_CHARS: usize = 80;
 
+// Exhaustive on purpose (not `#[non_exhaustive]`): as [`idem_store::KeptOperation`]: kept or
+// not.
 /// What a person sees of a record's operation.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(untagged)]

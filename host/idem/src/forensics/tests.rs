@@ -10,25 +10,19 @@ fn entry(
     run: Option<(&str, &str)>,
     at: u64,
 ) -> AttemptEntry {
-    AttemptEntry {
-        id,
-        key: RecordKey::new("ns", Digest([key; 32])),
-        fence,
-        event,
-        holder: run.map(|(run, trigger)| Holder {
-            run_id: (!run.is_empty()).then(|| run.to_string()),
-            trigger: Some(trigger.to_string()),
-            attempt: Some(1),
-            host: "h".into(),
-            pid: 1,
-            token: None,
-        }),
-        at_ms: at,
-        policy_digest: Some("sha256:p".into()),
-        operation_digest: Some(Digest([key; 32])),
-        actor: None,
-        detail: None,
-    }
+    let mut entry = AttemptEntry::new(RecordKey::new("ns", Digest([key; 32])), fence, event, at);
+    entry.id = id;
+    entry.holder = run.map(|(run, trigger)| Holder {
+        run_id: (!run.is_empty()).then(|| run.to_string()),
+        trigger: Some(trigger.to_string()),
+        attempt: Some(1),
+        host: "h".into(),
+        pid: 1,
+        token: None,
+    });
+    entry.policy_digest = Some("sha256:p".into());
+    entry.operation_digest = Some(Digest([key; 32]));
+    entry
 }
 
 #[test]

@@ -10,6 +10,7 @@ use crate::engine::{EngineError, ExecContext, Execution, Failed, spawn_heartbeat
 
 /// What an effect reports when it is done.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub enum EffectOutcome {
     /// The effect happened: recorded completed, and replayed to every
     /// duplicate.
@@ -60,6 +61,7 @@ where
 
 /// What [`run_effect`] did, once its outcome was recorded.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Performed {
     /// Recorded completed.
     Completed,

@@ -9,6 +9,7 @@ use crate::engine::EngineError;
 /// Failures of single operations are not errors: they are counted in the
 /// [`super::Summary`].
 #[derive(Debug, Error)]
+#[non_exhaustive]
 pub enum JobError {
     /// The operation at `position` (the source's numbering: a line in a
     /// file, an index in a list) could not be derived: nothing was claimed,

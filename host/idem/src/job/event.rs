@@ -7,6 +7,7 @@ use super::summary::End;
 
 /// Something that happened in a running job.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum JobEvent<'a> {
     /// The run is about to claim: every operation is derived, the job
     /// lease (if any) is held, and `operations` of them are this run's

@@ -4,6 +4,7 @@ use serde::Serialize;
 
 /// How one operation of a job ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum End {
     /// The effect ran and succeeded; recorded completed.
     Executed,

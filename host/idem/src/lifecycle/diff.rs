@@ -15,6 +15,8 @@ use crate::policy::LoadedPolicy;
 /// Examples kept per group (and per reason a record cannot be diffed).
 pub const EXAMPLES: usize = 5;
 
+// Exhaustive on purpose (not `#[non_exhaustive]`): what a key derivation yields (key,
+// fingerprint, partition) and which side refused.
 /// What changes between the two versions for one operation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(rename_all = "kebab-case")]

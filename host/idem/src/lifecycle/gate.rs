@@ -10,6 +10,7 @@ use crate::policy::LoadedPolicy;
 
 /// Why a policy may not become active.
 #[derive(Debug, Error, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum GateError {
     /// Its vectors are not a cases file.
     #[error("its golden vectors are not a cases file: {0}")]

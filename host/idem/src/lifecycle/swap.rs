@@ -39,6 +39,7 @@ pub struct SwapCheck {
 
 /// Why a candidate was not swapped in.
 #[derive(Debug, Error)]
+#[non_exhaustive]
 pub enum SwapError {
     /// It is not a policy this host runs (validation, compilation).
     #[error("the candidate does not load: {0}")]

@@ -4,6 +4,7 @@ use thiserror::Error;
 
 /// Why a policy could not be loaded. The host refuses it and carries on.
 #[derive(Debug, Error)]
+#[non_exhaustive]
 pub enum LoadError {
     /// The policy file could not be read.
     #[error("cannot read policy {path}: {source}")]
@@ -103,6 +104,7 @@ pub enum LoadError {
 
 /// Why one evaluation failed. Never a key.
 #[derive(Debug, Error)]
+#[non_exhaustive]
 pub enum EvalError {
     /// The policy trapped: a panic, `unreachable`, a stack overflow or
     /// another wasm fault.

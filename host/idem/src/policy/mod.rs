@@ -49,6 +49,8 @@ pub struct Evaluated<T> {
     pub memory_peak: usize,
 }
 
+// Exhaustive on purpose (not `#[non_exhaustive]`): the machine code is compiled on this load or
+// read from the cache.
 /// Where a loaded policy's machine code came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CodeSource {
