@@ -58,7 +58,7 @@ pub struct Case {
     /// (`same_key_as`, ...).
     pub name: String,
     /// The operation, in the operation JSON format.
-    pub op: serde_json::Value,
+    pub op: crate::json::JsonValue,
     /// When present, the case asks `on-duplicate` instead of `derive`.
     #[serde(default)]
     pub duplicate: Option<DuplicateSpec>,
