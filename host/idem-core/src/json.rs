@@ -12,6 +12,12 @@ use std::fmt;
 
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 
+/// A parsed JSON document: `serde_json::Value`, under a name of its own
+/// where idem's API takes or holds one ([`crate::Operation::from_value`],
+/// [`crate::cases::Case::op`]), so that it is never read as idem's field
+/// value, [`crate::Value`]. The same type: pass a `serde_json::Value`.
+pub type JsonValue = serde_json::Value;
+
 /// A member name that appears twice in one object.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("member `{path}` appears twice")]

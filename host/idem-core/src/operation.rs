@@ -26,6 +26,7 @@ use serde::de::{self, MapAccess, Visitor};
 use thiserror::Error;
 use unicode_normalization::UnicodeNormalization;
 
+use crate::json::JsonValue;
 use crate::number::{NumberError, canonical_number};
 
 mod builder;
@@ -168,7 +169,9 @@ impl RunContext {
 
 // Exhaustive on purpose (not `#[non_exhaustive]`): the canonical form is defined over JSON's
 // scalars (text, number, boolean); another kind would change every key.
-/// A canonical field value.
+/// A canonical field value: what [`Operation::fields`] holds. Not
+/// `serde_json::Value`, which idem's API calls [`JsonValue`] where it takes
+/// one.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Value {
     /// NFC-normalised text.
@@ -229,11 +232,12 @@ impl Operation {
         raw.canonicalise(limits)
     }
 
-    /// Reads an operation from an already parsed JSON value. A number in it
-    /// is only as exact as the `Value` kept it: without serde_json's
-    /// `arbitrary_precision` feature, `12.50` and a 30-digit integer went
-    /// through an f64. Prefer [`Operation::from_json`] on the text.
-    pub fn from_value(value: serde_json::Value, limits: &OperationLimits) -> Result<Self, OpError> {
+    /// Reads an operation from an already parsed JSON document (a
+    /// `serde_json::Value`). A number in it is only as exact as the value
+    /// kept it: without serde_json's `arbitrary_precision` feature, `12.50`
+    /// and a 30-digit integer went through an f64. Prefer
+    /// [`Operation::from_json`] on the text.
+    pub fn from_value(value: JsonValue, limits: &OperationLimits) -> Result<Self, OpError> {
         let text = serde_json::to_string(&value)?;
         Self::from_json(&text, limits)
     }
