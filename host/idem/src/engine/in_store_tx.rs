@@ -51,6 +51,7 @@ use super::{Begin, Engine, EngineError};
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 use super::{ExecContext, Execution, Failed, RunResult};
 
+#[cfg(feature = "sqlite")]
 /// An effect in the SQLite store's own transaction
 /// ([`Engine::run_once_in_sqlite`], [`Execution::run_in_sqlite`]): a
 /// closure handed the store's `rusqlite::Transaction` and the claim's
@@ -72,6 +73,7 @@ pub trait SqliteEffect:
 {
 }
 
+#[cfg(feature = "sqlite")]
 impl<F> SqliteEffect for F where
     F: FnOnce(
             &rusqlite::Transaction<'_>,
@@ -82,6 +84,7 @@ impl<F> SqliteEffect for F where
 {
 }
 
+#[cfg(feature = "postgres")]
 /// An effect in the PostgreSQL store's own transaction
 /// ([`Engine::run_once_in_postgres`], [`Execution::run_in_postgres`]): an
 /// async closure handed a `tokio_postgres::Transaction` and the claim's
@@ -98,6 +101,7 @@ pub trait PostgresEffect:
 {
 }
 
+#[cfg(feature = "postgres")]
 impl<F> PostgresEffect for F where
     F: AsyncFnMut(
         &tokio_postgres::Transaction<'_>,

@@ -73,7 +73,10 @@ pub use batch::FirstClaim;
 pub(crate) use batch::ToClaim;
 pub use error::EngineError;
 pub use execution::{ExecContext, Execution};
-pub use in_store_tx::{PostgresEffect, SqliteEffect};
+#[cfg(feature = "postgres")]
+pub use in_store_tx::PostgresEffect;
+#[cfg(feature = "sqlite")]
+pub use in_store_tx::SqliteEffect;
 pub use run_once::{Failed, RunResult, heartbeat_loop, spawn_heartbeat};
 
 /// Settings of an [`Engine`].
