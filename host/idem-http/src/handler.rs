@@ -24,6 +24,52 @@ use crate::response_body::{BoxError, ResponseBody};
 pub(crate) type Answering<E> =
     Pin<Box<dyn Future<Output = Result<Response<ResponseBody>, E>> + Send>>;
 
+/// The service a layer wraps, as the layers' request paths need it: it
+/// answers with a body of [`HandlerBody`], and it and its future and error
+/// may move to another task (a request dropped mid-way finishes there).
+/// Named once here; every service of that shape is one.
+pub(crate) trait Inner<B, ResB>:
+    Service<Request<B>, Response = Response<ResB>, Future: Send + 'static, Error: Send + 'static>
+    + Send
+    + 'static
+{
+}
+
+impl<S, B, ResB> Inner<B, ResB> for S
+where
+    S: Service<Request<B>, Response = Response<ResB>> + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+{
+}
+
+/// A request body the layers can rebuild from the bytes they read.
+pub(crate) trait RequestBody:
+    Body<Error: Into<BoxError>, Data: Send> + From<Bytes> + Send + 'static
+{
+}
+
+impl<B> RequestBody for B
+where
+    B: Body + From<Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+    B::Data: Send,
+{
+}
+
+/// The body of the wrapped handler's response, read whole by the layers.
+pub(crate) trait HandlerBody:
+    Body<Data = Bytes, Error: Into<BoxError>> + Send + 'static
+{
+}
+
+impl<ResB> HandlerBody for ResB
+where
+    ResB: Body<Data = Bytes> + Send + 'static,
+    ResB::Error: Into<BoxError>,
+{
+}
+
 /// A call on a layer's service: the inner service polled ready is the one
 /// that must be called, so it is taken and a fresh clone left for the next
 /// request. A request whose method is not in `methods` goes straight to it

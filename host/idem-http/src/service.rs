@@ -18,7 +18,7 @@ use tower::Service;
 use crate::config::Config;
 use crate::duplicate;
 use crate::finish_on_drop::FinishOnDrop;
-use crate::handler::{self, Answering, Ended};
+use crate::handler::{self, Answering, Ended, HandlerBody, Inner, RequestBody};
 use crate::operation::operation;
 use crate::problem::Problem;
 use crate::request_body::read_bounded;
@@ -102,14 +102,9 @@ async fn deduplicated<S, B, ResB>(
     request: Request<B>,
 ) -> Result<Response<ResponseBody>, S::Error>
 where
-    S: Service<Request<B>, Response = Response<ResB>> + Send + 'static,
-    S::Future: Send + 'static,
-    S::Error: Send + 'static,
-    B: Body + From<Bytes> + Send + 'static,
-    B::Error: Into<BoxError>,
-    B::Data: Send,
-    ResB: Body<Data = Bytes> + Send + 'static,
-    ResB::Error: Into<BoxError>,
+    S: Inner<B, ResB>,
+    B: RequestBody,
+    ResB: HandlerBody,
 {
     let keyed = request.headers().contains_key(&config.key_header);
     let (mut response, replayed) = answer(config, inner, request).await?;
@@ -130,14 +125,9 @@ async fn answer<S, B, ResB>(
     request: Request<B>,
 ) -> Result<(Response<ResponseBody>, bool), S::Error>
 where
-    S: Service<Request<B>, Response = Response<ResB>> + Send + 'static,
-    S::Future: Send + 'static,
-    S::Error: Send + 'static,
-    B: Body + From<Bytes> + Send + 'static,
-    B::Error: Into<BoxError>,
-    B::Data: Send,
-    ResB: Body<Data = Bytes> + Send + 'static,
-    ResB::Error: Into<BoxError>,
+    S: Inner<B, ResB>,
+    B: RequestBody,
+    ResB: HandlerBody,
 {
     let (parts, body) = request.into_parts();
     let body = match read_bounded(&parts.headers, body, config.body_limit).await {
@@ -178,12 +168,9 @@ async fn execute<S, B, ResB>(
     execution: Execution,
 ) -> Result<Response<ResponseBody>, S::Error>
 where
-    S: Service<Request<B>, Response = Response<ResB>> + Send + 'static,
-    S::Future: Send + 'static,
-    S::Error: Send + 'static,
-    B: Body + From<Bytes> + Send + 'static,
-    ResB: Body<Data = Bytes> + Send + 'static,
-    ResB::Error: Into<BoxError>,
+    S: Inner<B, ResB>,
+    B: From<Bytes> + Send + 'static,
+    ResB: HandlerBody,
 {
     parts.extensions.insert(FencedKey {
         key: execution.key_hex(),

@@ -17,7 +17,7 @@ use tower::Service;
 
 use super::{GateConfig, GateEnd};
 use crate::finish_on_drop::FinishOnDrop;
-use crate::handler::{self, Answering, Ended};
+use crate::handler::{self, Answering, Ended, HandlerBody, Inner, RequestBody};
 use crate::problem::Problem;
 use crate::request_body::read_bounded;
 use crate::response_body::{BoxError, ResponseBody, full};
@@ -96,14 +96,9 @@ async fn gated<S, B, ResB>(
     request: Request<B>,
 ) -> Result<Response<ResponseBody>, S::Error>
 where
-    S: Service<Request<B>, Response = Response<ResB>> + Send + 'static,
-    S::Future: Send + 'static,
-    S::Error: Send + 'static,
-    B: Body + From<Bytes> + Send + 'static,
-    B::Error: Into<BoxError>,
-    B::Data: Send,
-    ResB: Body<Data = Bytes> + Send + 'static,
-    ResB::Error: Into<BoxError>,
+    S: Inner<B, ResB>,
+    B: RequestBody,
+    ResB: HandlerBody,
 {
     let (parts, body) = request.into_parts();
     let (key, fence) = match key_and_fence(&config, &parts) {
@@ -241,12 +236,9 @@ async fn run<S, B, ResB>(
     lapsed: Option<u64>,
 ) -> Result<Response<ResponseBody>, S::Error>
 where
-    S: Service<Request<B>, Response = Response<ResB>> + Send + 'static,
-    S::Future: Send + 'static,
-    S::Error: Send + 'static,
-    B: Body + From<Bytes> + Send + 'static,
-    ResB: Body<Data = Bytes> + Send + 'static,
-    ResB::Error: Into<BoxError>,
+    S: Inner<B, ResB>,
+    B: From<Bytes> + Send + 'static,
+    ResB: HandlerBody,
 {
     parts.extensions.insert(GateAdmission {
         key: ticket.key.clone(),
