@@ -228,7 +228,10 @@ export interface components {
             answer: "in-progress";
             /** @description 64 lower-case hex characters */
             key: string;
-            retry_after_ms: number | null;
+            /** @description When to try again: the policy's hint when it is shorter than the holder's lease left, else 1000; never past the lease */
+            retry_after_ms: number;
+            /** @description What is left of the holder's lease, by the store's clock: by then it has ended, or the next begin is the policy's to decide */
+            lease_remaining_ms: number;
             reason: string;
         };
         /** @description The key was used for a different operation (fingerprint mismatch). */

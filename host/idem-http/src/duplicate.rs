@@ -4,8 +4,6 @@
 //! can use), the key reused for another request, or rejected (sent to
 //! review, or waiting there).
 
-use std::time::Duration;
-
 use http::{Response, StatusCode};
 use idem::engine::{Begin, Replay};
 use idem::store::RecordState;
@@ -33,7 +31,7 @@ pub(crate) fn answer(config: &Config, begin: Begin) -> (Response<ResponseBody>, 
             "A request with this Idempotency-Key is still being processed",
             reason,
         )
-        .retry_after_ms(in_flight_retry_after_ms(
+        .retry_after_ms(idem::engine::in_flight_retry_after_ms(
             retry_after_ms,
             lease_remaining_ms,
             config.in_flight_retry_after,
@@ -84,28 +82,6 @@ pub(crate) fn answer(config: &Config, begin: Begin) -> (Response<ResponseBody>, 
         }
     };
     (problem.into_response(), false)
-}
-
-/// How long a client is told to wait before retrying a key whose first
-/// request is in flight, in milliseconds (the problem rounds it up to whole
-/// seconds, at least one): the policy's `hint` when it is shorter than what
-/// is left of the first request's lease, else the layer's `configured`
-/// wait; never past the lease, by when the first request has ended or the
-/// next retry is the policy's to decide.
-///
-/// A hint of the whole lease, or more, says no more than the lease does:
-/// `Decision::standard` and the shipped policies give exactly what is left
-/// of it, which for a 0.2 s request is a minute of waiting.
-pub(crate) fn in_flight_retry_after_ms(
-    hint: Option<u64>,
-    lease_remaining_ms: u64,
-    configured: Duration,
-) -> u64 {
-    let wanted = match hint {
-        Some(ms) if ms < lease_remaining_ms => ms,
-        _ => u64::try_from(configured.as_millis()).unwrap_or(u64::MAX),
-    };
-    wanted.min(lease_remaining_ms)
 }
 
 /// A stored response, replayed. An empty outcome is a settlement that
@@ -159,38 +135,4 @@ fn policy_status(status: i32) -> StatusCode {
         .ok()
         .and_then(|status| StatusCode::from_u16(status).ok())
         .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::in_flight_retry_after_ms;
-    use std::time::Duration;
-
-    const SECOND: Duration = Duration::from_secs(1);
-
-    #[test]
-    fn a_policy_hint_shorter_than_the_lease_is_taken() {
-        assert_eq!(in_flight_retry_after_ms(Some(2_500), 40_000, SECOND), 2_500);
-        assert_eq!(in_flight_retry_after_ms(Some(0), 40_000, SECOND), 0);
-    }
-
-    #[test]
-    fn a_hint_of_the_whole_lease_or_none_gives_the_layers_wait() {
-        assert_eq!(
-            in_flight_retry_after_ms(Some(40_000), 40_000, SECOND),
-            1_000
-        );
-        assert_eq!(
-            in_flight_retry_after_ms(Some(90_000), 40_000, SECOND),
-            1_000
-        );
-        assert_eq!(in_flight_retry_after_ms(None, 40_000, 5 * SECOND), 5_000);
-    }
-
-    #[test]
-    fn never_past_the_lease_that_is_left() {
-        assert_eq!(in_flight_retry_after_ms(None, 3_000, 10 * SECOND), 3_000);
-        assert_eq!(in_flight_retry_after_ms(Some(40_000), 300, SECOND), 300);
-        assert_eq!(in_flight_retry_after_ms(None, 0, SECOND), 0);
-    }
 }

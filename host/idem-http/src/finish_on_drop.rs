@@ -17,6 +17,8 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
+use tracing::Instrument;
+
 /// `future`, polled where it is awaited; dropped before it is ready, it
 /// goes on in a task of its own (on the current runtime).
 pub(crate) struct FinishOnDrop<F: Future + Send + 'static>
@@ -66,7 +68,9 @@ where
         if let Some(rest) = self.future.take() {
             match tokio::runtime::Handle::try_current() {
                 Ok(runtime) => {
-                    runtime.spawn(rest);
+                    // Still in the request's span: its end is logged as the
+                    // request's.
+                    runtime.spawn(rest.instrument(tracing::Span::current()));
                 }
                 // No runtime (it is shutting down): nothing can run it; the
                 // claim then lapses and the policy decides, as for a crash.

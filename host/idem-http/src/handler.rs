@@ -13,10 +13,11 @@ use std::pin::{Pin, pin};
 
 use bytes::Bytes;
 use futures_util::FutureExt;
-use http::{Method, Request, Response};
+use http::{HeaderName, HeaderValue, Method, Request, Response};
 use http_body::Body;
 use http_body_util::BodyExt;
 use tower::Service;
+use tracing::Instrument;
 
 use crate::response_body::{BoxError, ResponseBody};
 
@@ -73,10 +74,17 @@ where
 /// A call on a layer's service: the inner service polled ready is the one
 /// that must be called, so it is taken and a fresh clone left for the next
 /// request. A request whose method is not in `methods` goes straight to it
-/// (its body boxed); any other is `handle`d.
+/// (its body boxed); any other is `handle`d, in an `idem.request` span
+/// (info level: method, path and the client's key, which is recorded with
+/// `Debug` so that whatever bytes a client sent arrive escaped), and the
+/// answer to a request carrying a key says whether it is a replay
+/// (`Idempotent-Replayed: false` unless `handle` said `true`), so that a
+/// client tells a fresh answer from a replay without keeping track of what
+/// it sent.
 pub(crate) fn call<S, B, ResB, Fut>(
     inner: &mut S,
     methods: &[Method],
+    key_header: &HeaderName,
     request: Request<B>,
     handle: impl FnOnce(S, Request<B>) -> Fut,
 ) -> Answering<S::Error>
@@ -96,7 +104,28 @@ where
             Ok(response.map(|b| b.map_err(Into::into).boxed_unsync()))
         });
     }
-    Box::pin(handle(inner, request))
+    let client_key = request.headers().get(key_header).cloned();
+    let span = tracing::info_span!(
+        "idem.request",
+        method = %request.method(),
+        path = %request.uri().path(),
+        idempotency_key = client_key.as_ref().map(tracing::field::debug),
+    );
+    let keyed = client_key.is_some();
+    let answering = handle(inner, request);
+    Box::pin(
+        async move {
+            let mut response = answering.await?;
+            if keyed {
+                response
+                    .headers_mut()
+                    .entry(crate::IDEMPOTENT_REPLAYED)
+                    .or_insert(HeaderValue::from_static("false"));
+            }
+            Ok(response)
+        }
+        .instrument(span),
+    )
 }
 
 /// How a handler's run ended.

@@ -86,16 +86,15 @@ where
         handler::call(
             &mut self.inner,
             &self.config.methods,
+            &self.config.key_header,
             request,
             |inner, request| deduplicated(config, inner, request),
         )
     }
 }
 
-/// A matching request, answered; every answer to a request with a key
-/// (and every replay) says whether it is a replay (`Idempotent-Replayed`),
-/// so that a client tells a replay from a fresh answer without keeping
-/// track of what it sent.
+/// A matching request, answered; a replay says so (`Idempotent-Replayed:
+/// true`, also to a request whose key the policy derived from its body).
 async fn deduplicated<S, B, ResB>(
     config: Arc<Config>,
     inner: S,
@@ -106,13 +105,11 @@ where
     B: RequestBody,
     ResB: HandlerBody,
 {
-    let keyed = request.headers().contains_key(&config.key_header);
     let (mut response, replayed) = answer(config, inner, request).await?;
-    if keyed || replayed {
-        let value = if replayed { "true" } else { "false" };
+    if replayed {
         response
             .headers_mut()
-            .insert(crate::IDEMPOTENT_REPLAYED, HeaderValue::from_static(value));
+            .insert(crate::IDEMPOTENT_REPLAYED, HeaderValue::from_static("true"));
     }
     Ok(response)
 }

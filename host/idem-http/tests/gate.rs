@@ -123,6 +123,11 @@ async fn post_to(
     let response = client.request(request).await.unwrap();
     let status = response.status().as_u16();
     let headers = response.headers().clone();
+    // Every answer to a request with a key says whether it is a replay.
+    assert!(
+        key.is_none() || headers.contains_key(IDEMPOTENT_REPLAYED),
+        "{status}: no {IDEMPOTENT_REPLAYED} header"
+    );
     let body = response.into_body().collect().await.unwrap().to_bytes();
     Answer {
         status,

@@ -103,6 +103,10 @@ pub(crate) async fn derive(State(app): State<Arc<App>>, Api(req): Api<OperationR
     .into_response())
 }
 
+/// What a client answered `in-progress` is told to wait when the policy
+/// gives no shorter hint: about how long a call usually takes.
+const IN_FLIGHT_RETRY_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// `POST /v1/begin`: the claim, or what the policy says a duplicate gets.
 pub(crate) async fn begin(State(app): State<Arc<App>>, Api(req): Api<BeginRequest>) -> Answer {
     let op = app.operation(req.operation)?;
@@ -114,6 +118,10 @@ pub(crate) async fn begin(State(app): State<Arc<App>>, Api(req): Api<BeginReques
     }
     .map_err(engine_error)?;
     let mut retry_after = None;
+    // As the HTTP layer: the policy's hint when shorter than the lease
+    // left, else a second, never past the lease (a shipped policy's hint
+    // is the whole lease: a minute for a 0.2 s call).
+    let in_flight_after = begun.in_flight_retry_after_ms(IN_FLIGHT_RETRY_AFTER);
     let body = match begun {
         // The execution is dropped here, not ended: the claim lives in the
         // store until the client completes, fails or heartbeats it under
@@ -138,15 +146,16 @@ pub(crate) async fn begin(State(app): State<Arc<App>>, Api(req): Api<BeginReques
         }),
         Begin::InProgress {
             key,
-            retry_after_ms,
+            lease_remaining_ms,
             reason,
             ..
         } => {
-            retry_after = retry_after_ms;
+            retry_after = in_flight_after;
             json!({
                 "answer": "in-progress",
                 "key": key.digest.to_hex(),
-                "retry_after_ms": retry_after_ms,
+                "retry_after_ms": in_flight_after,
+                "lease_remaining_ms": lease_remaining_ms,
                 "reason": reason,
             })
         }

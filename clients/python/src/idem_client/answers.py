@@ -121,7 +121,12 @@ class InProgressAnswer:
 
     answer: ClassVar[str] = "in-progress"
     key: str
+    #: When to try again: the policy's hint when shorter than the holder's
+    #: lease left, else a second; never past the lease.
     retry_after_ms: Optional[int]
+    #: What is left of the holder's lease (by the store's clock): by then it
+    #: has ended, or the next begin is the policy's to decide.
+    lease_remaining_ms: Optional[int]
     reason: str
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
@@ -180,7 +185,11 @@ def parse_begin(doc: Mapping[str, Any]) -> BeginAnswer:
         )
     if answer == "in-progress":
         return InProgressAnswer(
-            key=doc["key"], retry_after_ms=doc.get("retry_after_ms"), reason=doc["reason"], raw=raw
+            key=doc["key"],
+            retry_after_ms=doc.get("retry_after_ms"),
+            lease_remaining_ms=doc.get("lease_remaining_ms"),
+            reason=doc["reason"],
+            raw=raw,
         )
     if answer == "conflict":
         return ConflictAnswer(key=doc["key"], status=doc["status"], reason=doc["reason"], raw=raw)

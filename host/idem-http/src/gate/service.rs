@@ -83,6 +83,7 @@ where
         handler::call(
             &mut self.inner,
             &self.config.methods,
+            &self.config.key_header,
             request,
             |inner, request| gated(config, inner, request),
         )

@@ -272,7 +272,7 @@ impl Engine {
             }
             other => other.map_err(EngineError::from),
         };
-        telemetry::finished(finish.ending, &result);
+        telemetry::finished(&finish.key, finish.fence, finish.ending, &result);
         result
     }
 }

@@ -245,7 +245,7 @@ pub(crate) async fn end_fenced(
             }
             other => other.map_err(EngineError::from),
         };
-        super::telemetry::finished(ending, &result);
+        super::telemetry::finished(key, fence, ending, &result);
         result
     }
     .instrument(span)

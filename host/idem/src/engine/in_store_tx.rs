@@ -277,7 +277,12 @@ impl Execution {
             .complete_in(tx, self.key(), self.fence(), outcome)
             .await
             .map_err(EngineError::from);
-        super::telemetry::finished_with(Ending::Completed, result.as_ref().err());
+        super::telemetry::finished_with(
+            self.key(),
+            self.fence(),
+            Ending::Completed,
+            result.as_ref().err(),
+        );
         result
     }
 
@@ -310,7 +315,7 @@ async fn settle(
     );
     let result = match end.map_err(EngineError::from) {
         Ok(TxEnd::Committed(outcome)) => {
-            super::telemetry::finished_with(Ending::Completed, None);
+            super::telemetry::finished_with(&key, fence, Ending::Completed, None);
             Ok(outcome)
         }
         Ok(TxEnd::Failed { retryable, outcome }) => {
@@ -318,7 +323,7 @@ async fn settle(
             Err(Failed { retryable, outcome })
         }
         Err(e) => {
-            super::telemetry::finished_with(Ending::Completed, Some(&e));
+            super::telemetry::finished_with(&key, fence, Ending::Completed, Some(&e));
             return Err(e);
         }
     };

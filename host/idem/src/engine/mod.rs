@@ -71,6 +71,7 @@ use answer_log::AnswerLog;
 
 pub use batch::FirstClaim;
 pub(crate) use batch::ToClaim;
+pub use duplicate::in_flight_retry_after_ms;
 pub use error::EngineError;
 pub use execution::{ExecContext, Execution};
 #[cfg(feature = "postgres")]
@@ -317,8 +318,7 @@ impl Engine {
     /// Derives the operation's key (no store access): what `begin` would
     /// claim.
     pub fn derive(&self, op: &Operation) -> Result<KeyedDerivation, EngineError> {
-        let derived = self.policy.derive(op, self.policy_now_ms())?;
-        derived.value.map_err(EngineError::Refused)
+        derive_with(&self.policy, op, self.policy_now_ms())
     }
 
     /// Derives the key and claims it; see [`Begin`].
@@ -568,6 +568,17 @@ impl Engine {
 
 /// Who claims: the run from the operation, this host and pid, and a token
 /// of this claim attempt's own (see [`idem_store::HolderToken`]).
+/// `policy`'s derivation of `op` at `now_ms`, as [`Engine::derive`] gives
+/// it: for work read and derived before any store is open (a job's plan).
+pub(crate) fn derive_with(
+    policy: &LoadedPolicy,
+    op: &Operation,
+    now_ms: u64,
+) -> Result<KeyedDerivation, EngineError> {
+    let derived = policy.derive(op, now_ms)?;
+    derived.value.map_err(EngineError::Refused)
+}
+
 fn holder_for(op: &Operation) -> Holder {
     let mut holder = Holder::this_process();
     holder.token = Some(HolderToken::new());

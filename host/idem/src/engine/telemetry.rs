@@ -1,7 +1,28 @@
-//! Spans and metrics of the engine: a `tracing` span per begin, finish and
-//! resolution (key, fence, answer), and counters and a histogram through
-//! the `metrics` facade, so a service exports them with the recorder it
-//! already uses (nothing is recorded without one).
+//! Spans, events and metrics of the engine: a `tracing` span per begin,
+//! finish and resolution (key, fence, answer) at debug level, an event at
+//! info level (warn for what needs a look) for each thing an operator wants
+//! in a service's log, and counters and a histogram through the `metrics`
+//! facade, so a service exports them with the recorder it already uses
+//! (nothing is recorded without one).
+//!
+//! Events (their message; the fields say the rest; free text such as a
+//! reason is recorded with `Debug`, so control characters arrive escaped):
+//! - `idem.finished` (info): a holder recorded its end (`key`, `fence`,
+//!   `ending`: `completed`, `failed-retryable` or `failed-permanent`);
+//! - `idem.taken_over` (warn): a claim was taken over from an earlier
+//!   attempt that may have had its effect (`key`, `fence`, `attempt`);
+//! - `idem.replayed` (info): a duplicate got the stored outcome (`key`,
+//!   `fence` of the attempt that produced it, `state`, `status`);
+//! - `idem.refused` (info): a duplicate was refused (`key`, `answer`:
+//!   `conflict`, `rejected` or `sent-to-review`, `status`, `reason`);
+//! - `idem.fenced` (warn): a deposed holder's end was refused by its fence
+//!   (`key`, `fence`, `ending`);
+//! - `idem.resolved` (info): a person settled a record
+//!   ([`forensics::review::resolve`](crate::forensics::review::resolve)).
+//!
+//! A duplicate answered "in progress" and a fresh claim are debug-level
+//! (the `idem.begin` span's `answer`): one is a retry's noise, the other
+//! is told by its `idem.finished`.
 //!
 //! Metric names (all prefixed `idem_`):
 //! - `idem_begin_total{answer}`: begins by answer (`execute`,
@@ -22,7 +43,7 @@
 
 use std::time::Instant;
 
-use idem_store::Ending;
+use idem_store::{Ending, RecordKey};
 
 use super::{Begin, EngineError};
 
@@ -47,6 +68,7 @@ pub(crate) fn answer(result: &Result<Begin, EngineError>) -> &'static str {
 /// answer (and fence) on the current span.
 pub(crate) fn begun(result: &Result<Begin, EngineError>, started: Instant) {
     let answer = answer(result);
+    announce(result, answer);
     let span = tracing::Span::current();
     span.record("answer", answer);
     if let Ok(Begin::Execute(e)) = result {
@@ -56,25 +78,78 @@ pub(crate) fn begun(result: &Result<Begin, EngineError>, started: Instant) {
     metrics::histogram!("idem_begin_seconds").record(started.elapsed().as_secs_f64());
 }
 
+/// The info-level event of a begin's answer, if it has one.
+fn announce(result: &Result<Begin, EngineError>, answer: &'static str) {
+    match result {
+        Ok(Begin::Execute(e)) if e.is_take_over() => tracing::warn!(
+            key = %e.key(),
+            fence = e.fence(),
+            attempt = e.attempt(),
+            "idem.taken_over"
+        ),
+        Ok(Begin::Replay(replay)) => tracing::info!(
+            key = %replay.key,
+            fence = replay.fence,
+            state = replay.state.as_str(),
+            status = replay.outcome.status,
+            "idem.replayed"
+        ),
+        Ok(
+            Begin::Conflict {
+                key,
+                status,
+                reason,
+            }
+            | Begin::Rejected {
+                key,
+                status,
+                reason,
+                ..
+            },
+        ) => tracing::info!(key = %key, answer, status, reason = ?reason, "idem.refused"),
+        _ => {}
+    }
+}
+
 /// The `ending` label.
 pub(crate) fn ending(ending: Ending) -> &'static str {
     ending.state().as_str()
 }
 
-/// Counts a holder's end.
-pub(crate) fn finished(ending: Ending, result: &Result<(), EngineError>) {
-    finished_with(ending, result.as_ref().err());
+/// Counts a holder's end, and says it (the event carries the key and
+/// fence itself: the debug span around it is off in a service logging at
+/// info).
+pub(crate) fn finished(
+    key: &RecordKey,
+    fence: u64,
+    ending: Ending,
+    result: &Result<(), EngineError>,
+) {
+    finished_with(key, fence, ending, result.as_ref().err());
 }
 
 /// Counts a holder's end by its error, if any (an end whose result
 /// carries something else: an effect in the store's transaction).
-pub(crate) fn finished_with(ending: Ending, error: Option<&EngineError>) {
+pub(crate) fn finished_with(
+    key: &RecordKey,
+    fence: u64,
+    ending: Ending,
+    error: Option<&EngineError>,
+) {
     let outcome = match error {
         None => "ok",
         Some(EngineError::Fenced(_)) => "fenced",
         Some(_) => "error",
     };
     tracing::Span::current().record("result", outcome);
-    metrics::counter!("idem_finish_total", "ending" => self::ending(ending), "result" => outcome)
+    let ending_label = self::ending(ending);
+    match error {
+        None => tracing::info!(key = %key, fence, ending = ending_label, "idem.finished"),
+        Some(EngineError::Fenced(e)) => {
+            tracing::warn!(key = %key, fence, ending = ending_label, error = %e, "idem.fenced")
+        }
+        Some(_) => {}
+    }
+    metrics::counter!("idem_finish_total", "ending" => ending_label, "result" => outcome)
         .increment(1);
 }

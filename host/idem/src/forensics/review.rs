@@ -174,14 +174,15 @@ pub async fn resolve(store: &Store, request: ResolveRequest) -> Result<RecordVie
         key = %request.key,
         fence = request.observed_fence,
         resolution,
-        by = %request.by,
+        // A person's text: escaped by `Debug`.
+        by = ?request.by,
     );
     let result = store.records().resolve(request).instrument(span).await;
     let outcome = if result.is_ok() { "ok" } else { "refused" };
     metrics::counter!("idem_resolution_total", "resolution" => resolution, "result" => outcome)
         .increment(1);
     if let Ok(view) = &result {
-        tracing::info!(key = %view.record.key, fence = view.record.fence, state = view.record.state.as_str(), "resolved");
+        tracing::info!(key = %view.record.key, fence = view.record.fence, state = view.record.state.as_str(), "idem.resolved");
     }
     result
 }
