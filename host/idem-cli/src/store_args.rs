@@ -1,9 +1,12 @@
 //! Flags shared by every command that opens a store, and the async runtime.
 
+use std::time::Duration;
+
 use clap::Args;
 use idem_store::{Store, StoreOptions, StoreUrl};
 
 use crate::exit::Failure;
+use crate::shown::tell;
 
 /// Which store.
 #[derive(Args, Debug, Clone)]
@@ -27,7 +30,7 @@ impl StoreArgs {
     }
 
     /// The options every open uses: `--no-keep-operations` applied.
-    fn options(&self) -> StoreOptions {
+    pub fn options(&self) -> StoreOptions {
         StoreOptions {
             keep_operations: !self.no_keep_operations,
             ..StoreOptions::default()
@@ -37,15 +40,37 @@ impl StoreArgs {
     async fn open_with(&self, options: StoreOptions) -> Result<Store, Failure> {
         idem_store::open(&self.store, options)
             .await
-            .map_err(|e| Failure::input(format!("cannot open store {}: {e}", self.shown())))
+            .map_err(|e| self.open_failure(e))
     }
 
-    /// The store, to be opened (created, migrated) on first use: `idem run`
-    /// reads and derives every operation first. A malformed URL is refused
-    /// now.
-    pub fn deferred(&self) -> Result<Store, Failure> {
-        idem_store::Deferred::store(&self.store, self.options())
-            .map_err(|e| Failure::input(format!("cannot open store {}: {e}", self.shown())))
+    /// The failure of an open of this store, naming it (its password
+    /// hidden).
+    pub fn open_failure(&self, e: idem_store::StoreError) -> Failure {
+        Failure::input(format!("cannot open store {}: {e}", self.shown()))
+    }
+
+    /// Opens the store, trying again while it is unavailable (a server
+    /// still starting, a fail-over) for up to `budget` (`--store-outage`).
+    /// Past it, says so and gives the exit code (`Ok(Err(code))`): nothing
+    /// ran.
+    pub async fn open_riding_out(&self, budget: Duration) -> Result<Result<Store, u8>, Failure> {
+        let waiting = |e: &idem_store::StoreError| {
+            tell!(
+                "idem: the store is unavailable ({e}); trying again for up to {}",
+                humantime::format_duration(budget)
+            )
+        };
+        match idem::job::open_riding_out(&self.store, self.options(), budget, waiting).await {
+            Ok(store) => Ok(Ok(store)),
+            Err(e) if e.is_unavailable() => {
+                tell!(
+                    "idem: stopped: the store stayed unavailable past --store-outage {}; the command did not run: {e}",
+                    humantime::format_duration(budget)
+                );
+                Ok(Err(crate::exit::STORE_UNAVAILABLE))
+            }
+            Err(e) => Err(self.open_failure(e)),
+        }
     }
 
     /// Opens a store that must already exist, for commands that only read

@@ -85,7 +85,6 @@
 mod backend;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod codec;
-mod deferred;
 mod execute;
 mod group_commit;
 mod machine;
@@ -100,7 +99,6 @@ mod store;
 mod url;
 mod vocabulary;
 
-pub use deferred::Deferred;
 pub use group_commit::{GroupCommit, GroupCommitOptions, GroupCommitStats, LaneStats};
 pub use memory::MemoryStore;
 pub use open::{migrate, open};

@@ -10,6 +10,10 @@
 //! - [`job`]: a batch job's operations through an effect, at most once per
 //!   key (`idem run` as a library): ownership, the job lease, batched
 //!   claims and completions, a summary.
+//! - [`consume`]: messages from a broker (JetStream with the `nats`
+//!   feature, RabbitMQ with `amqp`), each run as an operation exactly as a
+//!   job runs one, its delivery settled once its end is recorded (`idem
+//!   consume` as a library).
 //! - [`forensics`]: why it ran twice: the store's attempt log read back
 //!   as duplicates and their causes, and the runs involved.
 //! - [`lifecycle`]: a policy across versions: `idem diff` (which keys an

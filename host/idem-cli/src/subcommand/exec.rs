@@ -50,9 +50,12 @@ pub fn run(args: ExecArgs) -> Result<u8, Failure> {
     args.run.apply(&mut op);
     derive_first(&policy, &op)?;
     runtime()?.block_on(async {
-        // Opened on first use: a store still starting (or failing over) is
-        // waited for as any other outage, within --store-outage.
-        let store = args.store.deferred()?;
+        // A store still starting (or failing over) is waited for as any
+        // other outage, within --store-outage.
+        let store = match args.store.open_riding_out(args.run.store_outage).await? {
+            Ok(store) => store,
+            Err(code) => return Ok(code),
+        };
         let engine = Engine::new(policy, store, args.run.engine_options());
         let code = exec(&engine, &op, &args).await;
         // The answer this call got (a replay, a conflict…) into the
@@ -100,6 +103,10 @@ async fn exec(engine: &Engine, op: &Operation, args: &ExecArgs) -> Result<u8, Fa
         }
         Err(e) => return Err(engine_failure(e)),
     };
+    // A command's usual duration is unknown here: the policy's hint when
+    // shorter than the holder's lease, else the lease left (by then the
+    // holder has ended, or the next run is the policy's to decide).
+    let in_flight_after = begun.in_flight_retry_after_ms(std::time::Duration::MAX);
     let execution = match begun {
         Begin::Execute(e) => e,
         Begin::Replay(r) => {
@@ -115,13 +122,8 @@ async fn exec(engine: &Engine, op: &Operation, args: &ExecArgs) -> Result<u8, Fa
             let _ = out.flush();
             return Ok(exit::from_status(r.outcome.status));
         }
-        Begin::InProgress {
-            key,
-            retry_after_ms,
-            reason,
-            ..
-        } => {
-            let after = retry_after_ms
+        Begin::InProgress { key, reason, .. } => {
+            let after = in_flight_after
                 .map(|ms| format!("; retry after {ms} ms"))
                 .unwrap_or_default();
             tell!(

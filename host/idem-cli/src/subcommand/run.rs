@@ -36,7 +36,7 @@ use std::time::Duration;
 use clap::Args;
 use idem::engine::Engine;
 use idem::forensics;
-use idem::job::{Effect, JobError, JobEvent, JobLeaseOptions, JobOptions, JobRunner, Summary};
+use idem::job::{JobError, JobEvent, JobLeaseOptions, JobOptions, JobPlan, JobRunner, Summary};
 use idem_serve::MetricsExport;
 use indicatif::{ProgressBar, ProgressStyle};
 
@@ -157,14 +157,24 @@ pub fn run(args: RunArgs) -> Result<u8, Failure> {
         wait_for_peers: args.wait_for_peers.map(|max| max.unwrap_or(Duration::MAX)),
         store_outage: args.run.store_outage,
     };
+    let progress = progress_bar();
+    // Every line is read and derived before the store is opened: a policy
+    // failing on a line leaves no store behind.
+    let plan = JobPlan::read(
+        &policy,
+        ops,
+        &options,
+        report_to(progress.clone(), skip_file.clone()),
+    )
+    .map_err(|e| job_failure(e, &args))?;
     runtime()?.block_on(async {
-        // Opened once every line is read and derived (the runner's
-        // `Records::ready`): a policy failing on a line leaves no store.
-        let store = args.store.deferred()?;
+        let store = match args.store.open_riding_out(args.run.store_outage).await? {
+            Ok(store) => store,
+            Err(code) => return Ok(code),
+        };
         let (started_ms, log_store) = (store.clock().now_ms(), store.clone());
         let namespace = policy.info().namespace.clone();
         let engine = Engine::new(policy, store, args.run.engine_options());
-        let progress = progress_bar();
         let runner = JobRunner::new(engine, options)
             .on_event(report_to(progress.clone(), skip_file.clone()));
         let effect = CommandEffect::new(
@@ -173,7 +183,7 @@ pub fn run(args: RunArgs) -> Result<u8, Failure> {
             concurrency.get(),
             &args.run.permanent_exit_codes,
         );
-        let ran = run_through(&runner, ops, effect.clone()).await;
+        let ran = runner.run_planned(plan, effect.clone()).await;
         effect.shutdown().await;
         progress.finish_and_clear();
         let summary = ran.map_err(|e| job_failure(e, &args))?;
@@ -252,14 +262,6 @@ async fn write_metrics(
                 path.display()
             ))
         })
-}
-
-async fn run_through<E: Effect>(
-    runner: &JobRunner,
-    ops: OpsFile,
-    effect: E,
-) -> Result<Summary, JobError> {
-    runner.run_source(ops, effect).await
 }
 
 /// `--skip-invalid FILE`: each skipped line as a JSON object, written as

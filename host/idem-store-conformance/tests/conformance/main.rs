@@ -14,8 +14,8 @@ use std::time::Duration;
 
 use idem_store::{
     AttemptFilter, ClaimOutcome, ManualClock, OpenErrorKind, Outcome, Ownership, RecordState,
-    Records, SqliteOptions, SqliteStore, Store, StoreClock, StoreError, StoreOptions, StoreUrl,
-    Synchronous, Writes,
+    Records, SqliteOptions, SqliteStore, Store, StoreError, StoreOptions, StoreUrl, Synchronous,
+    Writes,
 };
 use idem_store_conformance::{self as conformance, memory_factory, request, sqlite_factory};
 

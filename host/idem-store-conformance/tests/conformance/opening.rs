@@ -1,6 +1,6 @@
 //! Opening a SQLite store: what is refused untouched (a directory, a
 //! foreign or newer file, a read-only one, a missing directory), what a new
-//! file becomes, URL options, a deferred store, opening without migrating.
+//! file becomes, URL options, opening without migrating.
 
 use super::*;
 
@@ -183,51 +183,6 @@ async fn store_urls_open_stores() {
             ..
         })
     ));
-}
-
-/// A store opened on first use: nothing exists until a call needs it (or
-/// `ready`), a malformed URL is refused at once, and a store that cannot
-/// be opened is that call's error, tried again by the next.
-#[tokio::test]
-async fn a_deferred_store_opens_on_first_use() {
-    use idem_store::Deferred;
-
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("idem.db");
-    let url = format!("sqlite:{}", path.display());
-    let deferred = Arc::new(Deferred::new(&url, StoreOptions::default()).unwrap());
-    let store = Store::from_backend(url.as_str(), StoreClock::default(), deferred.clone());
-    assert!(store.writes().batching().shares_commits);
-    assert!(store.clock().now_ms() > 0);
-    assert!(!path.exists() && !deferred.is_open(), "nothing opened yet");
-    store.records().ready().await.unwrap();
-    assert!(path.is_file() && deferred.is_open());
-    let claim = store
-        .writes()
-        .claim(request(&conformance::key(1), 1, 60_000, 600_000, 1))
-        .await
-        .unwrap();
-    assert!(matches!(claim, ClaimOutcome::Claimed(_)));
-
-    assert!(matches!(
-        Deferred::new("sqlit:/x.db", StoreOptions::default()),
-        Err(StoreError::UnsupportedUrl { .. })
-    ));
-    let missing = dir.path().join("no/such/dir/idem.db");
-    let deferred = Arc::new(
-        Deferred::new(
-            &format!("sqlite:{}", missing.display()),
-            StoreOptions::default(),
-        )
-        .unwrap(),
-    );
-    for _ in 0..2 {
-        assert!(matches!(
-            Records::ready(&*deferred).await,
-            Err(StoreError::Open { .. })
-        ));
-    }
-    assert!(!deferred.is_open());
 }
 
 /// Opening without migrating (`StoreOptions::migrate` off) refuses a

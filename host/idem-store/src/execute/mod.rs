@@ -3,8 +3,12 @@
 //! the backend's record transaction or on its fast path, and check a fast
 //! path's write against the machine's answer (debug builds).
 //!
-//! The claim sequence (validate → epoch → load → decide → fence → save) is
-//! here and nowhere else; backends only lock, load and save.
+//! The claim sequence is split in two: what is decided (validate here, the
+//! decision in `machine/`, the fence it draws) is written once, here; what
+//! touches rows is each backend's `transact` (`crate::backend`): it checks
+//! the ownership epoch, locks and loads the record, calls the decision
+//! handed to it, and saves what comes back, with the attempt-log entry, in
+//! the same transaction. A backend never decides.
 //!
 //! - `writes.rs`: [`crate::Writes`] for every backend; `claims.rs` and
 //!   `finishes.rs` the two kinds, alone and in batches;

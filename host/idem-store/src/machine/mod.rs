@@ -11,8 +11,10 @@
 //!
 //! One file per decision: `claim.rs` (claims and take-overs), `finish.rs`
 //! (a holder's end and heartbeat), `review.rs` (sent to review, resolved by
-//! a person), `ownership.rs` (memberships, epochs, job leases); here what
-//! they share: time arithmetic, "counts as absent", the fence checks.
+//! a person), `ownership.rs` (memberships, epochs, job leases),
+//! `activation.rs` (a policy version activated or rolled back in its
+//! namespace), `gate.rs` (the gate a downstream keeps); here what they
+//! share: time arithmetic, "counts as absent", the fence checks.
 
 use std::time::Duration;
 

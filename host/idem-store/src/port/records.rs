@@ -18,16 +18,6 @@ use crate::vocabulary::{Claim, ListFilter, OwnershipToken, RecordKey, RecordView
 /// [`StoreError::NotEligible`], [`StoreError::Gone`]) changes nothing.
 #[async_trait]
 pub trait Records: Send + Sync + 'static {
-    /// Makes sure the store is open and usable, changing nothing: a store
-    /// opened on first use ([`crate::Deferred`]) opens here. A caller that
-    /// prepares work before touching the store (the job runner reads and
-    /// derives every operation first) calls it before the first write, so
-    /// that a store that cannot be opened stops the work before anything
-    /// is claimed. Default: nothing to do.
-    async fn ready(&self) -> Result<(), StoreError> {
-        Ok(())
-    }
-
     /// Re-executes under a new, higher fence (attempts + 1), after the policy
     /// decided `re-execute`. Succeeds only while the record still carries
     /// `observed_fence` and is failed-retryable, outcome-unknown, or

@@ -4,8 +4,8 @@
 //! FROM unnest(…) ON CONFLICT DO NOTHING`, a fence from the sequence per
 //! row, the clock read once, the ownership epoch checked as the single
 //! fast claim checks it) and, in the same snapshot, reads the record
-//! already under every other key. The operations layer then decides each
-//! request with the machine, as a single claim would; what the statement
+//! already under every other key. The executor (`execute/claims.rs`) then
+//! decides each request with the machine, as a single claim would; what the statement
 //! cannot settle (a record past its retention, or one another transaction
 //! inserted after this statement's snapshot) takes the single path.
 //!

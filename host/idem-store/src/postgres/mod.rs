@@ -117,8 +117,8 @@ pub use schema::POSTGRES_SCHEMA_VERSION;
 /// together: a few batch statements in flight keep it as busy as many
 /// single ones. What a batch statement leaves goes one call at a time, with
 /// its fast paths: a shared transaction would hold its row locks across
-/// round trips for nothing. Known from the URL before the store is opened
-/// ([`crate::Deferred`]).
+/// round trips for nothing.
+#[cfg(feature = "postgres")]
 pub(crate) const BATCHING: crate::port::Batching = crate::port::Batching {
     shares_commits: true,
     in_flight: 4,

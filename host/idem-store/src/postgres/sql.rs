@@ -1,6 +1,6 @@
 //! The pieces of SQL the PostgreSQL store's statements share: the store
 //! clock, "counts as absent", a fresh record's values, a finish's, the
-//! attempt log's columns, the schema's quoted name. `statements.rs`
+//! attempt log's columns, the schema's quoted name. `statements/`
 //! assembles every statement from them.
 
 use super::url;

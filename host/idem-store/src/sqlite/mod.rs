@@ -56,6 +56,7 @@ mod schema;
 
 use std::time::Duration;
 
+#[cfg(feature = "sqlite")]
 use crate::port::Batching;
 
 #[cfg(feature = "sqlite")]
@@ -65,8 +66,8 @@ pub use schema::SCHEMA_VERSION;
 
 /// What a batch costs a SQLite store ([`crate::Writes::batching`]): one
 /// writer, and one write transaction carries any number of claims and
-/// finishes, one fsync for all of them. Known from the URL before the file
-/// is opened ([`crate::Deferred`]).
+/// finishes, one fsync for all of them.
+#[cfg(feature = "sqlite")]
 pub(crate) const BATCHING: Batching = Batching {
     shares_commits: true,
     in_flight: 1,

@@ -63,10 +63,10 @@ use tokio::task::JoinSet;
 pub use source::{Delivery, MessageSource, SourceError};
 
 use crate::engine::{Engine, EngineError, FirstClaim, ToClaim};
+use crate::job::fate::Halt;
 use crate::job::{
     Effect, End, Finisher, JobError, JobEvent, Outage, Ownership, Summary, join_ownership,
 };
-use answer::Halt;
 use settle::settle;
 
 /// How a consumer runs.

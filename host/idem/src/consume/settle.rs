@@ -6,11 +6,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::answer::{Halt, Settle, answer};
+use super::answer::{Settle, settle_of};
 use super::{ConsumeOptions, Counted, Delivery, Prepared, SourceError};
-use crate::engine::Engine;
+use crate::engine::{Begin, Engine};
+use crate::job::fate::{self, Halt};
 use crate::job::outage::{self, Backoff};
-use crate::job::{Effect, End, Finisher, JobEvent, settle_riding_out};
+use crate::job::{Effect, End, Finisher, JobEvent, run_effect_recording, settle_riding_out};
 
 /// Settles one delivery made ready by [`super::prepare`]: its operation begun
 /// (riding out an outage), run and recorded; the delivery acknowledged,
@@ -29,7 +30,7 @@ pub(super) async fn settle<E: Effect>(
 ) -> (Counted, Halt) {
     let budget = options.outage_budget;
     let warn = |text: String| observer(JobEvent::Warning(&text));
-    let (op, first) = match prepared {
+    let (op, key, first) = match prepared {
         // Refused for good: the same bytes are refused every time.
         Prepared::Unreadable(e) => {
             if let Err(e) = delivery.term().await {
@@ -52,9 +53,12 @@ pub(super) async fn settle<E: Effect>(
         }
         Prepared::Underived(failed) => {
             let (op, e) = *failed;
-            (op, Err(e))
+            (op, None, Err(e))
         }
-        Prepared::Ready { item, first } => (item.operation().clone(), Ok((item, first))),
+        Prepared::Ready { item, first } => {
+            let key = item.request().key.digest;
+            (item.operation().clone(), Some(key), Ok((item, first)))
+        }
     };
     let work = async {
         let begun = match first {
@@ -68,8 +72,27 @@ pub(super) async fn settle<E: Effect>(
                 .await
             }
         };
-        let (end, then, note, halt) =
-            answer(engine, finisher, effect, op, begun, options, &*delivery).await;
+        let fate = match begun {
+            Ok(Begin::Execute(execution)) => {
+                let (key, lease) = (execution.key_hex(), execution.lease());
+                // The end goes to the consumer's finisher, which records
+                // the ends that arrive together in one store call.
+                let ran = run_effect_recording(
+                    effect,
+                    op,
+                    execution,
+                    async |execution, ending, outcome| {
+                        finisher
+                            .record(execution.into_finish(ending, outcome))
+                            .await
+                    },
+                )
+                .await;
+                fate::of_execution(ran, &key, lease)
+            }
+            other => fate::of_answer(other, key),
+        };
+        let (end, then, note, halt) = settle_of(engine, fate, options, &delivery.describe()).await;
         // Forwarded while the delivery is still reported in progress. A
         // forward that fails past the budget is not tried again (delivered
         // again, the record in review is answered, not forwarded): the

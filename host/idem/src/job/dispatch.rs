@@ -7,17 +7,17 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use idem_core::{Digest, Operation};
-use idem_store::{Finish, RecordKey, RecordState, StoreError};
+use idem_store::{Finish, RecordKey};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio::task::{JoinError, JoinSet};
 
-use super::effect::{Effect, Performed, run_effect_recording};
+use super::effect::{Effect, run_effect_recording};
 use super::event::{JobEvent, Observer};
 use super::feed::Fed;
 use super::finisher::Finisher;
 use super::peers;
 use super::summary::{End, Outage, Summary};
-use super::{one, outage};
+use super::{fate, one, outage};
 use crate::engine::{Begin, Engine, EngineError, FirstClaim, ToClaim};
 
 /// How many operations run at once, how many store calls batch, and how
@@ -470,39 +470,8 @@ async fn wait_for_peer<E: Effect>(
 
 /// An operation this run does not execute (its key is `key`): how it ended.
 fn not_executed(begun: Result<Begin, EngineError>, key: Digest) -> Ended {
-    match begun {
-        Ok(Begin::Execute(_)) => unreachable!("executions are run, not reported"),
-        Ok(Begin::Replay(r)) if r.state == RecordState::Completed => (End::Replayed, None),
-        Ok(Begin::Replay(_)) => (End::ReplayedFailure, None),
-        Ok(Begin::InProgress { .. }) => (End::InProgress, None),
-        Ok(Begin::Conflict { key, reason, .. }) => {
-            let note = format!("conflict on key {}: {reason}", key.digest);
-            (End::Conflict, Some(note))
-        }
-        Ok(Begin::Rejected {
-            key,
-            reason,
-            marked_unknown: true,
-            ..
-        }) => {
-            let note = format!("sent key {} to review: {reason}", key.digest);
-            (End::SentToReview, Some(note))
-        }
-        Ok(Begin::Rejected { key, reason, .. }) => {
-            let note = format!("rejected key {}: {reason}", key.digest);
-            (End::Rejected, Some(note))
-        }
-        Err(EngineError::Store(e @ StoreError::StaleEpoch { .. })) => {
-            let note = format!("not run, ownership moved on: {e}");
-            (End::StaleEpoch, Some(note))
-        }
-        Err(e @ EngineError::Policy(_)) => (
-            End::PolicyFailed,
-            Some(format!("key {key}: on a duplicate, {e}")),
-        ),
-        // No execution, so the effect never started: not run.
-        Err(e) => (End::NotRun, Some(format!("key {key}: not run: {e}"))),
-    }
+    let fate = fate::of_answer(begun, Some(key));
+    (fate.end, fate.note)
 }
 
 /// Runs the effect of an operation this run holds, gives up its slot, and
@@ -516,7 +485,7 @@ async fn run_held<E: Effect>(
     permit: OwnedSemaphorePermit,
     observer: &Observer,
 ) -> EndedThen {
-    let key = execution.key_hex();
+    let (key, lease) = (execution.key_hex(), execution.lease());
     let mut then = None;
     let performed = run_effect_recording(
         &*shared.effect,
@@ -573,19 +542,7 @@ async fn run_held<E: Effect>(
         },
     )
     .await;
-    let (end, note) = match performed {
-        Ok(Performed::Completed) => (End::Executed, None),
-        Ok(Performed::Failed { .. }) => (End::Failed, None),
-        Ok(Performed::NotStarted { reason }) => (End::Failed, Some(format!("key {key}: {reason}"))),
-        Ok(Performed::Unknown { reason }) => (
-            End::Unknown,
-            Some(format!("key {key}: {reason}; outcome unknown")),
-        ),
-        Err(EngineError::Fenced(e)) => (
-            End::Fenced,
-            Some(format!("deposed while running; result not recorded: {e}")),
-        ),
-        Err(e) => (End::Unknown, Some(e.to_string())),
-    };
+    let fate = fate::of_execution(performed, &key, lease);
+    let (end, note) = (fate.end, fate.note);
     (end, note, then)
 }

@@ -75,6 +75,7 @@ mod dispatch;
 mod effect;
 mod error;
 mod event;
+pub(crate) mod fate;
 mod feed;
 mod finisher;
 mod lease;
@@ -101,9 +102,10 @@ pub use event::JobEvent;
 pub(crate) use finisher::Finisher;
 pub use lease::JobLeaseOptions;
 pub(crate) use one::settle_riding_out;
-pub use one::{begin_riding_out, run_effect_riding_out};
+pub use one::{begin_riding_out, open_riding_out, run_effect_riding_out};
 pub use ownership::Ownership;
 pub(crate) use ownership::join as join_ownership;
+pub use plan::JobPlan;
 pub use source::{ListSource, OperationSource, SourceItem, SourceRead, Unreadable};
 pub use summary::{End, Outage, Summary};
 
@@ -220,29 +222,51 @@ impl JobRunner {
         effect: E,
     ) -> Result<Summary, JobError> {
         let source: Arc<dyn OperationSource> = Arc::new(source);
-        let on_invalid = if self.options.skip_invalid {
-            plan::OnInvalid::Skip
-        } else {
-            plan::OnInvalid::Stop
-        };
         // The first read is file I/O and policy calls: a blocking thread's.
         let plan = {
             let (engine, source) = (self.engine.clone(), source.clone());
-            let (ownership, observer) = (self.options.ownership.clone(), self.observer.clone());
+            let (options, observer) = (self.options.clone(), self.observer.clone());
             // A large error ends the run, once: its size costs nothing.
             #[allow(clippy::result_large_err)]
             tokio::task::spawn_blocking(move || {
-                plan::plan(&engine, &*source, on_invalid, ownership.as_ref(), &observer)
+                plan::plan(&|op| engine.derive(op), &*source, &options, &observer)
             })
             .await
             .map_err(|e| JobError::Source(format!("checking the operations failed: {e}")))??
         };
+        let ownership = self.options.ownership.clone();
+        let planned = JobPlan {
+            source,
+            plan,
+            ownership,
+        };
+        self.run_planned(planned, effect).await
+    }
+
+    /// Runs what [`JobPlan::read`] read (the operations read again from
+    /// its source, each checked against the first read): for a caller that
+    /// derives every operation before it opens the store, as `idem run`
+    /// does. Steps 2 to 6 of the [module](self).
+    pub async fn run_planned<E: Effect>(
+        &self,
+        planned: JobPlan,
+        effect: E,
+    ) -> Result<Summary, JobError> {
+        let JobPlan {
+            source,
+            plan,
+            ownership,
+        } = planned;
+        if ownership != self.options.ownership {
+            return Err(JobError::Source(
+                "the plan was read for another share of the operations than this runner's \
+                 (JobOptions::ownership)"
+                    .into(),
+            ));
+        }
         let store = self.engine.store().clone();
-        // Every operation is derived before the store is first used (a
-        // store opened on first use, `idem_store::Deferred`, is created or
-        // migrated only now) and before the job lease is taken: bad input
-        // leaves nothing behind and never holds the lease.
-        store.records().ready().await.map_err(JobError::Store)?;
+        // The job lease is taken only once every operation is derived: bad
+        // input never holds it.
         let job_lease = match &self.options.job_lease {
             Some(options) => Some((lease::acquire(&store, options).await?, options.ttl)),
             None => None,

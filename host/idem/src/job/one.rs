@@ -68,6 +68,33 @@ pub(crate) async fn settle_riding_out(
     }
 }
 
+/// [`idem_store::open`], trying again while the store is unavailable (a
+/// server still starting, a fail-over) for up to `budget`; `waiting` is
+/// told once, at the first failure. Anything else (a malformed URL, a
+/// schema this idem does not know) is returned at once.
+pub async fn open_riding_out(
+    url: &str,
+    options: idem_store::StoreOptions,
+    budget: Duration,
+    waiting: impl Fn(&idem_store::StoreError),
+) -> Result<idem_store::Store, idem_store::StoreError> {
+    let mut backoff = outage::Backoff::new(budget);
+    loop {
+        let error = match idem_store::open(url, options.clone()).await {
+            Err(e) if e.is_unavailable() => e,
+            opened => return opened,
+        };
+        match backoff.after_failure().await {
+            outage::Next::Again { first } => {
+                if first {
+                    waiting(&error);
+                }
+            }
+            outage::Next::GiveUp(_) => return Err(error),
+        }
+    }
+}
+
 /// One claim, in a batch of one.
 async fn claim_one(engine: &Engine, item: ToClaim) -> Result<FirstClaim, EngineError> {
     match engine.claim_batch_keeping(vec![item]).await {

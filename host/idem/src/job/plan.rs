@@ -16,11 +16,80 @@ use std::sync::Arc;
 
 use idem_core::{Digest, KeyedDerivation, Operation};
 
+use super::JobOptions;
 use super::error::JobError;
 use super::event::{JobEvent, Observer};
 use super::ownership::Ownership;
 use super::source::{OperationSource, SourceItem, Unreadable};
-use crate::engine::{Engine, EngineError};
+use crate::engine::EngineError;
+use crate::policy::LoadedPolicy;
+
+/// A job's operations after the first read: every entry parsed and derived
+/// (refused before anything else happens, or skipped and reported with
+/// [`JobOptions::skip_invalid`]), with what the run needs of each kept
+/// (see the [job module](super)). Read before a store is opened, so that
+/// an operation the policy refuses leaves nothing behind: no SQLite file
+/// created, no PostgreSQL schema migrated; then run with
+/// [`JobRunner::run_planned`](super::JobRunner::run_planned), which reads
+/// the source again.
+pub struct JobPlan {
+    pub(crate) source: Arc<dyn OperationSource>,
+    pub(crate) plan: Plan,
+    /// The share the plan kept: the runner must run the same one.
+    pub(crate) ownership: Option<Ownership>,
+}
+
+impl std::fmt::Debug for JobPlan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JobPlan")
+            .field("operations", &self.plan.to_run())
+            .field("skipped", &self.plan.skipped())
+            .field("not_owned", &self.plan.not_owned())
+            .finish()
+    }
+}
+
+impl JobPlan {
+    /// Reads every entry of `source` and derives it with `policy` (its
+    /// clock: this process's), as `options` ask (`skip_invalid`, and with
+    /// `ownership`, only this worker's share); `observer` hears every entry
+    /// skipped. Blocking: file I/O and a policy call per operation (in an
+    /// async context, call it from `spawn_blocking`).
+    // A large error ends the run, once: its size costs nothing.
+    #[allow(clippy::result_large_err)]
+    pub fn read(
+        policy: &LoadedPolicy,
+        source: impl OperationSource,
+        options: &JobOptions,
+        observer: impl Fn(JobEvent<'_>) + Send + Sync + 'static,
+    ) -> Result<JobPlan, JobError> {
+        let source: Arc<dyn OperationSource> = Arc::new(source);
+        let clock = idem_store::StoreClock::default();
+        let observer: Observer = Arc::new(observer);
+        let plan = plan(
+            &|op| crate::engine::derive_with(policy, op, clock.now_ms()),
+            &*source,
+            options,
+            &observer,
+        )?;
+        Ok(JobPlan {
+            source,
+            plan,
+            ownership: options.ownership.clone(),
+        })
+    }
+
+    /// How many operations the run will settle (this worker's, not
+    /// skipped).
+    pub fn operations(&self) -> usize {
+        self.plan.to_run()
+    }
+
+    /// How many entries were skipped as invalid.
+    pub fn skipped(&self) -> u64 {
+        self.plan.skipped()
+    }
+}
 
 /// What the first read found.
 #[derive(Debug, Default)]
@@ -144,28 +213,19 @@ fn check_of(op: &Operation) -> u64 {
     hasher.finish()
 }
 
-/// How the first read treats an entry that is not a valid operation.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum OnInvalid {
-    /// Stop the run before anything is claimed.
-    Stop,
-    /// Report it ([`JobEvent::Skipped`]) and run the rest.
-    Skip,
-}
-
 /// Reads every entry of `source`, parses and derives it, and keeps what the
-/// second read needs. With `ownership`, an operation is this worker's when
-/// it owns its partition among the members asked for (the store registers
-/// exactly those: see [`super::ownership::join`]).
+/// second read needs. With `options.ownership`, an operation is this
+/// worker's when it owns its partition among the members asked for (the
+/// store registers exactly those: see [`super::ownership::join`]).
 // A large error ends the run, once: its size costs nothing.
 #[allow(clippy::result_large_err)]
 pub(crate) fn plan(
-    engine: &Engine,
+    derive: &dyn Fn(&Operation) -> Result<KeyedDerivation, EngineError>,
     source: &dyn OperationSource,
-    on_invalid: OnInvalid,
-    ownership: Option<&Ownership>,
+    options: &JobOptions,
     observer: &Observer,
 ) -> Result<Plan, JobError> {
+    let ownership: Option<&Ownership> = options.ownership.as_ref();
     let read = source.read().map_err(JobError::Source)?;
     let mut plan = Plan::default();
     for SourceItem {
@@ -175,7 +235,7 @@ pub(crate) fn plan(
     {
         let invalid = match operation {
             Err(unreadable) => Invalid::Unreadable(unreadable),
-            Ok(op) => match engine.derive(&op) {
+            Ok(op) => match derive(&op) {
                 Ok(keyed) => {
                     let owned = ownership.is_none_or(|o| {
                         idem_core::ownership::owns(&keyed.partition, &o.member, &o.members)
@@ -191,18 +251,16 @@ pub(crate) fn plan(
                 Err(error) => Invalid::Underived(op, error),
             },
         };
-        match on_invalid {
-            OnInvalid::Stop => return Err(invalid.into_error(position)),
-            OnInvalid::Skip => {
-                let (input, error) = invalid.describe();
-                observer(JobEvent::Skipped {
-                    position,
-                    input: &input,
-                    error: &error,
-                });
-                plan.skipped.push(position);
-            }
+        if !options.skip_invalid {
+            return Err(invalid.into_error(position));
         }
+        let (input, error) = invalid.describe();
+        observer(JobEvent::Skipped {
+            position,
+            input: &input,
+            error: &error,
+        });
+        plan.skipped.push(position);
     }
     Ok(plan)
 }
