@@ -234,6 +234,8 @@ async fn connection(
     let conn = watcher.watch(
         hyper::server::conn::http1::Builder::new()
             .max_buf_size(MAX_HEAD_BYTES)
+            // Heads are timed by `Watched` (see the module's docs).
+            .header_read_timeout(None)
             .serve_connection(io, service),
     );
     tokio::pin!(conn);
