@@ -484,7 +484,7 @@ impl Watched {
 
 /// The error that ends a connection past its deadline (hyper closes it).
 fn timed_out() -> Poll<io::Result<()>> {
-    tracing::debug!("closing a connection that sent no request in time");
+    tracing::debug!("closing a connection past its idle or header timeout");
     Poll::Ready(Err(io::ErrorKind::TimedOut.into()))
 }
 
@@ -526,8 +526,8 @@ impl AsyncWrite for Watched {
             self.refused = self.activity.automatic_refusal(buf);
         }
         if self.refused.is_some() {
-            // hyper writes nothing after its refusal but that refusal: the
-            // connection ends, and the socket is answered when dropped.
+            // After its refusal hyper only ends the connection; the socket
+            // is answered when dropped.
             return Poll::Ready(Ok(buf.len()));
         }
         self.activity.written.store(true, Ordering::SeqCst);
