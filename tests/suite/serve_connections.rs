@@ -265,6 +265,42 @@ fn idle_kept_alive_and_slow_connections_are_closed_while_others_are_served() {
     server.ok("/v1/derive", &json!({"operation": op("i1", "1")}));
 }
 
+// The wait between requests is timed apart from a head: a kept-alive
+// connection waits past --header-timeout (an idle hour here) and is served
+// again. (hyper's own head timer would count that wait as the next head's.)
+#[test]
+fn a_kept_alive_connection_waits_its_idle_timeout_not_its_header_timeout() {
+    let store = TestStore::sqlite();
+    let server = Server::start(
+        &store.url,
+        &["--header-timeout", "1s", "--idle-timeout", "1h"],
+        &[],
+    );
+    let body = json!({"operation": op("i1", "1")}).to_string();
+    let request = |close: &str| {
+        format!(
+            "POST /v1/derive HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\n{close}Content-Length: {}\r\n\r\n{body}",
+            server.addr,
+            body.len()
+        )
+    };
+    let mut kept = TcpStream::connect(&server.addr).unwrap();
+    kept.write_all(request("").as_bytes()).unwrap();
+    // Twice the header timeout, idle after the first answer.
+    std::thread::sleep(Duration::from_secs(2));
+    kept.write_all(request("Connection: close\r\n").as_bytes())
+        .unwrap();
+    kept.set_read_timeout(Some(HANG)).unwrap();
+    let mut answers = Vec::new();
+    kept.read_to_end(&mut answers).unwrap();
+    let answers = String::from_utf8_lossy(&answers);
+    assert_eq!(
+        answers.matches("HTTP/1.1 200 ").count(),
+        2,
+        "both requests are answered on the one connection: {answers}"
+    );
+}
+
 #[test]
 fn a_flood_at_a_low_file_limit_is_refused_fast_and_logged() {
     let store = TestStore::sqlite();

@@ -1,37 +1,52 @@
 //! The connections: how many are open, how long each may take, and how they
-//! end when the sidecar stops.
+//! end when the sidecar stops. hyper's `http1::Builder` serves each one
+//! (parsing, keep-alive, the head's bound) and hyper-util's
+//! `GracefulShutdown` tells them to finish and close; what no maintained
+//! piece does is here, each for the reason given.
 //!
-//! A client is not trusted to be quick. Before this, one client that sent
-//! its headers and then stalled kept a stopping sidecar alive for ever, and
-//! idle connections held file descriptors until none were left for anyone
-//! (nothing was logged). So:
+//! - **Timeouts.** A connection is closed when it has waited
+//!   [`ConnectionLimits::idle`] for its next request, or a request's head
+//!   has taken [`ConnectionLimits::header`] from its first byte (from the
+//!   accept for a connection's first request); no request is in flight on
+//!   it either way. hyper's `header_read_timeout` starts when hyper waits
+//!   for a head, on a kept-alive connection as soon as the last answer is
+//!   written: it bounds idle and head together, and cannot keep a minute
+//!   of idle apart from ten seconds of head. So [`Watched`] sees a head's
+//!   first byte and ends a read or write past the phase's deadline.
+//!   (tower's `Timeout` bounds a whole call, which only the drain deadline
+//!   does here. A body's timeout, [`ConnectionLimits::body`], is a
+//!   `tokio::time::timeout` where the `json` module reads it, answering
+//!   `408` with a problem document: tower-http's `RequestBodyTimeout`
+//!   would add a crate and still need that answer shaped.)
+//! - **The cap.** At most [`ConnectionLimits::max_connections`] are open:
+//!   one more is answered `503` with a problem document and closed, at
+//!   once. tower's `ConcurrencyLimit` and `LoadShed` count calls, not the
+//!   idle connections that hold the descriptors, and hyper caps nothing: a
+//!   semaphore at the accept does.
+//! - **Logging.** A failure to accept (the process's file limit reached)
+//!   and a burst of refusals are logged when they start, and with their
+//!   count when they end, never silently ([`Burst`]).
+//! - **hyper's own refusals** of a head it cannot parse (`400`, `431`) go
+//!   out as problem documents like every other refusal. hyper writes them
+//!   bodiless with no hook to shape them: [`Watched`] recognises and drops
+//!   those bytes, and the document is written when hyper lets the socket
+//!   go.
+//! - **Shutdown.** Idle connections close at once, a request whose body is
+//!   still arriving is answered `503` at once (the `json` module: it
+//!   reached nothing), calls in flight get [`ConnectionLimits::drain`] to
+//!   finish, and what still runs then is cut; the caller learns how many
+//!   ([`Drained`]). hyper's graceful shutdown would let a first head still
+//!   arriving run to its timeout, and `GracefulShutdown::shutdown` has no
+//!   deadline: dropping a connection with no call in flight, the deadline
+//!   and the count of calls cut are here.
 //!
-//! - a connection is closed when it has waited [`ConnectionLimits::idle`]
-//!   for its next request, or a request's head has taken
-//!   [`ConnectionLimits::header`] from its first byte — from the accept for
-//!   a connection's first request, so one that never sends a byte is
-//!   closed then, not after the idle timeout (no request is in flight on
-//!   it either way: nothing is lost);
-//! - a request's body must arrive within [`ConnectionLimits::body`] (`408`,
-//!   in the handler that reads it);
-//! - at most [`ConnectionLimits::max_connections`] are open: one more is
-//!   answered `503` with a problem document and closed, at once;
-//! - a failure to accept (the process's file limit reached) and a burst of
-//!   refusals are logged when they start, and how many there were when they
-//!   end, never silently;
-//! - hyper's own refusals of a head it cannot parse (`400`, `431`,
-//!   written before any call, with an empty body) go out as problem
-//!   documents like every other refusal ([`Watched`] swaps them);
-//! - on shutdown, idle connections close at once, a request whose body
-//!   is still arriving is answered `503` at once (the `json` module: it
-//!   reached nothing), calls in flight get
-//!   [`ConnectionLimits::drain`] to finish, and what is still running then
-//!   is cut; the caller learns how many were cut ([`Drained`]).
+//! hyper-util's `conn::auto` (HTTP/1 or HTTP/2) is not used: the sidecar
+//! speaks HTTP/1.1, whose timers these are.
 
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -39,7 +54,8 @@ use std::time::Duration;
 use axum::Router;
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
+use hyper_util::server::graceful::{GracefulShutdown, Watcher};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tokio::task::JoinSet;
@@ -73,7 +89,7 @@ const RESERVED_DESCRIPTORS: u64 = 64;
 /// heads are a few hundred bytes, and every open connection may hold this
 /// much (hyper's default, ~400 KiB, times the connection cap would be
 /// 400 MiB). Past it: `431`.
-pub const MAX_HEAD_BYTES: usize = 64 * 1024;
+const MAX_HEAD_BYTES: usize = 64 * 1024;
 
 /// The default cap on connections, before the file limit lowers it.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
@@ -124,9 +140,10 @@ pub(crate) async fn serve(
     shutdown: impl Future<Output = ()>,
     stop: watch::Sender<bool>,
 ) -> Drained {
-    let stopping = stop.subscribe();
     let permits = Arc::new(Semaphore::new(limits.max_connections.max(1)));
     let in_flight = Arc::new(AtomicUsize::new(0));
+    let graceful = GracefulShutdown::new();
+    // Every task, to reap the ended ones and abort the rest at the deadline.
     let mut connections = JoinSet::new();
     let mut accept_failures = Burst::new("accepting a connection failed");
     let mut over_cap = Burst::new("refused a connection over --max-connections");
@@ -147,7 +164,8 @@ pub(crate) async fn serve(
                                 router.clone(),
                                 limits,
                                 Arc::clone(&in_flight),
-                                stopping.clone(),
+                                graceful.watcher(),
+                                stop.subscribe(),
                                 permit,
                             ));
                         }
@@ -156,7 +174,7 @@ pub(crate) async fn serve(
                                 "{} connections are open; answering 503 until one closes",
                                 limits.max_connections
                             ));
-                            connections.spawn(refuse(stream, limits.max_connections));
+                            connections.spawn(reply_and_close(stream, over_cap_reply(limits)));
                         }
                     }
                 }
@@ -173,27 +191,23 @@ pub(crate) async fn serve(
     accept_failures.end();
     over_cap.end();
     let _ = stop.send(true);
-    let deadline = Instant::now() + limits.drain;
-    loop {
-        match tokio::time::timeout_at(deadline, connections.join_next()).await {
-            Ok(Some(_)) => {}
-            Ok(None) => return Drained { cut: 0 },
-            Err(_) => {
-                let cut = in_flight.load(Ordering::SeqCst);
-                connections.shutdown().await;
-                return Drained { cut };
-            }
-        }
-    }
+    let cut = match tokio::time::timeout(limits.drain, graceful.shutdown()).await {
+        Ok(()) => 0,
+        Err(_) => in_flight.load(Ordering::SeqCst),
+    };
+    connections.shutdown().await;
+    Drained { cut }
 }
 
 /// One connection, until its client closes it, a timeout closes it, or the
-/// sidecar stops.
+/// sidecar stops (`stopping`: dropped at once if no call runs on it; else
+/// hyper finishes the call and closes, told by `watcher`).
 async fn connection(
     stream: TcpStream,
     router: Router,
     limits: ConnectionLimits,
     in_flight: Arc<AtomicUsize>,
+    watcher: Watcher,
     mut stopping: watch::Receiver<bool>,
     _permit: OwnedSemaphorePermit,
 ) {
@@ -201,8 +215,9 @@ async fn connection(
     let io = TokioIo::new(Watched {
         inner: Some(stream),
         activity: Arc::clone(&activity),
-        swapping: None,
-        refused: false,
+        limits,
+        timer: Box::pin(tokio::time::sleep(Duration::ZERO)),
+        refused: None,
     });
     let service = {
         let activity = Arc::clone(&activity);
@@ -216,79 +231,112 @@ async fn connection(
             }
         })
     };
-    let conn = hyper::server::conn::http1::Builder::new()
-        .max_buf_size(MAX_HEAD_BYTES)
-        .serve_connection(io, service);
+    let conn = watcher.watch(
+        hyper::server::conn::http1::Builder::new()
+            .max_buf_size(MAX_HEAD_BYTES)
+            // Heads are timed by `Watched` (see the module's docs).
+            .header_read_timeout(None)
+            .serve_connection(io, service),
+    );
     tokio::pin!(conn);
-    // One timer, reset only when it fires: a phase change wakes no one (a
-    // request would otherwise pay a timer insertion per phase). It never
-    // looks further ahead than the shorter timeout, so a head that starts
-    // while it sleeps is still checked in time.
-    let step = limits.header.min(limits.idle);
-    let timer = tokio::time::sleep(step);
-    tokio::pin!(timer);
-    let mut draining = false;
-    loop {
-        tokio::select! {
-            ended = conn.as_mut() => {
-                if let Err(e) = ended {
-                    tracing::debug!(error = %e, "a connection ended with an error");
-                }
+    let ended = tokio::select! {
+        ended = conn.as_mut() => ended,
+        () = crate::json::stopped(&mut stopping) => {
+            if !activity.busy() {
+                // Nothing in flight on it: closing loses nothing.
                 return;
             }
-            () = timer.as_mut() => {
-                let now = Instant::now();
-                match activity.deadline(&limits) {
-                    Some(deadline) if deadline <= now => {
-                        tracing::debug!("closing a connection that sent no request in time");
-                        return;
-                    }
-                    Some(deadline) => timer.as_mut().reset(deadline.min(now + step)),
-                    None => timer.as_mut().reset(now + step),
-                }
-            }
-            _ = stopping.changed(), if !draining => {
-                draining = true;
-                conn.as_mut().graceful_shutdown();
-                if !activity.busy() {
-                    // Nothing in flight on it: closing loses nothing.
-                    return;
-                }
-            }
+            conn.await
         }
+    };
+    if let Err(e) = ended {
+        tracing::debug!(error = %e, "a connection ended with an error");
     }
 }
 
-/// Answers a connection over the cap `503` with a problem document, and
-/// closes it (a client that does not read gets a second, then is dropped;
-/// one that goes on sending is read for a while, see [`linger`]).
-async fn refuse(mut stream: TcpStream, max: usize) {
-    let problem = Problem::new(
+/// The answer to a connection over the cap: `503`, come back in a second.
+fn over_cap_reply(limits: ConnectionLimits) -> Vec<u8> {
+    let max = limits.max_connections;
+    raw_reply(&Problem::new(
         http::StatusCode::SERVICE_UNAVAILABLE,
         "too-many-connections",
         "Too many connections",
         format!("the sidecar has {max} connections open, its limit (--max-connections); try again shortly"),
     )
-    .retry_after_ms(1000)
-    .to_json()
-    .to_string();
-    let reply = format!(
-        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/problem+json\r\nretry-after: 1\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{problem}",
-        problem.len()
-    );
-    let written = tokio::time::timeout(Duration::from_secs(1), stream.write_all(reply.as_bytes()));
-    if let Ok(Ok(())) = written.await {
-        linger(stream).await;
+    .retry_after_ms(1000))
+}
+
+/// hyper's refusal `status` as a problem document.
+fn refusal_reply(status: u16) -> Vec<u8> {
+    raw_reply(&match status {
+        431 => Problem::new(
+            http::StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            "headers-too-large",
+            "The request's head is too large",
+            "the request's line and headers are larger than 64 KiB (or there are too many headers)",
+        ),
+        _ => Problem::new(
+            http::StatusCode::BAD_REQUEST,
+            "malformed-request",
+            "The request is not valid HTTP/1.1",
+            "the request line or a header could not be parsed, or its framing is ambiguous (two different Content-Length headers, say): send one valid HTTP/1.1 request",
+        ),
+    })
+}
+
+/// `problem` as a whole HTTP/1.1 answer that closes the connection, for a
+/// socket no HTTP server is writing to.
+fn raw_reply(problem: &Problem) -> Vec<u8> {
+    let body = problem.to_json().to_string();
+    let retry = match problem.retry_after_s {
+        Some(s) => format!("retry-after: {s}\r\n"),
+        None => String::new(),
+    };
+    format!(
+        "HTTP/1.1 {} {}\r\ncontent-type: application/problem+json\r\n{retry}connection: close\r\ncontent-length: {}\r\n\r\n{body}",
+        problem.status.as_u16(),
+        problem.status.canonical_reason().unwrap_or(""),
+        body.len()
+    )
+    .into_bytes()
+}
+
+/// How long, and for how many bytes, a refused client's remaining request
+/// is read and discarded before the socket closes.
+const LINGER: (Duration, usize) = (Duration::from_secs(2), 1 << 20);
+
+/// Writes `reply` (a client that does not read gets a second) and closes
+/// the socket. The client may still be sending a refused request: a close
+/// with its bytes unread would reset the connection, and a reset can
+/// destroy the reply before the client reads it. So: end our side, read
+/// and discard what still comes (for a while, up to a bound), then close.
+async fn reply_and_close(mut stream: TcpStream, reply: Vec<u8>) {
+    let written = tokio::time::timeout(Duration::from_secs(1), stream.write_all(&reply));
+    if !matches!(written.await, Ok(Ok(()))) {
+        return;
     }
+    let _ = stream.shutdown().await;
+    let (time, bytes) = LINGER;
+    let _ = tokio::time::timeout(time, async {
+        let mut buf = [0u8; 16 * 1024];
+        let mut read = 0;
+        while read < bytes {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => read += n,
+            }
+        }
+    })
+    .await;
 }
 
 /// Where a connection is: waiting for a request, reading one's head, or
-/// running calls.
+/// running a call (hyper's HTTP/1 runs one at a time on a connection).
 #[derive(Debug, Clone, Copy)]
 enum Phase {
     Idle { since: Instant },
     Head { since: Instant },
-    Busy { calls: usize },
+    Busy,
 }
 
 /// A connection's phase, shared by its reader, its calls and its timer
@@ -297,7 +345,7 @@ struct Activity {
     phase: Mutex<Phase>,
     /// Whether anything was written since the current head began: an
     /// answer still being flushed is not hyper's own refusal.
-    written: std::sync::atomic::AtomicBool,
+    written: AtomicBool,
 }
 
 impl Activity {
@@ -308,7 +356,7 @@ impl Activity {
             phase: Mutex::new(Phase::Head {
                 since: Instant::now(),
             }),
-            written: std::sync::atomic::AtomicBool::new(false),
+            written: AtomicBool::new(false),
         }
     }
 
@@ -328,7 +376,7 @@ impl Activity {
     }
 
     fn busy(&self) -> bool {
-        matches!(*self.phase(), Phase::Busy { .. })
+        matches!(*self.phase(), Phase::Busy)
     }
 
     /// Whether `bytes`, about to be written, are hyper's own refusal of the
@@ -359,7 +407,7 @@ impl Activity {
         match *self.phase() {
             Phase::Idle { since } => Some(since + limits.idle),
             Phase::Head { since } => Some(since + limits.header),
-            Phase::Busy { .. } => None,
+            Phase::Busy => None,
         }
     }
 }
@@ -373,13 +421,7 @@ struct Call {
 
 impl Call {
     fn start(activity: &Arc<Activity>, in_flight: &Arc<AtomicUsize>) -> Call {
-        {
-            let mut phase = activity.phase();
-            *phase = match *phase {
-                Phase::Busy { calls } => Phase::Busy { calls: calls + 1 },
-                _ => Phase::Busy { calls: 1 },
-            };
-        }
+        *activity.phase() = Phase::Busy;
         in_flight.fetch_add(1, Ordering::SeqCst);
         Call {
             activity: Arc::clone(activity),
@@ -391,28 +433,24 @@ impl Call {
 impl Drop for Call {
     fn drop(&mut self) {
         self.in_flight.fetch_sub(1, Ordering::SeqCst);
-        let mut phase = self.activity.phase();
-        *phase = match *phase {
-            Phase::Busy { calls } if calls > 1 => Phase::Busy { calls: calls - 1 },
-            _ => Phase::Idle {
-                since: Instant::now(),
-            },
+        *self.activity.phase() = Phase::Idle {
+            since: Instant::now(),
         };
     }
 }
 
-/// The socket, telling its [`Activity`] when bytes arrive, and swapping
-/// hyper's bodiless refusals of an unparsable head for problem documents
-/// (hyper writes those itself, with no hook to shape them).
+/// The socket, telling its [`Activity`] when bytes arrive, and holding
+/// back hyper's bodiless refusal of an unparsable head: its problem
+/// document is written when hyper drops the socket.
 struct Watched {
-    /// The socket; taken only when dropped after a refusal, to linger.
+    /// The socket; taken when dropped after a refusal, to answer it.
     inner: Option<TcpStream>,
     activity: Arc<Activity>,
-    /// A problem document being written in place of hyper's refusal: the
-    /// bytes, how many are written, and the length hyper asked to write.
-    swapping: Option<(Vec<u8>, usize, usize)>,
-    /// Whether a refusal was written: the client may still be sending.
-    refused: bool,
+    limits: ConnectionLimits,
+    /// When the phase's deadline is next checked.
+    timer: Pin<Box<tokio::time::Sleep>>,
+    /// The status of hyper's refusal, once it tried to write one.
+    refused: Option<u16>,
 }
 
 impl Watched {
@@ -423,70 +461,42 @@ impl Watched {
                 .expect("the socket is there until dropped"),
         )
     }
+
+    /// Whether the phase's deadline has passed, asked when the socket has
+    /// nothing to give or take. The timer is reset only when it fires: a
+    /// phase change arms nothing (a request would otherwise pay a timer
+    /// insertion per phase). It never looks further ahead than the shorter
+    /// timeout, so a head that starts while it sleeps is still checked in
+    /// time.
+    fn expired(&mut self, cx: &mut Context<'_>) -> bool {
+        let step = self.limits.header.min(self.limits.idle);
+        while self.timer.as_mut().poll(cx).is_ready() {
+            let now = Instant::now();
+            match self.activity.deadline(&self.limits) {
+                Some(deadline) if deadline <= now => return true,
+                Some(deadline) => self.timer.as_mut().reset(deadline.min(now + step)),
+                None => self.timer.as_mut().reset(now + step),
+            }
+        }
+        false
+    }
+}
+
+/// The error that ends a connection past its deadline (hyper closes it).
+fn timed_out() -> Poll<io::Result<()>> {
+    tracing::debug!("closing a connection past its idle or header timeout");
+    Poll::Ready(Err(io::ErrorKind::TimedOut.into()))
 }
 
 impl Drop for Watched {
     fn drop(&mut self) {
-        if self.refused
+        if let Some(status) = self.refused
             && let Some(stream) = self.inner.take()
             && let Ok(runtime) = tokio::runtime::Handle::try_current()
         {
-            runtime.spawn(linger(stream));
+            runtime.spawn(reply_and_close(stream, refusal_reply(status)));
         }
     }
-}
-
-/// How long, and for how many bytes, a refused client's remaining request
-/// is read and discarded before the socket closes.
-const LINGER: (Duration, usize) = (Duration::from_secs(2), 1 << 20);
-
-/// Closes a socket whose client may still be sending a refused request: a
-/// close with its bytes unread would reset the connection, and a reset can
-/// destroy the refusal before the client reads it. So: end our side, read
-/// and discard what still comes (for a while, up to a bound), then close.
-async fn linger(mut stream: TcpStream) {
-    use tokio::io::AsyncReadExt;
-    let _ = stream.shutdown().await;
-    let (time, bytes) = LINGER;
-    let _ = tokio::time::timeout(time, async {
-        let mut buf = [0u8; 16 * 1024];
-        let mut read = 0;
-        while read < bytes {
-            match stream.read(&mut buf).await {
-                Ok(0) | Err(_) => break,
-                Ok(n) => read += n,
-            }
-        }
-    })
-    .await;
-}
-
-/// hyper's refusal `status` as a problem document; the connection closes.
-fn refusal_reply(status: u16) -> Vec<u8> {
-    let (code, slug, title, detail) = match status {
-        431 => (
-            http::StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
-            "headers-too-large",
-            "The request's head is too large",
-            "the request's line and headers are larger than 64 KiB (or there are too many headers)",
-        ),
-        _ => (
-            http::StatusCode::BAD_REQUEST,
-            "malformed-request",
-            "The request is not valid HTTP/1.1",
-            "the request line or a header could not be parsed, or its framing is ambiguous (two different Content-Length headers, say): send one valid HTTP/1.1 request",
-        ),
-    };
-    let problem = Problem::new(code, slug, title, detail)
-        .to_json()
-        .to_string();
-    format!(
-        "HTTP/1.1 {} {}\r\ncontent-type: application/problem+json\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{problem}",
-        code.as_u16(),
-        code.canonical_reason().unwrap_or(""),
-        problem.len()
-    )
-    .into_bytes()
 }
 
 impl AsyncRead for Watched {
@@ -497,8 +507,10 @@ impl AsyncRead for Watched {
     ) -> Poll<io::Result<()>> {
         let before = buf.filled().len();
         let polled = self.stream().poll_read(cx, buf);
-        if matches!(polled, Poll::Ready(Ok(()))) && buf.filled().len() > before {
-            self.activity.read_some();
+        match polled {
+            Poll::Ready(Ok(())) if buf.filled().len() > before => self.activity.read_some(),
+            Poll::Pending if self.expired(cx) => return timed_out(),
+            _ => {}
         }
         polled
     }
@@ -510,32 +522,22 @@ impl AsyncWrite for Watched {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        let this = &mut *self;
-        if this.swapping.is_none() {
-            if let Some(status) = this.activity.automatic_refusal(buf) {
-                this.swapping = Some((refusal_reply(status), 0, buf.len()));
-            } else {
-                this.activity.written.store(true, Ordering::SeqCst);
-                return this.stream().poll_write(cx, buf);
-            }
+        if self.refused.is_none() {
+            self.refused = self.activity.automatic_refusal(buf);
         }
-        // hyper asks again with the same bytes until told they are written:
-        // they are, once the whole problem document is.
-        let (reply, mut done, asked) = this.swapping.take().expect("set above");
-        while done < reply.len() {
-            match this.stream().poll_write(cx, &reply[done..]) {
-                Poll::Ready(Ok(0)) => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
-                Poll::Ready(Ok(n)) => done += n,
-                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
-                Poll::Pending => {
-                    this.swapping = Some((reply, done, asked));
-                    return Poll::Pending;
-                }
-            }
+        if self.refused.is_some() {
+            // After its refusal hyper only ends the connection; the socket
+            // is answered when dropped.
+            return Poll::Ready(Ok(buf.len()));
         }
-        this.refused = true;
-        this.activity.written.store(true, Ordering::SeqCst);
-        Poll::Ready(Ok(asked))
+        self.activity.written.store(true, Ordering::SeqCst);
+        // An answer its client does not read is cut once the connection's
+        // idle time has passed, as the connection would be.
+        let polled = self.stream().poll_write(cx, buf);
+        if polled.is_pending() && self.expired(cx) {
+            return timed_out().map_ok(|()| 0);
+        }
+        polled
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -543,6 +545,10 @@ impl AsyncWrite for Watched {
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        if self.refused.is_some() {
+            // The problem document still has to go out (when dropped).
+            return Poll::Ready(Ok(()));
+        }
         self.stream().poll_shutdown(cx)
     }
 

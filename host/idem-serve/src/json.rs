@@ -38,7 +38,7 @@ impl<T: DeserializeOwned> FromRequest<Arc<App>> for Api<T> {
 }
 
 /// Resolves once the sidecar starts to stop (never, if nothing will tell).
-async fn stopped(stopping: &mut tokio::sync::watch::Receiver<bool>) {
+pub(crate) async fn stopped(stopping: &mut tokio::sync::watch::Receiver<bool>) {
     if stopping.wait_for(|s| *s).await.is_err() {
         std::future::pending::<()>().await;
     }
