@@ -56,6 +56,15 @@ pub fn load(name: &str) -> LoadedPolicy {
         .unwrap_or_else(|e| panic!("cannot load {name}: {e}"))
 }
 
+/// An engine of the built test policy `policy` over the store at `url`
+/// (opened, migrated), with the default options.
+pub async fn engine_on(policy: &str, url: &str) -> idem::engine::Engine {
+    let store = idem::store::open(url, idem::store::StoreOptions::default())
+        .await
+        .unwrap_or_else(|e| panic!("cannot open {url}: {e}"));
+    idem::engine::Engine::new(load(policy), store, idem::engine::EngineOptions::default())
+}
+
 /// The `idem` binary built beside this test binary. `cargo test --workspace`
 /// builds it, because its package, `idem-cli`, has an integration test of
 /// its own (cargo builds a package's binaries for its integration tests).

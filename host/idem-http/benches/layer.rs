@@ -24,8 +24,8 @@ use bytes::Bytes;
 use http::{Request, Response};
 use http_body_util::{BodyExt, Full};
 use idem::core::{Operation, OperationLimits};
-use idem::engine::{Begin, Engine, EngineOptions};
-use idem::store::{Outcome, StoreOptions};
+use idem::engine::{Begin, Engine};
+use idem::store::Outcome;
 use idem_http::IdempotencyLayer;
 use tower::{Layer, Service, ServiceExt, service_fn};
 
@@ -49,17 +49,6 @@ fn op(key: &str) -> Operation {
         "a".repeat(64)
     );
     Operation::from_json(&json, &OperationLimits::default()).unwrap()
-}
-
-async fn engine_on(url: &str) -> Engine {
-    let store = idem::store::open(url, StoreOptions::default())
-        .await
-        .unwrap();
-    Engine::new(
-        idem_tests::load("http-idempotency-key"),
-        store,
-        EngineOptions::default(),
-    )
 }
 
 /// This process's CPU time (every thread), in µs: what the work cost,
@@ -147,7 +136,7 @@ fn bench_store(runtime: &tokio::runtime::Runtime, name: &str, url: &str) {
         env_or("IDEM_BENCH_OPS", 300),
         env_or("IDEM_BENCH_ROUNDS", 9),
     );
-    let engine = runtime.block_on(engine_on(url));
+    let engine = runtime.block_on(idem_tests::engine_on("http-idempotency-key", url));
     let store_engine = engine.clone();
     let service = IdempotencyLayer::new(engine.clone())
         .tenant("shop")

@@ -83,17 +83,6 @@ async fn read(State(seen): State<Arc<Seen>>) -> String {
     format!("read {n}")
 }
 
-async fn engine_on(url: &str) -> Engine {
-    let store = idem::store::open(url, StoreOptions::default())
-        .await
-        .unwrap();
-    Engine::new(
-        idem_tests::load("http-idempotency-key"),
-        store,
-        EngineOptions::default(),
-    )
-}
-
 fn app(engine: Engine, seen: Arc<Seen>) -> Router {
     Router::new()
         .route("/charges", post(charge))
@@ -160,7 +149,10 @@ async fn send(app: &Router, request: Request<Body>) -> Answer {
 /// the replayed headers (not the cookie) and the body, marked replayed.
 async fn replays_a_completed_request(url: &str) {
     let seen = Arc::new(Seen::default());
-    let app = app(engine_on(url).await, seen.clone());
+    let app = app(
+        idem_tests::engine_on("http-idempotency-key", url).await,
+        seen.clone(),
+    );
     let first = send(&app, request("POST", "/charges", Some("k-1"), "100 EUR")).await;
     assert_eq!(first.status, StatusCode::CREATED);
     assert_eq!(first.headers["idempotent-replayed"], "false");
@@ -215,7 +207,10 @@ async fn replays_a_completed_request_on_postgres() {
 #[tokio::test]
 async fn a_missing_key_is_a_400_and_nothing_runs() {
     let seen = Arc::new(Seen::default());
-    let app = app(engine_on("memory:").await, seen.clone());
+    let app = app(
+        idem_tests::engine_on("http-idempotency-key", "memory:").await,
+        seen.clone(),
+    );
     let answer = send(&app, request("POST", "/charges", None, "100 EUR")).await;
     answer.assert_problem(StatusCode::BAD_REQUEST, "missing-idempotency-key");
     assert_eq!(answer.json()["field"], "idempotency_key");
@@ -225,7 +220,10 @@ async fn a_missing_key_is_a_400_and_nothing_runs() {
 #[tokio::test]
 async fn bad_key_headers_are_400s_naming_the_header() {
     let seen = Arc::new(Seen::default());
-    let app = app(engine_on("memory:").await, seen.clone());
+    let app = app(
+        idem_tests::engine_on("http-idempotency-key", "memory:").await,
+        seen.clone(),
+    );
     let twice = Request::builder()
         .method("POST")
         .uri("/charges")
@@ -251,7 +249,10 @@ async fn bad_key_headers_are_400s_naming_the_header() {
 #[tokio::test]
 async fn the_key_reused_with_another_payload_is_a_422() {
     let seen = Arc::new(Seen::default());
-    let app = app(engine_on("memory:").await, seen.clone());
+    let app = app(
+        idem_tests::engine_on("http-idempotency-key", "memory:").await,
+        seen.clone(),
+    );
     let first = send(&app, request("POST", "/charges", Some("k-2"), "100 EUR")).await;
     assert_eq!(first.status, StatusCode::CREATED);
     let other_body = send(&app, request("POST", "/charges", Some("k-2"), "900 EUR")).await;
@@ -268,7 +269,10 @@ async fn a_request_in_flight_is_a_409_with_retry_after() {
         gate: Some(gate.clone()),
         ..Seen::default()
     });
-    let app = app(engine_on("memory:").await, seen.clone());
+    let app = app(
+        idem_tests::engine_on("http-idempotency-key", "memory:").await,
+        seen.clone(),
+    );
     let first = tokio::spawn({
         let app = app.clone();
         async move { send(&app, request("POST", "/slow", Some("k-3"), "")).await }
@@ -382,7 +386,10 @@ async fn retry_after_for_a_key_in_flight_never_passes_the_lease() {
 #[tokio::test]
 async fn every_answer_to_a_request_with_a_key_says_whether_it_is_a_replay() {
     let seen = Arc::new(Seen::default());
-    let app = app(engine_on("memory:").await, seen.clone());
+    let app = app(
+        idem_tests::engine_on("http-idempotency-key", "memory:").await,
+        seen.clone(),
+    );
     // Refused before anything runs, with a key.
     let long = "k".repeat(300);
     let refused = send(&app, request("POST", "/charges", Some(&long), "")).await;
@@ -418,7 +425,10 @@ async fn a_client_that_hangs_up_does_not_cancel_the_effect_or_its_record() {
         gate: Some(gate.clone()),
         ..Seen::default()
     });
-    let app = app(engine_on("memory:").await, seen.clone());
+    let app = app(
+        idem_tests::engine_on("http-idempotency-key", "memory:").await,
+        seen.clone(),
+    );
     let first = tokio::spawn({
         let app = app.clone();
         async move { send(&app, request("POST", "/slow", Some("k-4"), "")).await }
@@ -446,7 +456,10 @@ async fn a_client_that_hangs_up_does_not_cancel_the_effect_or_its_record() {
 #[tokio::test]
 async fn bodies_past_the_limit_are_a_413_and_nothing_runs() {
     let seen = Arc::new(Seen::default());
-    let app = app(engine_on("memory:").await, seen.clone());
+    let app = app(
+        idem_tests::engine_on("http-idempotency-key", "memory:").await,
+        seen.clone(),
+    );
     let large = "x".repeat(1025);
     // Without Content-Length: found while reading.
     let answer = send(&app, request("POST", "/charges", Some("k-5"), &large)).await;
@@ -476,7 +489,10 @@ async fn bodies_past_the_limit_are_a_413_and_nothing_runs() {
 #[tokio::test]
 async fn server_errors_are_re_executed_and_client_errors_replayed_as_the_policy_says() {
     let seen = Arc::new(Seen::default());
-    let app = app(engine_on("memory:").await, seen.clone());
+    let app = app(
+        idem_tests::engine_on("http-idempotency-key", "memory:").await,
+        seen.clone(),
+    );
     // 503: recorded failed-retryable; http-idempotency-key re-executes it.
     let first = send(&app, request("POST", "/status", Some("k-6"), "503")).await;
     assert_eq!(
@@ -507,7 +523,10 @@ async fn server_errors_are_re_executed_and_client_errors_replayed_as_the_policy_
 #[tokio::test]
 async fn a_response_too_large_to_keep_replays_its_status_and_says_why() {
     let seen = Arc::new(Seen::default());
-    let app = app(engine_on("memory:").await, seen.clone());
+    let app = app(
+        idem_tests::engine_on("http-idempotency-key", "memory:").await,
+        seen.clone(),
+    );
     let first = send(&app, request("POST", "/big", Some("k-8"), "")).await;
     assert_eq!(first.status, StatusCode::OK);
     assert_eq!(first.body.len(), 100_000);
@@ -531,7 +550,10 @@ async fn a_response_too_large_to_keep_replays_its_status_and_says_why() {
 #[tokio::test]
 async fn methods_outside_the_list_pass_straight_through() {
     let seen = Arc::new(Seen::default());
-    let app = app(engine_on("memory:").await, seen.clone());
+    let app = app(
+        idem_tests::engine_on("http-idempotency-key", "memory:").await,
+        seen.clone(),
+    );
     for n in 1..=2 {
         let answer = send(&app, request("GET", "/read", Some("k-9"), "")).await;
         assert_eq!(answer.body, format!("read {n}"));
@@ -545,7 +567,7 @@ async fn the_tenant_can_come_from_a_header() {
     let app = Router::new()
         .route("/charges", post(charge))
         .layer(
-            IdempotencyLayer::new(engine_on("memory:").await)
+            IdempotencyLayer::new(idem_tests::engine_on("http-idempotency-key", "memory:").await)
                 .tenant_header("x-tenant".parse().unwrap()),
         )
         .with_state(seen.clone());

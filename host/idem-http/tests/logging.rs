@@ -10,8 +10,8 @@ use axum::Router;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use axum::routing::post;
-use idem::engine::{Begin, Engine, EngineOptions};
-use idem::store::{Ending, Outcome, StoreOptions};
+use idem::engine::Begin;
+use idem::store::{Ending, Outcome};
 use idem_http::IdempotencyLayer;
 use tower::ServiceExt;
 use tracing_subscriber::fmt::MakeWriter;
@@ -54,17 +54,6 @@ impl<'a> MakeWriter<'a> for Captured {
     }
 }
 
-async fn engine() -> Engine {
-    let store = idem::store::open("memory:", StoreOptions::default())
-        .await
-        .unwrap();
-    Engine::new(
-        idem_tests::load("http-idempotency-key"),
-        store,
-        EngineOptions::default(),
-    )
-}
-
 fn request(key: &str, body: &str) -> Request<Body> {
     Request::post("/charges")
         .header("idempotency-key", key)
@@ -83,7 +72,7 @@ async fn an_info_log_says_what_ran_what_was_replayed_refused_and_fenced() {
     // The test's runtime is this thread: everything it polls logs here.
     let _default = tracing::subscriber::set_default(subscriber);
 
-    let engine = engine().await;
+    let engine = idem_tests::engine_on("http-idempotency-key", "memory:").await;
     let app = Router::new()
         .route(
             "/charges",
