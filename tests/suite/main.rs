@@ -18,6 +18,7 @@ mod guest_languages;
 mod hardening;
 mod job;
 mod lifecycle;
+mod monitoring;
 mod operator_console;
 mod operators;
 mod outage;

@@ -63,7 +63,7 @@ pub use auth::Token;
 pub use connections::{
     ConnectionLimits, DEFAULT_MAX_CONNECTIONS, Drained, default_max_connections,
 };
-pub use metrics_export::{MetricsExport, REVIEW_WAITING};
+pub use metrics_export::{MetricsExport, REVIEW_OLDEST, REVIEW_WAITING};
 
 /// Escapes text for HTML content and attribute values: what the review
 /// console's pages and `idem report --html` put in their markup.

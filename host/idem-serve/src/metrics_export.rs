@@ -25,6 +25,12 @@ const SIZES: &[f64] = &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.
 /// The name of the review-queue gauge, set when the text is rendered.
 pub const REVIEW_WAITING: &str = "idem_review_waiting";
 
+/// The name of the gauge of how long the record that has waited longest
+/// for a person has waited (0 when none waits), set when the text is
+/// rendered: an alert on the count alone cannot tell a record settled
+/// every hour from one forgotten for a week.
+pub const REVIEW_OLDEST: &str = "idem_review_oldest_waiting_seconds";
+
 /// A Prometheus recorder installed for this process, and the way to read
 /// it back as text.
 #[derive(Clone)]
@@ -54,6 +60,7 @@ impl MetricsExport {
             .install_recorder()
             .map_err(failed)?;
         describe();
+        zeroed();
         Ok(MetricsExport { handle })
     }
 
@@ -65,6 +72,12 @@ impl MetricsExport {
         let failure = match waiting_records(store, namespace).await {
             Ok(waiting) => {
                 metrics::gauge!(REVIEW_WAITING).set(waiting.len() as f64);
+                let oldest = waiting
+                    .iter()
+                    .map(|(view, _)| waiting_ms(view))
+                    .max()
+                    .unwrap_or(0);
+                metrics::gauge!(REVIEW_OLDEST).set(oldest as f64 / 1000.0);
                 None
             }
             Err(e) => Some(format!("cannot count the records waiting for review: {e}")),
@@ -72,6 +85,59 @@ impl MetricsExport {
         self.handle.run_upkeep();
         (self.handle.render(), failure)
     }
+}
+
+/// How long `view`'s record has waited for a person, by the store's
+/// clock: since it was sent to review (outcome unknown), or since its
+/// lease ran out (in progress, its holder silent).
+fn waiting_ms(view: &idem::store::RecordView) -> u64 {
+    let since = match view.record.state {
+        idem::store::RecordState::InProgress => view.record.lease_until_ms,
+        _ => view.record.updated_ms,
+    };
+    view.now_ms.saturating_sub(since)
+}
+
+/// Every series an alert rule reads, present from the first scrape at
+/// zero: a rule over a series that does not exist yet (`increase(…)` of a
+/// counter never incremented) silently never fires, and a dashboard shows
+/// "no data" where it should show 0.
+fn zeroed() {
+    const ANSWERS: [&str; 8] = [
+        "execute",
+        "take-over",
+        "replay",
+        "in-progress",
+        "conflict",
+        "rejected",
+        "sent-to-review",
+        "error",
+    ];
+    for answer in ANSWERS {
+        metrics::counter!("idem_begin_total", "answer" => answer).absolute(0);
+    }
+    for ending in ["completed", "failed-retryable", "failed-permanent"] {
+        for result in ["ok", "fenced", "error"] {
+            metrics::counter!("idem_finish_total", "ending" => ending, "result" => result)
+                .absolute(0);
+        }
+    }
+    for resolution in [
+        "resolved-completed",
+        "resolved-released",
+        "resolved-rejected",
+    ] {
+        for result in ["ok", "refused"] {
+            metrics::counter!(
+                "idem_resolution_total",
+                "resolution" => resolution,
+                "result" => result
+            )
+            .absolute(0);
+        }
+    }
+    metrics::gauge!(REVIEW_WAITING).set(0.0);
+    metrics::gauge!(REVIEW_OLDEST).set(0.0);
 }
 
 /// HELP text for each metric, so that a scrape (and `promtool check
@@ -102,6 +168,11 @@ fn describe() {
     describe_gauge!(
         REVIEW_WAITING,
         "Records waiting for a person (outcome unknown, or in progress past their lease unless their effect is atomic with their end), counted at the scrape."
+    );
+    describe_gauge!(
+        REVIEW_OLDEST,
+        Unit::Seconds,
+        "How long the record that has waited longest for a person has waited (0 when none waits), at the scrape."
     );
     describe_histogram!(
         "idem_store_call_seconds",
