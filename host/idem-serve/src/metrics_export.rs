@@ -87,6 +87,52 @@ impl MetricsExport {
     }
 }
 
+impl MetricsExport {
+    /// Serves `GET /metrics` alone on `listener` until `shutdown`
+    /// resolves, with no token (bind it where only your Prometheus
+    /// reaches): for a process with no API of its own (`idem consume
+    /// --metrics`). [`REVIEW_WAITING`] counts the records of `namespace`.
+    pub async fn serve_alone(
+        self,
+        listener: tokio::net::TcpListener,
+        store: Store,
+        namespace: String,
+        shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> std::io::Result<()> {
+        let shared = Arc::new((self, store, namespace));
+        let router = axum::Router::new().route(
+            "/metrics",
+            axum::routing::get(move || {
+                let shared = shared.clone();
+                async move {
+                    let (export, store, namespace) = &*shared;
+                    text_response(export, store, namespace).await
+                }
+            }),
+        );
+        axum::serve(listener, router)
+            .with_graceful_shutdown(shutdown)
+            .await
+    }
+}
+
+/// The exposition of `export` as a response, a failure to count what waits
+/// logged.
+async fn text_response(export: &MetricsExport, store: &Store, namespace: &str) -> Response {
+    let (text, failure) = export.render(store, Some(namespace)).await;
+    if let Some(failure) = failure {
+        tracing::warn!("{failure}");
+    }
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        text,
+    )
+        .into_response()
+}
+
 /// How long `view`'s record has waited for a person, by the store's
 /// clock: since it was sent to review (outcome unknown), or since its
 /// lease ran out (in progress, its holder silent).
@@ -183,6 +229,10 @@ fn describe() {
         "idem_run_operations",
         "How the operations of the last `idem run` ended, by end (executed, replayed, sent_to_review, unknown, …)."
     );
+    describe_counter!(
+        "idem_consume_deliveries_total",
+        "Deliveries `idem consume` settled, by how each ended (the summary's counts: executed, replayed, refused, …)."
+    );
     describe_histogram!(
         "idem_group_commit_batch_size",
         "Writes carried by each store call of the group-commit lane."
@@ -195,16 +245,5 @@ pub(crate) async fn scrape(State(app): State<Arc<App>>) -> Response {
         return StatusCode::NOT_FOUND.into_response();
     };
     let namespace = app.engine.policy().info().namespace.clone();
-    let (text, failure) = export.render(app.engine.store(), Some(&namespace)).await;
-    if let Some(failure) = failure {
-        tracing::warn!("{failure}");
-    }
-    (
-        [(
-            header::CONTENT_TYPE,
-            "text/plain; version=0.0.4; charset=utf-8",
-        )],
-        text,
-    )
-        .into_response()
+    text_response(export, app.engine.store(), &namespace).await
 }

@@ -404,3 +404,65 @@ fn stopping_when_idle_beside_a_live_holder_exits_1_naming_what_it_leaves() {
     assert!(stderr.contains("leaving 1 messages"), "{stderr}");
     assert_eq!(super::summary(&out)["unacknowledged"], 1);
 }
+
+/// `--metrics`: while the consumer runs, its deliveries by end (every end
+/// present from the start, at zero), the engine's begins and the review
+/// queue, scraped as Prometheus would.
+#[test]
+fn a_consumer_serves_its_metrics_while_it_runs() {
+    use std::io::{BufRead, BufReader};
+
+    let test = "consume::nats::a_consumer_serves_its_metrics_while_it_runs";
+    let Some(url) = nats_url(test) else { return };
+    let stream = Stream::create(&url, "metrics");
+    let dir = tempfile::tempdir().unwrap();
+    stream.publish(&[
+        super::charge("m1"),
+        super::charge("m2"),
+        super::charge("m1"),
+    ]);
+    let mut consumer = super::spawn_piped(super::consume(
+        &stream,
+        dir.path(),
+        "billing",
+        &["--metrics", "127.0.0.1:0", "--stop-when-idle", "30s"],
+        super::APPEND,
+    ));
+    let stderr = consumer.stderr.take().unwrap();
+    let (found, address) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if let Some(rest) = line.strip_prefix("idem: metrics at http://") {
+                let _ = found.send(rest.trim_end_matches("/metrics").to_string());
+            }
+        }
+    });
+    let addr = address
+        .recv_timeout(std::time::Duration::from_secs(60))
+        .expect("the consumer says where its metrics are");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let text = loop {
+        let reply = crate::serve::request(&addr, "GET", "/metrics", &[], b"");
+        assert_eq!(reply.status, 200);
+        let text = reply.text();
+        if text.contains("idem_consume_deliveries_total{end=\"replayed\"} 1") {
+            break text;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the three deliveries never showed:\n{text}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    let _ = consumer.kill();
+    let _ = consumer.wait();
+    for expected in [
+        "idem_consume_deliveries_total{end=\"executed\"} 2",
+        "idem_consume_deliveries_total{end=\"refused\"} 0",
+        "idem_begin_total{answer=\"execute\"} 2",
+        "idem_review_waiting 0",
+        "# HELP idem_consume_deliveries_total",
+    ] {
+        assert!(text.contains(expected), "{expected} missing from:\n{text}");
+    }
+}

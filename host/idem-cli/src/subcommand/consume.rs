@@ -21,8 +21,9 @@ use clap::Args;
 use idem::consume::amqp::AmqpSource;
 use idem::consume::{ConsumeOptions, MessageSource, consume, nats::JetStreamSource};
 use idem::engine::Engine;
-use idem::job::{Effect, JobError, JobEvent, Summary};
+use idem::job::{Effect, End, JobError, JobEvent, Summary};
 use idem_core::text::escaped;
+use idem_serve::MetricsExport;
 
 use super::run::print_waiting;
 use super::serve::shutdown_signal;
@@ -30,6 +31,7 @@ use crate::command_effect::CommandEffect;
 use crate::exit::{self, Failure};
 use crate::policy_args::PolicyArgs;
 use crate::run_flags::{PartitionFlags, RunFlags};
+use crate::shown::tell;
 use crate::store_args::{StoreArgs, runtime};
 
 /// `idem consume`'s flags.
@@ -93,6 +95,13 @@ pub struct ConsumeArgs {
     pub run: RunFlags,
     #[command(flatten)]
     pub partition: PartitionFlags,
+    /// Serve the consumer's metrics at http://ADDR/metrics while it runs,
+    /// in Prometheus's text format (e.g. `127.0.0.1:9464`): the engine's
+    /// and the store's, the review queue, and how deliveries ended
+    /// (`idem_consume_deliveries_total{end}`). No token: bind it where only
+    /// your Prometheus reaches.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<std::net::SocketAddr>,
     /// Print the summary as JSON.
     #[arg(long)]
     pub json: bool,
@@ -139,9 +148,17 @@ pub fn run(args: ConsumeArgs) -> Result<u8, Failure> {
         args.consumer.as_deref().unwrap_or_default()
     );
     let ownership = args.partition.ownership(&group).map_err(Failure::input)?;
+    let metrics = match args.metrics {
+        Some(_) => Some(MetricsExport::install().map_err(Failure::input)?),
+        None => None,
+    };
     runtime()?.block_on(async {
         let store = args.store.open().await?;
+        let namespace = policy.info().namespace.clone();
         let engine = Arc::new(Engine::new(policy, store, args.run.engine_options()));
+        if let (Some(export), Some(addr)) = (metrics, args.metrics) {
+            serve_metrics(export, addr, engine.store().clone(), namespace).await?;
+        }
         let mut source = broker
             .connect(&args)
             .await
@@ -286,10 +303,18 @@ async fn consume_with<E: Effect>(
     effect: E,
     options: ConsumeOptions,
 ) -> Result<Summary, JobError> {
+    // Counted whether or not a recorder is installed (without one, a
+    // counter costs an atomic load).
+    for end in End::ALL {
+        metrics::counter!(DELIVERIES, "end" => end.summary_field()).absolute(0);
+    }
     let observer = Arc::new(|event: JobEvent<'_>| match event {
-        JobEvent::Ended {
-            note: Some(note), ..
-        } => eprintln!("idem: {note}"),
+        JobEvent::Ended { end, note } => {
+            metrics::counter!(DELIVERIES, "end" => end.summary_field()).increment(1);
+            if let Some(note) = note {
+                eprintln!("idem: {note}");
+            }
+        }
         JobEvent::Warning(text) => eprintln!("idem: {text}"),
         _ => {}
     });
@@ -302,6 +327,33 @@ async fn consume_with<E: Effect>(
         observer,
     )
     .await
+}
+
+/// The counter of deliveries by how they ended.
+const DELIVERIES: &str = "idem_consume_deliveries_total";
+
+/// `--metrics ADDR`: binds now (a taken address stops the consumer before
+/// it fetches anything) and serves until the process ends.
+async fn serve_metrics(
+    export: MetricsExport,
+    addr: std::net::SocketAddr,
+    store: idem::store::Store,
+    namespace: String,
+) -> Result<(), Failure> {
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| Failure::input(format!("--metrics {addr}: cannot listen: {e}")))?;
+    // The address bound (port 0 picks one), for whoever started us.
+    if let Ok(bound) = listener.local_addr() {
+        tell!("idem: metrics at http://{bound}/metrics");
+    }
+    tokio::spawn(async move {
+        let never = std::future::pending::<()>();
+        if let Err(e) = export.serve_alone(listener, store, namespace, never).await {
+            tell!("idem: --metrics stopped serving: {e}");
+        }
+    });
+    Ok(())
 }
 
 fn print_summary(summary: &Summary, args: &ConsumeArgs) {

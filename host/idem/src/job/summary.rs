@@ -47,6 +47,46 @@ pub enum End {
     Refused,
 }
 
+impl End {
+    /// Every end, in the order [`Summary`] lists their counts.
+    pub const ALL: [End; 14] = [
+        End::Executed,
+        End::Replayed,
+        End::ReplayedFailure,
+        End::InProgress,
+        End::Conflict,
+        End::Rejected,
+        End::SentToReview,
+        End::Failed,
+        End::Fenced,
+        End::Unknown,
+        End::StaleEpoch,
+        End::PolicyFailed,
+        End::Refused,
+        End::NotRun,
+    ];
+
+    /// The name of the [`Summary`] count this end adds to (its field, as
+    /// `--json` prints it): a label for a metric of ends.
+    pub fn summary_field(self) -> &'static str {
+        match self {
+            End::Executed => "executed",
+            End::Replayed => "replayed",
+            End::ReplayedFailure | End::Failed => "failed",
+            End::InProgress => "in_progress",
+            End::Conflict => "conflicts",
+            End::Rejected => "rejected",
+            End::SentToReview => "sent_to_review",
+            End::Fenced => "fenced",
+            End::Unknown => "unknown",
+            End::StaleEpoch => "stale_epoch",
+            End::PolicyFailed => "policy_failed",
+            End::NotRun => "not_run",
+            End::Refused => "refused",
+        }
+    }
+}
+
 /// How a job's operations ended, counted. Serialised as `idem run --json`
 /// prints it (the field names are that format).
 #[derive(Debug, Default, Clone, Serialize, PartialEq, Eq)]
