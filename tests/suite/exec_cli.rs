@@ -353,3 +353,49 @@ fn bad_input_is_refused_and_nothing_is_written() {
     );
     assert!(env.ledger_lines().is_empty());
 }
+
+/// What failed, kept: a failing command's stderr still reaches ours, and
+/// its last line is the detail of the failure in the attempt log, shown by
+/// `idem report` (escaped: it is the command's own text).
+#[test]
+fn a_failing_commands_last_words_are_kept_in_the_attempt_log() {
+    let env = Env::new();
+    let op = env.write("op.json", OP);
+    let out = run(env.exec(
+        &op,
+        &env.store(),
+        "echo \"$IDEM_KEY\" > \"$LEDGER\"; echo 'calling the provider' >&2; \
+         printf 'card declined: \\033[31minsufficient funds\\n' >&2; exit 3",
+    ));
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    assert!(
+        stderr.contains("calling the provider") && stderr.contains("card declined"),
+        "passed through: {stderr}"
+    );
+    let key = env.ledger_lines().pop().expect("the command wrote its key");
+    let store = env.store();
+    let report = run(env.idem(&["report", "--store", &store, "--key", &key, "--json"]));
+    let shown = text(&report.stdout);
+    assert!(report.status.success(), "{}", text(&report.stderr));
+    let json: serde_json::Value = serde_json::from_str(&shown).unwrap();
+    let details: Vec<String> = json["timeline"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e["detail"].as_str().map(str::to_string))
+        .collect();
+    assert!(
+        details
+            .iter()
+            .any(|d| d
+                == "command exited with status 3: card declined: \u{1b}[31minsufficient funds"),
+        "the failure's last line, kept as the command said it: {details:?}\n{shown}"
+    );
+    let text_report = run(env.idem(&["report", "--store", &store, "--key", &key]));
+    let shown = text(&text_report.stdout);
+    assert!(
+        shown.contains("card declined") && !shown.contains('\u{1b}'),
+        "shown, escaped: {shown}"
+    );
+}

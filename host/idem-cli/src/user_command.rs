@@ -18,10 +18,19 @@ use tokio::process::Command;
 /// How much of the command's stdout is stored (and replayed).
 pub const MAX_STORED_STDOUT: usize = 64 * 1024;
 
+/// How much of the end of the command's stderr is kept to say why it
+/// failed (its last line, in the attempt log).
+const STDERR_TAIL: usize = 4 * 1024;
+
 /// What the command did.
 enum CommandEnd {
-    /// It exited with a status; its captured stdout.
-    Exited { status: i32, stdout: Vec<u8> },
+    /// It exited with a status; its captured stdout, and the last line it
+    /// wrote to stderr (empty when none).
+    Exited {
+        status: i32,
+        stdout: Vec<u8>,
+        last_error_line: String,
+    },
     /// It was killed by a signal: the effect may or may not have happened.
     Killed { signal: i32 },
 }
@@ -76,6 +85,7 @@ impl UserCommand {
             .env("IDEM_PARTITION", &ctx.partition)
             .env("IDEM_OP", op_json)
             .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
             .stdin(if stdin.is_some() {
                 Stdio::piped()
             } else {
@@ -90,6 +100,10 @@ impl UserCommand {
                 let _ = pipe.write_all(&input).await;
             });
         }
+        // Passed through as it comes, its end kept: why a command failed is
+        // usually the last thing it said.
+        let stderr = child.stderr.take().expect("stderr is piped");
+        let stderr = tokio::spawn(pass_through_keeping_the_end(stderr));
         let mut stdout = child.stdout.take().expect("stdout is piped");
         let mut captured = Vec::new();
         let mut buf = vec![0u8; 8192];
@@ -112,10 +126,15 @@ impl UserCommand {
         }
         out.flush().await?;
         let status = child.wait().await?;
+        let last_error_line = stderr
+            .await
+            .map(|tail| last_line(&tail))
+            .unwrap_or_default();
         Ok(match status.code() {
             Some(code) => CommandEnd::Exited {
                 status: code,
                 stdout: captured,
+                last_error_line,
             },
             None => {
                 #[cfg(unix)]
@@ -145,17 +164,57 @@ impl UserCommand {
             Ok(CommandEnd::Killed { signal }) => EffectOutcome::Unknown {
                 reason: format!("the command was killed by signal {signal}"),
             },
-            Ok(CommandEnd::Exited { status: 0, stdout }) => {
-                EffectOutcome::Completed(Outcome::new(0, stdout))
-            }
-            Ok(CommandEnd::Exited { status, stdout }) => EffectOutcome::Failed(Failed {
+            Ok(CommandEnd::Exited {
+                status: 0, stdout, ..
+            }) => EffectOutcome::Completed(Outcome::new(0, stdout)),
+            Ok(CommandEnd::Exited {
+                status,
+                stdout,
+                last_error_line,
+            }) => EffectOutcome::Failed(Failed {
                 retryable: !self.permanent_exit_codes.contains(&status),
                 outcome: Outcome {
                     status,
                     body: stdout,
-                    error: Some(format!("command exited with status {status}")),
+                    error: Some(if last_error_line.is_empty() {
+                        format!("command exited with status {status}")
+                    } else {
+                        format!("command exited with status {status}: {last_error_line}")
+                    }),
                 },
             }),
         }
     }
+}
+
+/// Copies `stderr` to ours as it comes and returns its last
+/// [`STDERR_TAIL`] bytes.
+async fn pass_through_keeping_the_end(mut stderr: tokio::process::ChildStderr) -> Vec<u8> {
+    let mut tail = Vec::new();
+    let mut buf = vec![0u8; 8192];
+    let mut ours = tokio::io::stderr();
+    while let Ok(n) = stderr.read(&mut buf).await {
+        if n == 0 {
+            break;
+        }
+        // Ours closed: the command's words are still kept.
+        let _ = ours.write_all(&buf[..n]).await;
+        tail.extend_from_slice(&buf[..n]);
+        if tail.len() > STDERR_TAIL {
+            tail.drain(..tail.len() - STDERR_TAIL);
+        }
+    }
+    let _ = ours.flush().await;
+    tail
+}
+
+/// The last line of `tail` with text on it, trimmed (lossy UTF-8; stored
+/// as it is, escaped wherever it is shown).
+fn last_line(tail: &[u8]) -> String {
+    String::from_utf8_lossy(tail)
+        .lines()
+        .map(str::trim)
+        .rfind(|l| !l.is_empty())
+        .unwrap_or_default()
+        .to_string()
 }

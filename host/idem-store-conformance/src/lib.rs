@@ -31,6 +31,7 @@ mod batches;
 mod claim_in_doubt;
 mod effect_atomic;
 mod factories;
+mod failure_notes;
 mod gates;
 mod in_tx;
 mod job_lease;
@@ -64,6 +65,7 @@ pub use factories::{
 pub use factories::{drop_postgres_schema, postgres_factory};
 #[cfg(feature = "sqlite")]
 pub use factories::{sqlite_factory, sqlite_fast_factory};
+pub use failure_notes::a_failures_error_text_is_kept_in_the_log;
 pub use gates::the_gate_a_downstream_keeps;
 pub use in_tx::effects_in_the_store_transaction;
 pub use job_lease::job_lease;
@@ -123,6 +125,7 @@ macro_rules! for_each_conformance_check {
             stale_epoch_is_refused,
             job_lease,
             attempt_log_follows_every_change,
+            a_failures_error_text_is_kept_in_the_log,
             gc_removes_attempt_entries_with_their_records,
             gc_removes_a_backlog_in_batches,
             resolution_settles_review_once,

@@ -9,6 +9,7 @@ use super::{
 use crate::backend::{Decide, RecordBackend, Step};
 use crate::machine;
 use crate::vocabulary::StoreError;
+use crate::vocabulary::end_note;
 use crate::vocabulary::{AttemptEntry, AttemptEvent};
 use crate::vocabulary::{Finish, Outcome, RecordKey, RecordState};
 
@@ -87,7 +88,8 @@ pub(super) fn finish_decision(finish: Finish, limit: usize) -> Decide<()> {
             now,
         ) {
             Ok(record) => {
-                let entry = AttemptEntry::of_record(&record, ended(state), now);
+                let mut entry = AttemptEntry::of_record(&record, ended(state), now);
+                entry.detail = end_note(state, &finish.outcome);
                 Ok(Step::put(record, ()).logging(entry))
             }
             Err(refused) => super::records::logged_if_fenced(refused, "finishing", now),

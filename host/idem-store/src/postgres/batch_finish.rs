@@ -38,7 +38,11 @@ impl PostgresStore {
             .iter()
             .map(|f| f.outcome.error.as_deref())
             .collect();
-        let params: [&(dyn ToSql + Sync); 9] = [
+        let details: Vec<Option<String>> = finishes
+            .iter()
+            .map(|f| crate::vocabulary::end_note(f.ending.state(), &f.outcome))
+            .collect();
+        let params: [&(dyn ToSql + Sync); 10] = [
             &manual,
             &offset,
             &namespaces,
@@ -48,6 +52,7 @@ impl PostgresStore {
             &statuses,
             &bodies,
             &errors,
+            &details,
         ];
         let rows = inner
             .query("finishing a batch", &inner.sql.finish_batch, &params)

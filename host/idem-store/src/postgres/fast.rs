@@ -105,6 +105,8 @@ pub(super) struct FinishValues<'f> {
     key_bytes: Vec<u8>,
     state: &'static str,
     fence: i64,
+    /// The end's attempt-log detail (`vocabulary::attempt::end_note`).
+    detail: Option<String>,
 }
 
 impl<'f> FinishValues<'f> {
@@ -124,10 +126,11 @@ impl<'f> FinishValues<'f> {
             key_bytes: key.digest.0.to_vec(),
             state: state.as_str(),
             fence: i64::try_from(fence).unwrap_or(i64::MAX),
+            detail: crate::vocabulary::end_note(state, outcome),
         }
     }
 
-    pub(super) fn params(&self) -> [&(dyn ToSql + Sync); 9] {
+    pub(super) fn params(&self) -> [&(dyn ToSql + Sync); 10] {
         [
             &self.manual,
             &self.offset,
@@ -138,6 +141,7 @@ impl<'f> FinishValues<'f> {
             &self.outcome.body,
             &self.outcome.error,
             &self.fence,
+            &self.detail,
         ]
     }
 }

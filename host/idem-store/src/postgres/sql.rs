@@ -165,18 +165,30 @@ pub(super) fn logged_columns(table: &str) -> String {
 /// An attempt-log entry's values ([`codec::ATTEMPT_COLUMNS`] order) made
 /// of a written record row `w` (prefix `table`): its key, fence and
 /// holder; `event` and `at` as SQL expressions; `operation_digest` a
-/// parameter or NULL.
+/// parameter or NULL; no detail.
 pub(super) fn logged_entry(table: &str, event: &str, at: &str, operation_digest: &str) -> String {
+    logged_entry_with(table, event, at, operation_digest, "NULL::text")
+}
+
+/// [`logged_entry`] with `detail` (an SQL expression).
+fn logged_entry_with(
+    table: &str,
+    event: &str,
+    at: &str,
+    operation_digest: &str,
+    detail: &str,
+) -> String {
     let t = table;
     format!(
         "{t}namespace, {t}key, {t}fence, {event}, {t}holder_run_id, {t}holder_trigger, \
          {t}holder_attempt, {t}holder_host, {t}holder_pid, {at}, {t}policy_digest, \
-         {operation_digest}, NULL::text, NULL::text"
+         {operation_digest}, NULL::text, {detail}"
     )
 }
 
 /// The attempt-log CTE of a finish whose updated rows are `w` (nothing
-/// without `log`), to sit between the update and the final `SELECT`.
+/// without `log`), to sit between the update and the final `SELECT`; `w`
+/// carries the entry's `detail` (a failure's error text, cut).
 pub(super) fn log_finished(s: &str, log: bool) -> String {
     if !log {
         return String::new();
@@ -184,7 +196,7 @@ pub(super) fn log_finished(s: &str, log: bool) -> String {
     format!(
         ", lg AS (INSERT INTO {s}.attempts ({}) SELECT {} FROM w)",
         codec::attempt_column_list(),
-        logged_entry("w.", "w.state", "w.updated", "NULL::bytea"),
+        logged_entry_with("w.", "w.state", "w.updated", "NULL::bytea", "w.detail"),
     )
 }
 

@@ -15,7 +15,7 @@ use std::fmt;
 use std::str::FromStr;
 
 use super::Holder;
-use super::{Digest, Outcome, Record, RecordKey};
+use super::{Digest, Outcome, Record, RecordKey, RecordState};
 
 /// Longest resolution reason or actor name kept, in bytes; longer text is
 /// cut like an outcome's error text.
@@ -321,6 +321,21 @@ pub struct ResolveRequest {
     pub reason: String,
     /// The process writing the resolution (host and pid).
     pub holder: Holder,
+}
+
+/// The detail of a holder's end in the attempt log: a failure's error
+/// text, cut to [`MAX_NOTE_BYTES`], so that the log says why an attempt
+/// failed, not only that it did (`None` for a completion, or a failure
+/// with no text).
+pub(crate) fn end_note(state: RecordState, outcome: &Outcome) -> Option<String> {
+    if state == RecordState::Completed {
+        return None;
+    }
+    outcome
+        .error
+        .as_deref()
+        .filter(|e| !e.is_empty())
+        .map(|e| bounded_note(e.to_string()))
 }
 
 /// Text cut to [`MAX_NOTE_BYTES`] on a character boundary.

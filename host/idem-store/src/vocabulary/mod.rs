@@ -19,10 +19,10 @@ mod ownership;
 mod record;
 mod registration;
 
-pub(crate) use attempt::bounded_note;
 pub use attempt::{
     AttemptEntry, AttemptEvent, AttemptFilter, MAX_NOTE_BYTES, Resolution, ResolveRequest,
 };
+pub(crate) use attempt::{bounded_note, end_note};
 pub use claim::{Claim, ClaimOutcome, ClaimRequest, EXPIRED_WITHOUT_EFFECT, Existing};
 pub use clock::{ManualClock, StoreClock};
 pub use effect::{EffectError, TxEnd};

@@ -91,8 +91,9 @@ pub(in crate::postgres) fn finish_sql(s: &str, log: bool) -> String {
     format!(
         "WITH n AS (SELECT {NOW} AS ms), \
          b AS (SELECT * FROM unnest($3::text[], $4::bytea[], $5::int8[], $6::text[], $7::int4[], \
-           $8::bytea[], $9::text[]) AS b(namespace, key, fence, state, status, body, error)), \
-         w AS (UPDATE {s}.records AS r SET {} FROM n, b WHERE {} RETURNING {}) \
+           $8::bytea[], $9::text[], $10::text[]) \
+           AS b(namespace, key, fence, state, status, body, error, detail)), \
+         w AS (UPDATE {s}.records AS r SET {} FROM n, b WHERE {} RETURNING {}, b.detail AS detail) \
          {} SELECT {} FROM w",
         finished_values("b.state", "b.status", "b.body", "b.error"),
         held_by("b.namespace", "b.key", "b.fence"),

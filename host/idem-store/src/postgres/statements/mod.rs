@@ -247,7 +247,8 @@ impl Sql {
             finish_batch: finish_sql(&s, log),
             finish_fast: format!(
                 "WITH n AS (SELECT {NOW} AS ms), \
-                 w AS (UPDATE {s}.records AS r SET {} FROM n WHERE {} RETURNING {}) \
+                 w AS (UPDATE {s}.records AS r SET {} FROM n WHERE {} \
+                   RETURNING {}, $10::text AS detail) \
                  {} SELECT {} FROM w",
                 finished_values("$5::text", "$6::int4", "$7::bytea", "$8::text"),
                 held_by("$3", "$4", "$9"),
