@@ -77,6 +77,10 @@ pub struct Answer {
     /// decides.
     #[serde(default)]
     pub retryable: Option<bool>,
+    /// For a failure: why, in the worker's words (kept in the attempt log,
+    /// cut to 1 KiB, and shown escaped).
+    #[serde(default)]
+    pub error: Option<String>,
 }
 
 impl Answer {
@@ -98,7 +102,10 @@ impl Answer {
             outcome: Outcome {
                 status: self.status,
                 body,
-                error: Some(format!("the worker answered status {}", self.status)),
+                error: Some(match self.error.filter(|e| !e.trim().is_empty()) {
+                    Some(why) => format!("the worker answered status {}: {why}", self.status),
+                    None => format!("the worker answered status {}", self.status),
+                }),
             },
         })
     }
@@ -126,6 +133,18 @@ mod tests {
         assert_eq!(failed(r#"{"status":3}"#, &[3]), (3, false));
         assert_eq!(failed(r#"{"status":3,"retryable":true}"#, &[3]), (3, true));
         assert_eq!(failed(r#"{"status":3,"retryable":false}"#, &[]), (3, false));
+        let why = |line: &str| match Answer::parse(line).unwrap().into_outcome(&[]) {
+            EffectOutcome::Failed(f) => f.outcome.error,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            why(r#"{"status":3,"error":"card declined"}"#).as_deref(),
+            Some("the worker answered status 3: card declined")
+        );
+        assert_eq!(
+            why(r#"{"status":3,"error":" "}"#).as_deref(),
+            Some("the worker answered status 3")
+        );
         for bad in [r#"{"body":"x"}"#, r#"{"status":0,"colour":1}"#, "ok", ""] {
             assert!(Answer::parse(bad).is_err(), "{bad}");
         }
