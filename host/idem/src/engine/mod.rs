@@ -566,8 +566,6 @@ impl Engine {
     }
 }
 
-/// Who claims: the run from the operation, this host and pid, and a token
-/// of this claim attempt's own (see [`idem_store::HolderToken`]).
 /// `policy`'s derivation of `op` at `now_ms`, as [`Engine::derive`] gives
 /// it: for work read and derived before any store is open (a job's plan).
 pub(crate) fn derive_with(
@@ -579,6 +577,8 @@ pub(crate) fn derive_with(
     derived.value.map_err(EngineError::Refused)
 }
 
+/// Who claims: the run from the operation, this host and pid, and a token
+/// of this claim attempt's own (see [`idem_store::HolderToken`]).
 fn holder_for(op: &Operation) -> Holder {
     let mut holder = Holder::this_process();
     holder.token = Some(HolderToken::new());
