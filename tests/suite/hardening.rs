@@ -97,8 +97,8 @@ fn failures_say_what_happened() {
 }
 
 /// A policy that answers "wait" for a duplicate in progress, every time:
-/// the engine waits its rounds, then says the operation is still in
-/// progress (not that the record kept changing).
+/// the engine waits what the first wait said, in all, then says the
+/// operation is still in progress (not that the record kept changing).
 #[test]
 fn a_repeated_wait_ends_still_in_progress() {
     let dir = tempfile::tempdir().unwrap();
@@ -142,6 +142,12 @@ fn a_repeated_wait_ends_still_in_progress() {
     assert_eq!(waiter.status.code(), Some(75), "{stderr}");
     assert!(
         stderr.contains("the operation is still in progress"),
+        "{stderr}"
+    );
+    // `wait(20)` is 20 ms in all: asked again once it is spent, the engine
+    // does not wait another 20 ms per round.
+    assert!(
+        stderr.contains("waited 1 time as the policy asked (at most 20 ms in all)"),
         "{stderr}"
     );
     assert_eq!(text(&waiter.stdout), "", "the waiter never ran its command");

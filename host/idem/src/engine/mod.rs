@@ -433,6 +433,10 @@ impl Engine {
         let mut last_fence = None;
         let mut waits = 0u32;
         let mut last_round_waited = false;
+        // A `wait(T)` is at most T in all, from the first one: the policy is
+        // asked again after each wait, and a wait it repeats gets only what
+        // is left (else `wait(2000)` waited once per round).
+        let mut wait_bound: Option<(tokio::time::Instant, u64)> = None;
         for _round in 0..self.options.max_rounds.max(1) {
             last_round_waited = false;
             let answer = match first.take() {
@@ -460,13 +464,19 @@ impl Engine {
                 Decision::Replay => return Ok(self.replay(&request, key, record)),
                 Decision::Reject(r) => return Ok(self.refuse(&request, key, &existing, r)),
                 Decision::Wait { max_ms } => {
-                    waits += 1;
+                    let now = tokio::time::Instant::now();
                     last_round_waited = true;
-                    last_in_progress = Some((
-                        existing.view.lease_remaining_ms,
-                        tokio::time::Instant::now(),
-                    ));
-                    self.wait_while_in_progress(&key, record.fence, Duration::from_millis(max_ms))
+                    last_in_progress = Some((existing.view.lease_remaining_ms, now));
+                    let (until, _) =
+                        *wait_bound.get_or_insert((now + Duration::from_millis(max_ms), max_ms));
+                    let left = until
+                        .saturating_duration_since(now)
+                        .min(Duration::from_millis(max_ms));
+                    if left.is_zero() {
+                        break;
+                    }
+                    waits += 1;
+                    self.wait_while_in_progress(&key, record.fence, left)
                         .await?;
                 }
                 Decision::ReExecute => match self
@@ -519,8 +529,12 @@ impl Engine {
         }
         // Waited every round and the holder is still at it: say so, rather
         // than blame a record that did not change.
-        let reason = if last_round_waited {
-            format!("waited {waits} times as the policy asked; the operation is still in progress")
+        let reason = if let (true, Some((_, bound_ms))) = (last_round_waited, wait_bound) {
+            format!(
+                "waited {waits} time{} as the policy asked (at most {bound_ms} ms in all); the \
+                 operation is still in progress",
+                if waits == 1 { "" } else { "s" }
+            )
         } else {
             "the record kept changing while we looked at it".into()
         };
