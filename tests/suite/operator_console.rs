@@ -458,6 +458,21 @@ fn the_console_refuses_what_a_stale_page_or_another_site_sends() {
     let stale = send(&token, fence);
     assert_eq!(stale.status, 409, "{}", stale.text());
     assert!(stale.text().contains("nothing changed"), "{}", stale.text());
+    // It says what the record is now and who settled it, and does not
+    // send the person to look for it below (it no longer waits).
+    assert!(
+        stale.text().contains("it is failed-retryable at fence")
+            && stale
+                .text()
+                .contains("bob settled it (resolved-released: checked with the provider)"),
+        "{}",
+        stale.text()
+    );
+    assert!(
+        !stale.text().contains("look at it again below"),
+        "{}",
+        stale.text()
+    );
     let (rt, s) = store.open();
     let state = rt.block_on(record_of(&s, &key)).record.state;
     assert_eq!(state, RecordState::FailedRetryable, "bob's release stands");

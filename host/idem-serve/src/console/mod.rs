@@ -472,13 +472,9 @@ pub(crate) async fn resolve(
             // that moved on is 409.
             let status = crate::problem::store_error(e.clone()).0.status;
             let why = match &e {
-                StoreError::Fenced { fence, current, .. } => format!(
-                    "the record moved on since this page showed fence {fence} (it is at fence {current} now): nothing changed; look at it again below"
-                ),
-                StoreError::NotEligible { state, .. } => format!(
-                    "the record is {} and no longer waits for review: nothing changed",
-                    state.as_str()
-                ),
+                StoreError::Fenced { .. } | StoreError::NotEligible { .. } => {
+                    moved_on(app.engine.store(), &key, form.fence).await
+                }
                 StoreError::InvalidRequest(why) => format!("{why}: nothing changed"),
                 other if status.is_server_error() => {
                     format!("the store could not be reached: {other}; nothing changed, try again")
@@ -488,4 +484,50 @@ pub(crate) async fn resolve(
             render(&app, &caller, window, Some(refuse(why)), status).await
         }
     }
+}
+
+/// Why a settle form was refused for a record that moved on since its page
+/// was drawn: what the record is now and, when a person settled it since,
+/// who and how (from the attempt log), and whether it still waits below.
+async fn moved_on(store: &idem::store::Store, key: &idem::store::RecordKey, shown: u64) -> String {
+    let Ok(Some(now)) = store.records().get(key).await else {
+        return format!(
+            "the record moved on since this page showed fence {shown}: nothing changed"
+        );
+    };
+    let mut why = format!(
+        "the record moved on since this page showed fence {shown}: it is {} at fence {} now",
+        now.record.state.as_str(),
+        now.record.fence
+    );
+    let log = store
+        .records()
+        .attempts(AttemptFilter {
+            key: Some(key.clone()),
+            ..AttemptFilter::default()
+        })
+        .await
+        .unwrap_or_default();
+    if let Some(settled) = log
+        .iter()
+        .rev()
+        .find(|e| e.actor.is_some() && e.fence > shown)
+    {
+        why.push_str(&format!(
+            "; {} settled it ({}{})",
+            settled.actor.as_deref().unwrap_or_default(),
+            settled.event.as_str(),
+            settled
+                .detail
+                .as_deref()
+                .map(|d| format!(": {d}"))
+                .unwrap_or_default()
+        ));
+    }
+    why.push_str(if review::waits_for_review(&now).is_some() {
+        "; nothing changed; look at it again below"
+    } else {
+        "; nothing changed"
+    });
+    why
 }
