@@ -230,7 +230,7 @@ fn the_downstream_gate_charges_once_replays_the_successor_and_refuses_the_late_h
     assert_eq!(lines_with(&out, "  downstream: charging "), 1, "{out}");
     assert!(
         line(&out, "the holder (fence 1): ")
-            .starts_with("the holder (fence 1): 201 Created, Idempotent-Replayed: (none), body "),
+            .starts_with("the holder (fence 1): 201 Created, Idempotent-Replayed: false, body "),
         "{out}"
     );
     assert!(
@@ -240,7 +240,9 @@ fn the_downstream_gate_charges_once_replays_the_successor_and_refuses_the_late_h
     );
     let late = line(&out, "the first holder, late (fence 1): ");
     assert!(
-        late.contains("409 Conflict") && late.contains("stale-fence"),
+        late.contains("409 Conflict")
+            && late.contains("Idempotent-Replayed: false")
+            && late.contains("stale-fence"),
         "{out}"
     );
 }

@@ -197,7 +197,7 @@ fn the_console_checks_its_hmac_tokens_its_origin_and_its_input() {
     let form = ("Content-Type", "application/x-www-form-urlencoded");
     let send = |token: &str, reason: &str, status: &str, origin: &str| {
         let body = format!(
-            "key={key}&fence={fence}&form_token={token}&resolution=reject&status={status}&reason={reason}&by=ana&window=24h"
+            "key={key}&fence={fence}&form_token={token}&resolution=reject&status={status}&reason={reason}&by=ana&window=24h&confirm_reject=yes"
         );
         post(
             &server,
@@ -239,6 +239,25 @@ fn the_console_checks_its_hmac_tokens_its_origin_and_its_input() {
         (before.state, before.fence),
         "nothing changed: it still waits for review"
     );
+    // Refusing for good without its box ticked changes nothing.
+    let unconfirmed = format!(
+        "key={key}&fence={fence}&form_token={token}&resolution=reject&reason=checked&by=ana&window=24h"
+    );
+    let reply = post(
+        &server,
+        &server.addr,
+        "/console/resolve",
+        &[form, ("Cookie", &cookie), ("Origin", &own)],
+        &unconfirmed,
+    );
+    assert_eq!(reply.status, 400, "{}", reply.text());
+    assert!(
+        reply.text().contains("needs its box ticked"),
+        "{}",
+        reply.text()
+    );
+    let unchanged = rt.block_on(record_of(&s, &key)).record;
+    assert_eq!(unchanged.state, before.state, "nothing changed");
     // And the right token from the console's own page settles it.
     let reply = send(&token, "checked", "", &own);
     assert_eq!(reply.status, 303, "{}", reply.text());

@@ -373,6 +373,9 @@ pub(crate) struct ResolveForm {
     by: String,
     #[serde(default)]
     window: String,
+    /// `yes` when the person ticked that refusing for good is meant.
+    #[serde(default)]
+    confirm_reject: String,
 }
 
 /// `POST /console/resolve`: settles one record, conditional on the fence
@@ -439,6 +442,16 @@ pub(crate) async fn resolve(
             form.body.clone().into_bytes(),
         )),
         "release" => Resolution::Release,
+        // Every later retry of the operation gets this refusal: a mistake
+        // here is the hardest to undo, so it is asked twice.
+        "reject" if form.confirm_reject != "yes" => {
+            let notice = refuse(
+                "refusing for good needs its box ticked (every retry of this operation will be \
+                 refused): nothing changed"
+                    .into(),
+            );
+            return render(&app, &caller, window, Some(notice), StatusCode::BAD_REQUEST).await;
+        }
         "reject" => Resolution::Reject {
             status: status.unwrap_or(1),
         },

@@ -218,6 +218,7 @@ fn record(out: &mut String, w: &Waiting, form_token: &str, window: &str) {
          <label><input type=\"radio\" name=\"resolution\" value=\"completed\" required> it happened (record completed)</label> \
          <label><input type=\"radio\" name=\"resolution\" value=\"release\"> it did not happen (let it run again)</label> \
          <label><input type=\"radio\" name=\"resolution\" value=\"reject\"> refuse it for good</label></span>\
+         <span></span><label><input type=\"checkbox\" name=\"confirm_reject\" value=\"yes\"> to refuse it for good: I am sure (every retry of this operation will be refused)</label>\
          <label for=\"status-{hex}\">Status</label><input id=\"status-{hex}\" name=\"status\" inputmode=\"numeric\" placeholder=\"0 for completed, 1 for reject\">\
          <label for=\"body-{hex}\">Body (completed)</label><textarea id=\"body-{hex}\" name=\"body\" placeholder=\"e.g. the provider's receipt\"></textarea>\
          <label for=\"reason-{hex}\">Why</label><input id=\"reason-{hex}\" name=\"reason\" required placeholder=\"what you checked\">\
