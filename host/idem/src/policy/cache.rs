@@ -14,6 +14,13 @@
 //! artifact another user could have planted or swapped is never loaded.
 //! A refused cache is not an error: the policy is compiled from its bytes,
 //! and the caller is told why the cache was not used.
+//!
+//! The cache is bounded (`RuntimeConfig::cache_max_bytes`): after each
+//! artifact it writes, it removes the least recently used (a load marks an
+//! artifact used) until the rest fit; the artifact just written stays,
+//! whatever its size. An artifact of another engine build is not removed
+//! for that alone: two programs with differently configured engines may
+//! share the directory, and each would keep removing the other's.
 
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::io::Write;
@@ -27,15 +34,17 @@ use wasmtime::component::Component;
 pub(crate) struct ArtifactCache {
     dir: PathBuf,
     engine_hash: String,
+    max_bytes: u64,
 }
 
 impl ArtifactCache {
-    pub(crate) fn new(dir: &Path, engine: &Engine) -> Self {
+    pub(crate) fn new(dir: &Path, engine: &Engine, max_bytes: u64) -> Self {
         let mut h = DefaultHasher::new();
         engine.precompile_compatibility_hash().hash(&mut h);
         ArtifactCache {
             dir: dir.to_path_buf(),
             engine_hash: format!("{:016x}", h.finish()),
+            max_bytes,
         }
     }
 
@@ -79,6 +88,8 @@ impl ArtifactCache {
         if std::io::Read::read_to_end(&mut &file, &mut bytes).is_err() {
             return Lookup::Miss;
         }
+        // Used now: the last an eviction removes (best effort).
+        let _ = file.set_modified(std::time::SystemTime::now());
         // SAFETY: the file was written by `store` below from
         // `Component::serialize` of a component this host compiled, in a
         // directory only this user can write; wasmtime also checks the
@@ -116,7 +127,44 @@ impl ArtifactCache {
         let mut tmp = tempfile_in(&self.dir)?;
         tmp.1.write_all(&bytes)?;
         tmp.1.sync_all()?;
-        std::fs::rename(&tmp.0, self.path(digest_hex))
+        let path = self.path(digest_hex);
+        std::fs::rename(&tmp.0, &path)?;
+        prune(&self.dir, self.max_bytes, &path);
+        Ok(())
+    }
+}
+
+/// Removes from `dir` the least recently used artifacts until they take
+/// at most `max_bytes`; `keep` (the artifact just written) stays. Best
+/// effort: a file that cannot be removed is left, and one another process
+/// is loading stays readable to it (it holds the file open).
+fn prune(dir: &Path, max_bytes: u64, keep: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let mut ours = Vec::new();
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if !name.ends_with(".cwasm") || path == keep {
+            continue;
+        }
+        if let Ok(meta) = entry.metadata() {
+            let used = meta.modified().unwrap_or(std::time::UNIX_EPOCH);
+            ours.push((used, meta.len(), path));
+        }
+    }
+    let kept = std::fs::metadata(keep).map_or(0, |m| m.len());
+    let mut total = kept + ours.iter().map(|(_, len, _)| len).sum::<u64>();
+    // Oldest use first.
+    ours.sort();
+    for (_, len, path) in ours {
+        if total <= max_bytes {
+            break;
+        }
+        if std::fs::remove_file(&path).is_ok() {
+            total -= len;
+        }
     }
 }
 
@@ -188,4 +236,39 @@ fn tempfile_in(dir: &Path) -> std::io::Result<(PathBuf, std::fs::File)> {
         .create_new(true)
         .open(&path)?;
     Ok((path, file))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, SystemTime};
+
+    use super::prune;
+
+    /// An artifact of `len` bytes, last used `age` ago.
+    fn artifact(dir: &std::path::Path, name: &str, len: usize, age: u64) -> std::path::PathBuf {
+        let path = dir.join(name);
+        std::fs::write(&path, vec![0u8; len]).unwrap();
+        let file = std::fs::File::options().write(true).open(&path).unwrap();
+        file.set_modified(SystemTime::now() - Duration::from_secs(age))
+            .unwrap();
+        path
+    }
+
+    #[test]
+    fn the_least_recently_used_artifacts_go_until_the_rest_fit() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let oldest = artifact(d, "b-ffffffffffffffff.cwasm", 100, 300);
+        let older = artifact(d, "c-0000000000000000.cwasm", 100, 200);
+        let recent = artifact(d, "d-ffffffffffffffff.cwasm", 100, 100);
+        let other = artifact(d, "notes.txt", 1_000, 400);
+        let new = artifact(d, "e-ffffffffffffffff.cwasm", 100, 0);
+        prune(d, 250, &new);
+        assert!(!oldest.exists() && !older.exists(), "used longest ago");
+        assert!(recent.exists() && new.exists(), "what fits stays");
+        assert!(other.exists(), "only artifacts are the cache's to remove");
+        // The one just written stays, even alone past the bound.
+        prune(d, 10, &new);
+        assert!(new.exists() && !recent.exists());
+    }
 }

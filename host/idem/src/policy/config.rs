@@ -48,6 +48,11 @@ pub struct RuntimeConfig {
     pub limits: Limits,
     /// Where precompiled artifacts are cached; `None` compiles every load.
     pub cache_dir: Option<PathBuf>,
+    /// The most the cache keeps, in bytes (default 1 GiB): after each
+    /// artifact it writes, the least recently used go until the rest fit.
+    /// A JavaScript or Python policy's artifact is tens of MB, one per
+    /// build: without a bound the cache grows with every edit.
+    pub cache_max_bytes: u64,
     /// Most evaluations running at once (sizes the instance pool); more
     /// wait for a slot.
     pub max_concurrent_evaluations: u32,
@@ -58,10 +63,14 @@ impl Default for RuntimeConfig {
         RuntimeConfig {
             limits: Limits::default(),
             cache_dir: default_cache_dir(),
+            cache_max_bytes: DEFAULT_CACHE_MAX_BYTES,
             max_concurrent_evaluations: 128,
         }
     }
 }
+
+/// [`RuntimeConfig::cache_max_bytes`]'s default: 1 GiB.
+pub const DEFAULT_CACHE_MAX_BYTES: u64 = 1 << 30;
 
 /// `$IDEM_CACHE_DIR`, else `$XDG_CACHE_HOME/idem`, else `~/.cache/idem`.
 pub fn default_cache_dir() -> Option<PathBuf> {

@@ -29,7 +29,7 @@ use idem_core::{
 use wasmtime::component::{Component, Linker};
 use wasmtime::{Engine, Store, Trap};
 
-pub use config::{Limits, RuntimeConfig, default_cache_dir};
+pub use config::{DEFAULT_CACHE_MAX_BYTES, Limits, RuntimeConfig, default_cache_dir};
 pub use error::{EvalError, LoadError};
 pub use inspect::POLICY_INTERFACE;
 pub use memo::MemoStats;
@@ -84,7 +84,7 @@ impl PolicyRuntime {
         let cache = config
             .cache_dir
             .as_deref()
-            .map(|dir| ArtifactCache::new(dir, &wasm_engine));
+            .map(|dir| ArtifactCache::new(dir, &wasm_engine, config.cache_max_bytes));
         Ok(PolicyRuntime {
             inner: Arc::new(RuntimeInner {
                 wasm_engine,
