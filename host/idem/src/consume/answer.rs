@@ -40,11 +40,10 @@ pub(super) async fn settle_of(
     at: &str,
 ) -> (End, Settle, Option<String>, Halt) {
     let Fate {
-        mut end,
+        end,
         note,
         then,
-        mut halt,
-        record,
+        halt,
     } = fate;
     let mut suffix = "";
     let settle = match then {
@@ -77,7 +76,7 @@ pub(super) async fn settle_of(
         // was acknowledged, and forwarded with --review-to). Acknowledged
         // on every broker: terminating it would put the same request in a
         // dead-letter queue too.
-        Then::Refused if let Some(key) = record => match engine.store().records().get(&key).await {
+        Then::Rejected { key } => match engine.store().records().get(&key).await {
             Ok(Some(view)) if view.record.state == RecordState::OutcomeUnknown => {
                 let note = note.map(|n| {
                     format!("{at}: {n}; a duplicate of a record that waits in review: acknowledged")
@@ -86,10 +85,8 @@ pub(super) async fn settle_of(
             }
             // Asked again once the store is back.
             Err(e) if e.is_unavailable() => {
-                end = End::NotRun;
-                halt = Halt::No;
                 let note = Some(format!("{at}: not run: {e}"));
-                return (end, Settle::Nack(RETRY_DELAY), note, halt);
+                return (End::NotRun, Settle::Nack(RETRY_DELAY), note, Halt::No);
             }
             _ => {
                 suffix = "; terminated";

@@ -29,9 +29,6 @@ pub(crate) struct Fate {
     pub(crate) then: Then,
     /// Whether the run goes on.
     pub(crate) halt: Halt,
-    /// The record a refusal is about (a rejection's), for a source that
-    /// looks at it before it refuses for good.
-    pub(crate) record: Option<RecordKey>,
 }
 
 impl Fate {
@@ -41,7 +38,6 @@ impl Fate {
             note: None,
             then,
             halt: Halt::No,
-            record: None,
         }
     }
 
@@ -65,6 +61,13 @@ pub(crate) enum Then {
     Later(Delay),
     /// Refused for good: sent again unchanged, it gets the same answer.
     Refused,
+    /// Refused for good by the policy's rejection of a duplicate of the
+    /// record `key`: a source may look at the record first (a duplicate of
+    /// one waiting in review is with a person already).
+    Rejected {
+        /// The record.
+        key: RecordKey,
+    },
     /// Its record was sent to review: it waits for a person.
     Review {
         /// The record.
@@ -132,11 +135,10 @@ pub(crate) fn of_answer(begun: Result<Begin, EngineError>, key: Option<Digest>) 
             ..
         }) => Fate::new(End::Rejected, Then::Later(Delay::Hint(Some(ms))))
             .noted(format!("rejected key {} for now: {reason}", key.digest)),
-        Ok(Begin::Rejected { key, reason, .. }) => Fate {
-            record: Some(key.clone()),
-            ..Fate::new(End::Rejected, Then::Refused)
-                .noted(format!("rejected key {}: {reason}", key.digest))
-        },
+        Ok(Begin::Rejected { key, reason, .. }) => {
+            let note = format!("rejected key {}: {reason}", key.digest);
+            Fate::new(End::Rejected, Then::Rejected { key }).noted(note)
+        }
         Err(e) => of_error(e, key),
     }
 }
