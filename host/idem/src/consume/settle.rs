@@ -10,7 +10,7 @@ use super::answer::{Settle, settle_of};
 use super::{ConsumeOptions, Counted, Delivery, Prepared, SourceError};
 use crate::engine::{Begin, Engine};
 use crate::job::fate::{self, Halt};
-use crate::job::outage::{self, Backoff};
+use crate::job::outage;
 use crate::job::{Effect, End, Finisher, JobEvent, run_effect_recording, settle_riding_out};
 
 /// Settles one delivery made ready by [`super::prepare`]: its operation begun
@@ -159,19 +159,12 @@ pub(super) async fn forward_riding_out(
     budget: Duration,
     warn: &impl Fn(String),
 ) -> Result<(), SourceError> {
-    let mut backoff = Backoff::new(budget);
-    loop {
-        let error = match delivery.forward(to, headers).await {
-            Ok(()) => return Ok(()),
-            Err(e) => e,
-        };
-        match backoff.after_failure().await {
-            outage::Next::Again { first } => {
-                if first {
-                    warn(format!("{error}; trying again for up to {budget:?}"));
-                }
-            }
-            outage::Next::GiveUp(_) => return Err(error),
-        }
-    }
+    // Every failure to forward is the broker's: tried again.
+    outage::riding_out(
+        budget,
+        || delivery.forward(to, headers),
+        |_| true,
+        |e| warn(format!("{e}; trying again for up to {budget:?}")),
+    )
+    .await
 }

@@ -40,32 +40,25 @@ pub(crate) async fn settle_riding_out(
     budget: Duration,
     waiting: impl Fn(&EngineError),
 ) -> Result<Begin, EngineError> {
-    let mut backoff = outage::Backoff::new(budget);
-    loop {
-        let claimed = match first.take() {
-            Some(claimed) => Ok(claimed),
-            None => claim_one(engine, item.clone()).await,
-        };
-        let error = match claimed {
-            Ok(claimed) => match claimed.store_unavailable() {
-                Some(e) => EngineError::Store(e.clone()),
-                None => match engine.begin_claimed(claimed).await {
-                    Err(e) if e.is_store_unavailable() => e,
-                    answer => return answer,
-                },
-            },
-            Err(e) if e.is_store_unavailable() => e,
-            Err(e) => return Err(e),
-        };
-        match backoff.after_failure().await {
-            outage::Next::Again { first } => {
-                if first {
-                    waiting(&error);
+    outage::riding_out(
+        budget,
+        || {
+            let (first, item) = (first.take(), item.clone());
+            async move {
+                let claimed = match first {
+                    Some(claimed) => claimed,
+                    None => claim_one(engine, item).await?,
+                };
+                if let Some(e) = claimed.store_unavailable() {
+                    return Err(EngineError::Store(e.clone()));
                 }
+                engine.begin_claimed(claimed).await
             }
-            outage::Next::GiveUp(_) => return Err(error),
-        }
-    }
+        },
+        EngineError::is_store_unavailable,
+        waiting,
+    )
+    .await
 }
 
 /// [`idem_store::open`], trying again while the store is unavailable (a
@@ -78,21 +71,13 @@ pub async fn open_riding_out(
     budget: Duration,
     waiting: impl Fn(&idem_store::StoreError),
 ) -> Result<idem_store::Store, idem_store::StoreError> {
-    let mut backoff = outage::Backoff::new(budget);
-    loop {
-        let error = match idem_store::open(url, options.clone()).await {
-            Err(e) if e.is_unavailable() => e,
-            opened => return opened,
-        };
-        match backoff.after_failure().await {
-            outage::Next::Again { first } => {
-                if first {
-                    waiting(&error);
-                }
-            }
-            outage::Next::GiveUp(_) => return Err(error),
-        }
-    }
+    outage::riding_out(
+        budget,
+        || idem_store::open(url, options.clone()),
+        idem_store::StoreError::is_unavailable,
+        waiting,
+    )
+    .await
 }
 
 /// One claim, in a batch of one.

@@ -78,6 +78,36 @@ impl Backoff {
     }
 }
 
+/// Calls `attempt` until it succeeds or fails with an error `passing`
+/// does not call an outage, trying again with [`Backoff`] within `budget`;
+/// `waiting` is told once, at the outage's first failure. Past the budget
+/// the last error is returned.
+pub(crate) async fn riding_out<T, E, Fut>(
+    budget: Duration,
+    mut attempt: impl FnMut() -> Fut,
+    passing: impl Fn(&E) -> bool,
+    waiting: impl Fn(&E),
+) -> Result<T, E>
+where
+    Fut: std::future::Future<Output = Result<T, E>>,
+{
+    let mut backoff = Backoff::new(budget);
+    loop {
+        let error = match attempt().await {
+            Err(e) if passing(&e) => e,
+            done => return done,
+        };
+        match backoff.after_failure().await {
+            Next::Again { first } => {
+                if first {
+                    waiting(&error);
+                }
+            }
+            Next::GiveUp(_) => return Err(error),
+        }
+    }
+}
+
 /// `wait` with up to a quarter added or taken at random, so that many
 /// callers (a job's tasks, a fleet's workers) do not come back in step.
 fn jittered(wait: Duration) -> Duration {
