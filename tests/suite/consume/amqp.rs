@@ -313,3 +313,14 @@ fn stopping_when_idle_after_a_crash_runs_what_the_crashed_consumer_held() {
         &[],
     );
 }
+
+#[test]
+fn a_file_and_a_broker_give_each_operation_the_same_end() {
+    let test = "consume::amqp::a_file_and_a_broker_give_each_operation_the_same_end";
+    let Some(url) = amqp_url(test) else { return };
+    super::same_fate::a_file_and_a_broker_give_each_operation_the_same_end(&Exchange::create(
+        &url,
+        "same",
+        &["same"],
+    ));
+}

@@ -11,11 +11,14 @@
 //!   and the other takes over: no effect twice, nothing lost;
 //! - two consumers as shards 0 and 1 of 2 (`--shard`; NATS only, RabbitMQ
 //!   refuses it): each runs only the partitions it owns, every effect once;
-//! - issue 42's, in `poison.rs`: one fate per message, decided once.
+//! - issue 42's, in `poison.rs`: one fate per message, decided once;
+//! - issue 45's, in `same_fate.rs`: an ops file and a broker give each
+//!   operation the same end, each source settling it its own way.
 
 mod amqp;
 mod nats;
 mod poison;
+mod same_fate;
 
 use std::os::unix::process::CommandExt;
 use std::path::Path;

@@ -466,3 +466,12 @@ fn a_consumer_serves_its_metrics_while_it_runs() {
         assert!(text.contains(expected), "{expected} missing from:\n{text}");
     }
 }
+
+#[test]
+fn a_file_and_a_broker_give_each_operation_the_same_end() {
+    let test = "consume::nats::a_file_and_a_broker_give_each_operation_the_same_end";
+    let Some(url) = nats_url(test) else { return };
+    super::same_fate::a_file_and_a_broker_give_each_operation_the_same_end(&Stream::create(
+        &url, "same",
+    ));
+}

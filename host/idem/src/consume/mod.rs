@@ -30,23 +30,23 @@
 //! progress as often as the source asks ([`MessageSource::progress_every`]:
 //! JetStream's `+WPI`), so a long effect keeps its delivery.
 //!
-//! The messages of one fetch are derived and claimed together, in one store
+//! A consumer is the job's run loop (`job::dispatch`) fed by a broker: the
+//! messages of one fetch are derived and claimed together, in one store
 //! call, and the ends that arrive together are recorded in one, as a job
-//! batches them: a claim made so waits for no slot (a fetch takes only as
-//! many messages as there are free slots).
+//! batches them; a claim made so waits for no slot (a fetch takes only as
+//! many messages as there are free slots). The store's outages are ridden
+//! out within a budget, as a job does; past it (or the broker's) the
+//! consumer stops fetching, settles what it holds, and says why.
 //!
-//! The store's outages are ridden out within a budget, as a job does
-//! (`job::settle_riding_out`, and the job's finisher for the ends); past it
-//! the consumer stops fetching, settles what it holds, and says why.
-//!
-//! `answer.rs` says what the engine's answer means for a delivery;
-//! `settle.rs` takes one delivery from its claim to its settlement;
-//! `source.rs` is the port a broker implements; `nats.rs` (feature `nats`)
-//! JetStream's, `amqp.rs` (feature `amqp`) RabbitMQ's.
+//! `fetch.rs` is the loop's feed (fetching, the broker's outages, stopping
+//! when idle); `settle.rs` says what an operation's fate means for its
+//! delivery and settles it; `source.rs` is the port a broker implements;
+//! `nats.rs` (feature `nats`) JetStream's, `amqp.rs` (feature `amqp`)
+//! RabbitMQ's.
 
 #[cfg(feature = "amqp")]
 pub mod amqp;
-mod answer;
+mod fetch;
 #[cfg(feature = "nats")]
 pub mod nats;
 mod settle;
@@ -54,20 +54,15 @@ mod source;
 
 use std::future::Future;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use idem_core::{Operation, RunContext};
-use tokio::sync::Semaphore;
-use tokio::task::JoinSet;
+use idem_core::RunContext;
 
 pub use source::{Delivery, MessageSource, SourceError};
 
-use crate::engine::{Engine, EngineError, FirstClaim, ToClaim};
-use crate::job::fate::Halt;
-use crate::job::{
-    Effect, End, Finisher, JobError, JobEvent, Outage, Ownership, Summary, join_ownership,
-};
-use settle::settle;
+use crate::engine::Engine;
+use crate::job::dispatch::{self, Limits};
+use crate::job::{Effect, JobError, JobEvent, Ownership, Summary, join_ownership};
 
 /// How a consumer runs.
 #[derive(Debug, Clone)]
@@ -156,7 +151,6 @@ pub async fn consume<E: Effect>(
     shutdown: impl Future<Output = ()>,
     observer: Arc<dyn Fn(JobEvent<'_>) + Send + Sync>,
 ) -> Result<Summary, JobError> {
-    let observer = escaping(observer);
     let engine = match &options.ownership {
         Some(ownership) => {
             let mut engine_options = engine.options().clone();
@@ -165,332 +159,22 @@ pub async fn consume<E: Effect>(
         }
         None => engine,
     };
-    let mut shutdown = std::pin::pin!(shutdown);
-    let permits = Arc::new(Semaphore::new(options.concurrency.max(1)));
-    let finisher = Arc::new(Finisher::start(
-        engine.clone(),
-        options.concurrency.max(1),
-        options.outage_budget,
-    ));
-    let mut tasks: JoinSet<(Counted, Halt)> = JoinSet::new();
-    let mut told_not_owned = false;
-    let mut summary = Summary::default();
-    let mut taken: u64 = 0;
-    let mut idle_since = Instant::now();
-    let mut broker_down: Option<Instant> = None;
-    let mut told_unacknowledged = false;
-    let progress_every = source.progress_every();
-    let not_owned_delay = source.not_owned_delay();
-    // Shared by every delivery's task (the membership is a list).
-    let task_options = Arc::new(options.clone());
-    loop {
-        while let Some(joined) = tasks.try_join_next() {
-            settle_task(&mut summary, joined, &observer);
-        }
-        if summary.outage.is_some()
-            || summary.stopped.is_some()
-            || options.stop_after.is_some_and(|n| taken >= n)
-        {
-            break;
-        }
-        // Deposed: the membership moved on, so every claim from here would
-        // be refused; what this consumer had is another member's now.
-        if summary.stale_epoch > 0 && options.ownership.is_some() {
-            observer(JobEvent::Warning(
-                "the ownership group's membership moved on (another consumer joined with \
-                 another list): this consumer is deposed; stopped",
-            ));
-            summary.deposed = true;
-            break;
-        }
-        let permit = tokio::select! {
-            permit = permits.clone().acquire_owned() => permit.expect("the semaphore is never closed"),
-            () = &mut shutdown => break,
-        };
-        let mut held = vec![permit];
-        let room = options
-            .stop_after
-            .map_or(usize::MAX, |n| (n - taken) as usize);
-        while held.len() < room.min(options.concurrency)
-            && let Ok(permit) = permits.clone().try_acquire_owned()
-        {
-            held.push(permit);
-        }
-        let fetched = tokio::select! {
-            fetched = source.fetch(held.len(), FETCH_WAIT) => fetched,
-            () = &mut shutdown => break,
-        };
-        let deliveries = match fetched {
-            Ok(deliveries) => {
-                broker_down = None;
-                deliveries
-            }
-            Err(e) => {
-                let since = *broker_down.get_or_insert_with(Instant::now);
-                if since.elapsed() > options.outage_budget {
-                    observer(JobEvent::Warning(&format!(
-                        "{e}; the broker was unavailable past the outage budget: stopped"
-                    )));
-                    summary.outage = Some(Outage {
-                        lasted_ms: since.elapsed().as_millis() as u64,
-                        error: e.to_string(),
-                    });
-                    break;
-                }
-                observer(JobEvent::Warning(&format!("{e}; trying again")));
-                tokio::time::sleep(FETCH_WAIT).await;
-                continue;
-            }
-        };
-        if deliveries.is_empty() {
-            if let Some(idle) = options.stop_when_idle
-                && idle_since.elapsed() >= idle
-                && tasks.is_empty()
-                && source.held() == 0
-                && idle_stop(
-                    source,
-                    idle_since.elapsed().saturating_sub(idle),
-                    &mut summary,
-                    &mut told_unacknowledged,
-                    &observer,
-                )
-                .await
-            {
-                break;
-            }
-            continue;
-        }
-        idle_since = Instant::now();
-        taken += deliveries.len() as u64;
-        let owned = options.ownership.as_ref().map(|o| (o, not_owned_delay));
-        let prepared = prepare(&engine, &deliveries, owned, options.run.as_ref()).await;
-        if !told_not_owned && prepared.iter().any(|p| matches!(p, Prepared::NotOwned(_))) {
-            told_not_owned = true;
-            observer(JobEvent::Warning(&format!(
-                "messages owned by other members are put off ({not_owned_delay:?} each) for the \
-                 broker to deliver elsewhere: run a consumer for every member, or give each its \
-                 own subject or queue"
-            )));
-        }
-        for ((delivery, prepared), permit) in deliveries.into_iter().zip(prepared).zip(held) {
-            let (engine, finisher) = (engine.clone(), finisher.clone());
-            let (effect, observer) = (effect.clone(), observer.clone());
-            let options = task_options.clone();
-            tasks.spawn(async move {
-                let settled = settle(
-                    &engine,
-                    &finisher,
-                    &*effect,
-                    delivery,
-                    prepared,
-                    &options,
-                    progress_every,
-                    &observer,
-                )
-                .await;
-                drop(permit);
-                settled
-            });
-        }
-    }
-    // Stop fetching; what runs finishes, is recorded and settled.
-    source.give_back().await;
-    while let Some(joined) = tasks.join_next().await {
-        settle_task(&mut summary, joined, &observer);
-    }
+    let concurrency = options.concurrency.max(1);
+    let limits = Limits {
+        concurrency,
+        // A fetch takes no more than the free slots, and the ends that
+        // arrive together are recorded together.
+        claim_batch: concurrency,
+        finish_batch: concurrency,
+        wait_for_peers: None,
+        store_outage: options.outage_budget,
+        run: options.run.clone(),
+        ownership: options.ownership.clone(),
+        hold_until_recorded: true,
+    };
+    // What the feed and the deliveries say carries what publishers sent.
+    let observer = dispatch::escaping(observer);
+    let feed = fetch::Fetching::new(source, &options, observer.clone());
+    let (summary, _) = dispatch::run_all(engine, feed, effect, limits, &observer, shutdown).await;
     Ok(summary)
-}
-
-/// `observer`, hearing every note and warning escaped: they carry what
-/// publishers sent (message ids, subjects, field values, reasons).
-fn escaping(
-    observer: Arc<dyn Fn(JobEvent<'_>) + Send + Sync>,
-) -> Arc<dyn Fn(JobEvent<'_>) + Send + Sync> {
-    use idem_core::text::escaped;
-    Arc::new(move |event| match event {
-        JobEvent::Ended {
-            end,
-            note: Some(note),
-        } => observer(JobEvent::Ended {
-            end,
-            note: Some(&escaped(note)),
-        }),
-        JobEvent::Warning(text) => observer(JobEvent::Warning(&escaped(text))),
-        other => observer(other),
-    })
-}
-
-/// Whether a consumer idle for long enough stops now: when the broker
-/// holds no delivery of its name unacknowledged, or can tell none (a
-/// broker that gives a closed channel's deliveries back at once); else,
-/// once `overdue` (idle past `--stop-when-idle`) outlasts the broker's
-/// redelivery wait, saying what it leaves. Meanwhile the deliveries given
-/// to a consumer that crashed come back and are run.
-async fn idle_stop(
-    source: &mut dyn MessageSource,
-    overdue: Duration,
-    summary: &mut Summary,
-    told: &mut bool,
-    observer: &Arc<dyn Fn(JobEvent<'_>) + Send + Sync>,
-) -> bool {
-    let wait = source.redelivery_wait();
-    let n = match source.unacknowledged().await {
-        Ok(None | Some(0)) => return true,
-        Ok(Some(n)) => n,
-        Err(e) => {
-            observer(JobEvent::Warning(&format!(
-                "{e}; cannot tell whether deliveries are left unacknowledged"
-            )));
-            return false;
-        }
-    };
-    if overdue > wait + FETCH_WAIT {
-        observer(JobEvent::Warning(&format!(
-            "stopped when idle, leaving {n} messages of {} unsettled (given to another \
-             consumer of its name, alive or crashed, and not back within {wait:?}, or not yet \
-             delivered): the broker delivers them again",
-            source.describe()
-        )));
-        summary.unacknowledged = n;
-        return true;
-    }
-    if !*told {
-        *told = true;
-        observer(JobEvent::Warning(&format!(
-            "idle, but {n} messages of {} are unsettled (given to another consumer of its \
-             name, or to one that crashed, or not yet delivered): waiting up to {wait:?} for \
-             them",
-            source.describe()
-        )));
-    }
-    false
-}
-
-/// How a delivery counts in the summary.
-enum Counted {
-    End(End),
-    /// Another member's: put off.
-    NotOwned,
-}
-
-/// Counts a task's end; a task that stopped on an outage past the budget,
-/// or found that no message can run, stops the consumer.
-fn settle_task(
-    summary: &mut Summary,
-    joined: Result<(Counted, Halt), tokio::task::JoinError>,
-    observer: &Arc<dyn Fn(JobEvent<'_>) + Send + Sync>,
-) {
-    match joined {
-        Ok((end, halt)) => {
-            match end {
-                Counted::End(end) => summary.count(end),
-                Counted::NotOwned => summary.not_owned += 1,
-            }
-            match halt {
-                Halt::No => {}
-                Halt::Outage if summary.outage.is_none() => {
-                    summary.outage = Some(Outage {
-                        lasted_ms: 0,
-                        error: "the store was unavailable past the outage budget".into(),
-                    });
-                }
-                Halt::Outage => {}
-                Halt::Stop(why) => {
-                    if summary.stopped.is_none() {
-                        observer(JobEvent::Warning(&format!("{why}: stopped")));
-                        summary.stopped = Some(why);
-                    }
-                }
-            }
-        }
-        Err(e) => {
-            tracing::error!(error = %e, "message task failed");
-            observer(JobEvent::Ended {
-                end: End::Unknown,
-                note: None,
-            });
-            summary.count(End::Unknown);
-        }
-    }
-}
-
-/// One delivery, made ready in its fetch's batch.
-enum Prepared {
-    /// Not an operation: why.
-    Unreadable(String),
-    /// The policy could not derive its key.
-    Underived(Box<(Operation, EngineError)>),
-    /// Its partition is another member's: put off this long.
-    NotOwned(Duration),
-    /// Claimed in the batch (`first`), or to be claimed on its own (`None`:
-    /// the batch's store call failed; the claim is sent again within the
-    /// outage budget).
-    Ready {
-        item: Box<ToClaim>,
-        first: Option<Box<FirstClaim>>,
-    },
-}
-
-/// Reads and derives each delivery's operation (given `run` when it names
-/// none) and claims them all in one store call ([`Engine::claim_batch`]'s;
-/// what a claim finds is settled in the delivery's own task).
-async fn prepare(
-    engine: &Engine,
-    deliveries: &[Box<dyn Delivery>],
-    ownership: Option<(&Ownership, Duration)>,
-    run: Option<&RunContext>,
-) -> Vec<Prepared> {
-    let limits = engine.policy().limits().operation;
-    let mut prepared = Vec::with_capacity(deliveries.len());
-    let mut items = Vec::new();
-    for delivery in deliveries {
-        let op = match Operation::from_slice(delivery.body(), &limits) {
-            Ok(mut op) => {
-                if op.run.is_none() {
-                    op.run = run.cloned();
-                }
-                op
-            }
-            Err(e) => {
-                prepared.push(Prepared::Unreadable(e.to_string()));
-                continue;
-            }
-        };
-        match engine.derive(&op) {
-            Ok(keyed)
-                if let Some((o, delay)) = ownership
-                    && !idem_core::ownership::owns(&keyed.partition, &o.member, &o.members) =>
-            {
-                prepared.push(Prepared::NotOwned(delay))
-            }
-            Ok(keyed) => {
-                items.push(engine.to_claim((op, keyed)));
-                prepared.push(Prepared::Ready {
-                    item: Box::new(items[items.len() - 1].clone()),
-                    first: None,
-                });
-            }
-            Err(e) => prepared.push(Prepared::Underived(Box::new((op, e)))),
-        }
-    }
-    if items.is_empty() {
-        return prepared;
-    }
-    // On a failure of the whole call each claim is sent again on its own,
-    // as the same request (a claim that committed unseen is its own), and
-    // rides out an outage there.
-    let claimed = match engine.claim_batch_keeping(items).await {
-        Ok(claimed) => claimed,
-        Err((e, _)) => {
-            tracing::warn!(error = %e, "a batch of claims failed; each is claimed alone");
-            return prepared;
-        }
-    };
-    let mut claimed = claimed.into_iter();
-    for slot in &mut prepared {
-        if let Prepared::Ready { first, .. } = slot {
-            *first = claimed.next().map(Box::new);
-        }
-    }
-    prepared
 }

@@ -1,108 +1,107 @@
-//! One delivery, from what [`super::prepare`] made of it to its
-//! settlement: its operation begun (riding out an outage), run and
-//! recorded, forwarded to review when the policy sends it there, and the
-//! delivery acknowledged, put off or terminated as [`super::answer`] says.
+//! What an operation's fate (`job::fate`, the same for every source) means
+//! for its delivery, and the delivery settled so: acknowledged, put off,
+//! terminated or forwarded to review (the table in the module docs of
+//! [`super`]).
+//!
+//! Every delivery has one of three fates: run (acknowledged once its end
+//! is recorded, or put off while a take-over is the policy's to decide);
+//! put off because the store or the broker is unavailable, and only then;
+//! or refused for good (terminated) with a note naming what was wrong.
+//! What no message could get past (a command that cannot start, a policy
+//! not registered, a store that failed for good) stops the consumer
+//! instead ([`Halt::Stop`]): putting the message off would loop for ever,
+//! terminating it would throw away a good message.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use super::answer::{Settle, settle_of};
-use super::{ConsumeOptions, Counted, Delivery, Prepared, SourceError};
-use crate::engine::{Begin, Engine};
-use crate::job::fate::{self, Halt};
-use crate::job::outage;
-use crate::job::{Effect, End, Finisher, JobEvent, run_effect_recording, settle_riding_out};
+use idem_store::RecordState;
 
-/// Settles one delivery made ready by [`super::prepare`]: its operation begun
-/// (riding out an outage), run and recorded; the delivery acknowledged,
-/// put off or terminated. How it counts, and whether the consumer goes
-/// on.
-#[allow(clippy::too_many_arguments)]
-pub(super) async fn settle<E: Effect>(
-    engine: &Engine,
-    finisher: &Finisher,
-    effect: &E,
+use super::{ConsumeOptions, Delivery, RETRY_DELAY, SourceError};
+use crate::engine::Engine;
+use crate::job::End;
+use crate::job::JobEvent;
+use crate::job::fate::{Delay, Fate, Halt, Then};
+use crate::job::feed::{Settled, Ticket};
+use crate::job::outage;
+
+/// What every delivery of one consumer settles by.
+pub(super) struct Settling {
+    pub(super) options: ConsumeOptions,
+    pub(super) progress_every: Option<Duration>,
+    pub(super) not_owned_delay: Duration,
+    /// Whether the advice about other members' messages was given.
+    pub(super) told_not_owned: AtomicBool,
+    pub(super) observer: Arc<dyn Fn(JobEvent<'_>) + Send + Sync>,
+}
+
+impl Settling {
+    fn warn(&self, text: &str) {
+        (self.observer)(JobEvent::Warning(text));
+    }
+}
+
+/// One delivery, as the run loop's ticket for its operation.
+pub(super) struct Delivered {
     delivery: Box<dyn Delivery>,
-    prepared: Prepared,
-    options: &ConsumeOptions,
-    progress_every: Option<Duration>,
-    observer: &Arc<dyn Fn(JobEvent<'_>) + Send + Sync>,
-) -> (Counted, Halt) {
-    let budget = options.outage_budget;
-    let warn = |text: String| observer(JobEvent::Warning(&text));
-    let (op, key, first) = match prepared {
-        // Refused for good: the same bytes are refused every time.
-        Prepared::Unreadable(e) => {
-            if let Err(e) = delivery.term().await {
-                warn(format!("{}: {e}", delivery.describe()));
-            }
-            observer(JobEvent::Ended {
-                end: End::Refused,
-                note: Some(&format!(
-                    "{}: refused: not an operation ({e}); terminated",
-                    delivery.describe()
-                )),
-            });
-            return (Counted::End(End::Refused), Halt::No);
+    settling: Arc<Settling>,
+}
+
+impl Delivered {
+    pub(super) fn new(delivery: Box<dyn Delivery>, settling: Arc<Settling>) -> Self {
+        Delivered { delivery, settling }
+    }
+
+    fn warn_failed(&self, e: SourceError) {
+        self.settling
+            .warn(&format!("{}: {e}", self.delivery.describe()));
+    }
+}
+
+/// What happens to a delivery once its fate is known.
+enum Settle {
+    Ack,
+    Nack(Duration),
+    Term,
+    /// Forwarded to the review destination with these headers, then
+    /// acknowledged.
+    Review(Vec<(&'static str, String)>),
+}
+
+impl Ticket for Delivered {
+    fn progress_every(&self) -> Option<Duration> {
+        self.settling.progress_every
+    }
+
+    async fn in_progress(&self) {
+        if let Err(e) = self.delivery.in_progress().await {
+            self.warn_failed(e);
         }
-        Prepared::NotOwned(delay) => {
-            if let Err(e) = delivery.nack(delay).await {
-                warn(format!("{}: {e}", delivery.describe()));
-            }
-            return (Counted::NotOwned, Halt::No);
-        }
-        Prepared::Underived(failed) => {
-            let (op, e) = *failed;
-            (op, None, Err(e))
-        }
-        Prepared::Ready { item, first } => {
-            let key = item.request().key.digest;
-            (item.operation().clone(), Some(key), Ok((item, first)))
-        }
-    };
-    let work = async {
-        let begun = match first {
-            Err(e) => Err(e),
-            Ok((item, first)) => {
-                settle_riding_out(engine, *item, first.map(|f| *f), budget, |e| {
-                    warn(format!(
-                        "the store is unavailable ({e}); trying again for up to {budget:?}"
-                    ))
-                })
-                .await
-            }
-        };
-        let fate = match begun {
-            Ok(Begin::Execute(execution)) => {
-                let (key, lease) = (execution.key_hex(), execution.lease());
-                // The end goes to the consumer's finisher, which records
-                // the ends that arrive together in one store call.
-                let ran = run_effect_recording(
-                    effect,
-                    op,
-                    execution,
-                    async |execution, ending, outcome| {
-                        finisher
-                            .record(execution.into_finish(ending, outcome))
-                            .await
-                    },
-                )
-                .await;
-                fate::of_execution(ran, &key, lease)
-            }
-            other => fate::of_answer(other, key),
-        };
-        let (end, then, note, halt) = settle_of(engine, fate, options, &delivery.describe()).await;
-        // Forwarded while the delivery is still reported in progress. A
-        // forward that fails past the budget is not tried again (delivered
-        // again, the record in review is answered, not forwarded): the
-        // delivery is acknowledged and the warning names it; the record
-        // waits in `idem review`, its operation shown there.
+    }
+
+    async fn settle(&self, engine: &Engine, fate: Fate) -> Settled {
+        let settling = &*self.settling;
+        let at = self.delivery.describe();
+        let (end, then, note, halt) = settle_of(engine, fate, settling, &at).await;
+        // A forward that fails past the budget is not tried again
+        // (delivered again, the record in review is answered, not
+        // forwarded): the delivery is acknowledged and the warning names
+        // it; the record waits in `idem review`, its operation shown there.
         let then = match then {
             Settle::Review(headers) => {
-                let to = options.review_to.as_deref().unwrap_or_default();
-                if let Err(e) = forward_riding_out(&*delivery, to, &headers, budget, &warn).await {
-                    warn(format!(
+                let to = settling.options.review_to.as_deref().unwrap_or_default();
+                let budget = settling.options.outage_budget;
+                if let Err(e) = outage::riding_out(
+                    budget,
+                    || self.delivery.forward(to, &headers),
+                    // Every failure to forward is the broker's: tried again.
+                    |_| true,
+                    |e| settling.warn(&format!("{e}; trying again for up to {budget:?}")),
+                )
+                .await
+                {
+                    settling.warn(&format!(
                         "{e}; not forwarded, past the outage budget: acknowledged, its record \
                          waits in idem review"
                     ));
@@ -111,60 +110,104 @@ pub(super) async fn settle<E: Effect>(
             }
             then => then,
         };
-        (end, then, note, halt)
-    };
-    let (end, then, note, halt) = match progress_every {
-        None => work.await,
-        // From the claim to the end of the effect, the broker is told the
-        // delivery is being worked on before its redelivery timer runs out
-        // (a JetStream `+WPI`).
-        Some(every) => {
-            let mut work = std::pin::pin!(work);
-            let mut tick = tokio::time::interval(every);
-            tick.tick().await;
-            loop {
-                tokio::select! {
-                    out = &mut work => break out,
-                    _ = tick.tick() => {
-                        if let Err(e) = delivery.in_progress().await {
-                            warn(format!("{}: {e}", delivery.describe()));
-                        }
-                    }
-                }
-            }
+        let settled = match then {
+            Settle::Ack | Settle::Review(_) => self.delivery.ack().await,
+            Settle::Nack(delay) => self.delivery.nack(delay).await,
+            Settle::Term => self.delivery.term().await,
+        };
+        if let Err(e) = settled {
+            // Delivered again, it is answered from the record.
+            self.warn_failed(e);
         }
-    };
-    let settled = match then {
-        Settle::Ack => delivery.ack().await,
-        Settle::Nack(delay) => delivery.nack(delay).await,
-        Settle::Term => delivery.term().await,
-        Settle::Review(_) => unreachable!("forwarded and acknowledged above"),
-    };
-    if let Err(e) = settled {
-        // Delivered again, it is answered from the record.
-        warn(format!("{}: {e}", delivery.describe()));
+        Settled { end, note, halt }
     }
-    observer(JobEvent::Ended {
-        end,
-        note: note.as_deref(),
-    });
-    (Counted::End(end), halt)
 }
 
-/// [`Delivery::forward`], sent again while it fails, for up to `budget`.
-pub(super) async fn forward_riding_out(
-    delivery: &dyn Delivery,
-    to: &str,
-    headers: &[(&'static str, String)],
-    budget: Duration,
-    warn: &impl Fn(String),
-) -> Result<(), SourceError> {
-    // Every failure to forward is the broker's: tried again.
-    outage::riding_out(
-        budget,
-        || delivery.forward(to, headers),
-        |_| true,
-        |e| warn(format!("{e}; trying again for up to {budget:?}")),
-    )
-    .await
+/// How `fate` ends for the delivery `at` (its description): the end, what
+/// to do with the delivery, a note naming the delivery, and whether the
+/// consumer goes on.
+async fn settle_of(
+    engine: &Engine,
+    fate: Fate,
+    settling: &Settling,
+    at: &str,
+) -> (End, Settle, Option<String>, Halt) {
+    let options = &settling.options;
+    let Fate {
+        end,
+        note,
+        then,
+        mut halt,
+    } = fate;
+    // Deposed: the membership moved on, so every claim from here would be
+    // refused; what this consumer had is another member's now.
+    if end == End::StaleEpoch && options.ownership.is_some() {
+        halt = Halt::Deposed;
+    }
+    let mut suffix = "";
+    let settle = match then {
+        Then::Done => Settle::Ack,
+        Then::Later(delay) => {
+            let delay = match delay {
+                Delay::Now => {
+                    suffix = "; put back";
+                    Duration::ZERO
+                }
+                Delay::Retry => RETRY_DELAY,
+                Delay::Hint(ms) => ms
+                    .map_or(RETRY_DELAY, Duration::from_millis)
+                    .clamp(RETRY_DELAY, options.max_redelivery_delay),
+                Delay::Lease(lease) => lease.min(options.max_redelivery_delay),
+                Delay::Elsewhere => {
+                    if !settling.told_not_owned.swap(true, Ordering::Relaxed) {
+                        settling.warn(&format!(
+                            "messages owned by other members are put off ({:?} each) for the \
+                             broker to deliver elsewhere: run a consumer for every member, or \
+                             give each its own subject or queue",
+                            settling.not_owned_delay
+                        ));
+                    }
+                    settling.not_owned_delay
+                }
+            };
+            Settle::Nack(delay)
+        }
+        Then::Review { key, reason } => match &options.review_to {
+            None => Settle::Ack,
+            Some(_) => Settle::Review(vec![
+                ("idem-namespace", key.namespace.clone()),
+                ("idem-key", key.digest.to_string()),
+                ("idem-reason", reason),
+                ("idem-delivery", at.to_string()),
+            ]),
+        },
+        // A duplicate of a record waiting in review: its request is there
+        // for a person already (the delivery that found the claim lapsed
+        // was acknowledged, and forwarded with --review-to). Acknowledged
+        // on every broker: terminating it would put the same request in a
+        // dead-letter queue too.
+        Then::Rejected { key } => match engine.store().records().get(&key).await {
+            Ok(Some(view)) if view.record.state == RecordState::OutcomeUnknown => {
+                let note = note.map(|n| {
+                    format!("{at}: {n}; a duplicate of a record that waits in review: acknowledged")
+                });
+                return (end, Settle::Ack, note, halt);
+            }
+            // Asked again once the store is back.
+            Err(e) if e.is_unavailable() => {
+                let note = Some(format!("{at}: not run: {e}"));
+                return (End::NotRun, Settle::Nack(RETRY_DELAY), note, Halt::No);
+            }
+            _ => {
+                suffix = "; terminated";
+                Settle::Term
+            }
+        },
+        Then::Refused => {
+            suffix = "; terminated";
+            Settle::Term
+        }
+    };
+    let note = note.map(|n| format!("{at}: {n}{suffix}"));
+    (end, settle, note, halt)
 }

@@ -1,153 +1,136 @@
-//! The job's main loop: claim what can start now in one store call, run
-//! each claimed operation's effect in a task of its own, count the ends.
+//! The one run loop, under `idem run`, `idem consume` and the library's
+//! [`super::JobRunner`] and [`crate::consume::consume`]: take operations
+//! from a [`Feed`], claim what can start now in one store call, run each
+//! claimed operation in a slot of its own ([`super::slot`]), and count
+//! every end once, as its source settled it.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
-use idem_core::{Digest, Operation};
-use idem_store::{Finish, RecordKey};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
+use idem_core::{Operation, RunContext};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::{JoinError, JoinSet};
 
-use super::effect::{Effect, run_effect_recording};
+use super::effect::Effect;
 use super::event::{JobEvent, Observer};
-use super::feed::Fed;
+use super::fate::{self, Delay, Fate, Halt, Then};
+use super::feed::{Feed, Input, Pulled, Settled, Ticket};
 use super::finisher::Finisher;
-use super::peers;
+use super::outage;
+use super::ownership::Ownership;
+use super::slot::{self, Slots};
 use super::summary::{End, Outage, Summary};
-use super::{fate, one, outage};
-use crate::engine::{Begin, Engine, EngineError, FirstClaim, ToClaim};
+use crate::engine::{Engine, EngineError, FirstClaim, ToClaim};
 
-/// How many operations run at once, how many store calls batch, and how
-/// long an operation a peer holds is waited for.
-#[derive(Debug, Clone, Copy)]
+/// How many operations run at once, how many store calls batch, how long
+/// an operation a peer holds is waited for, and what a raw operation gets.
+#[derive(Debug, Clone)]
 pub(crate) struct Limits {
     pub(crate) concurrency: usize,
     pub(crate) claim_batch: usize,
     pub(crate) finish_batch: usize,
     pub(crate) wait_for_peers: Option<Duration>,
     pub(crate) store_outage: Duration,
+    /// The run an operation read from JSON belongs to when it names none.
+    pub(crate) run: Option<RunContext>,
+    /// This member's share, for operations read from JSON.
+    pub(crate) ownership: Option<Ownership>,
+    /// Keep a slot until its operation's end is recorded. A job frees it
+    /// when the effect is over, so that the next claims overlap the
+    /// recording; a consumer keeps it, so that a consumer killed leaves no
+    /// more claims to lapse (and wait in review) than it has slots.
+    pub(crate) hold_until_recorded: bool,
 }
 
-/// What one operation's task shares with the others.
-struct Shared<E> {
+/// Runs every operation `feed` gives through `effect`, at most
+/// `concurrency` at once, until the feed ends, `shutdown` resolves or a
+/// settled operation halts the run; returns the tally and how many
+/// operations it took. Only operations about to start are claimed: a
+/// claim's lease runs from the claim, so none waits for a free slot while
+/// claimed. Every note and warning reaches `observer` escaped: they carry
+/// what operations and publishers sent.
+pub(crate) async fn run_all<F: Feed, E: Effect>(
     engine: Arc<Engine>,
-    finisher: Finisher,
-    effect: Arc<E>,
-    permits: Arc<Semaphore>,
-    wait_for_peers: Option<Duration>,
-    store_outage: Duration,
-    /// Operations read ahead that need a claim, in order: they hold no
-    /// claim (and no lease) while they wait for a slot.
-    pending: Mutex<VecDeque<ToClaim>>,
-    /// A lone worker (concurrency 1): the task ending an operation claims
-    /// the next pending one in the same store call, and runs it in its slot.
-    lone: bool,
-    /// The run takes no more operations (a store outage past its budget).
-    stopping: AtomicBool,
-}
-
-impl<E> Shared<E> {
-    /// The pending operation a lone worker claims with `finish`, if any
-    /// may share its store call (see [`Engine::pairs`]).
-    fn next_to_pair(&self, finish: &Finish) -> Option<ToClaim> {
-        if !self.lone || self.stopping.load(Ordering::Acquire) {
-            return None;
-        }
-        let mut pending = self
-            .pending
-            .lock()
-            .expect("the pending queue is never poisoned");
-        match pending.front() {
-            Some(next) if self.engine.pairs(finish, next) => pending.pop_front(),
-            _ => None,
-        }
-    }
-}
-
-/// The operation a task goes on with after its own, in the same slot: one
-/// claimed together with its own end, or one whose claim must be sent again.
-enum Next {
-    Claimed(FirstClaim),
-    Unclaimed(ToClaim),
-}
-
-/// Runs every operation `fed` through `effect`, at most `concurrency` at
-/// once, and returns the tally and how many operations it took. Only
-/// operations about to start are claimed: a claim's lease runs from the
-/// claim, so none waits for a free slot while claimed.
-pub(crate) async fn run_all<E: Effect>(
-    engine: Arc<Engine>,
-    mut fed: mpsc::Receiver<Fed>,
+    mut feed: F,
     effect: Arc<E>,
     limits: Limits,
     observer: &Observer,
+    shutdown: impl Future<Output = ()>,
 ) -> (Summary, u64) {
-    let permits = Arc::new(Semaphore::new(limits.concurrency));
-    let mut tasks = JoinSet::new();
-    let shared = Arc::new(Shared {
+    let observer = escaping(observer.clone());
+    let observer = &observer;
+    let permits = Arc::new(Semaphore::new(limits.concurrency.max(1)));
+    let slots = Arc::new(Slots {
         finisher: Finisher::start(engine.clone(), limits.finish_batch, limits.store_outage),
         engine: engine.clone(),
         effect,
         permits: permits.clone(),
         wait_for_peers: limits.wait_for_peers,
         store_outage: limits.store_outage,
-        pending: Mutex::new(VecDeque::new()),
+        pending: Default::default(),
         lone: limits.concurrency == 1,
-        stopping: AtomicBool::new(false),
+        hold_until_recorded: limits.hold_until_recorded,
+        stopping: Default::default(),
+        observer: observer.clone(),
     });
-    let pending = || {
-        shared
-            .pending
-            .lock()
-            .expect("the pending queue is never poisoned")
+    let mut shutdown = std::pin::pin!(shutdown);
+    let mut tasks: JoinSet<Vec<(End, Halt)>> = JoinSet::new();
+    let mut run = Run {
+        summary: Summary::default(),
+        observer,
     };
-    let mut summary = Summary::default();
     let mut taken: u64 = 0;
     loop {
-        // Count what has finished so far.
         while let Some(joined) = tasks.try_join_next() {
-            count(&mut summary, joined, observer);
+            run.count_task(joined);
         }
-        if pending().is_empty() {
-            // The next operations (at least one, waiting for the second
-            // read if need be; more if they are ready): what is already
-            // done is settled now from one read, without a slot or a claim.
-            let Some(first) = fed.recv().await else {
+        if run.halted() {
+            break;
+        }
+        if F::READS_AHEAD && slots.pending().is_empty() {
+            // What is already done settles now, from one read, without a
+            // slot or a claim; the rest waits for a slot.
+            let pulled = tokio::select! {
+                pulled = feed.pull(limits.claim_batch, !tasks.is_empty()) => pulled,
+                () = &mut shutdown => break,
+            };
+            let Some(ahead) = run.taken(pulled) else {
                 break;
             };
-            let mut ahead = vec![engine.to_claim(first)];
-            while ahead.len() < limits.claim_batch {
-                match fed.try_recv() {
-                    Ok(next) => ahead.push(engine.to_claim(next)),
-                    Err(_) => break,
-                }
-            }
             taken += ahead.len() as u64;
-            let left = settle_ahead(&engine, ahead, &mut summary, observer).await;
-            pending().extend(left);
+            let ready = run.prepare(&engine, ahead, &limits).await;
+            let left = run.settle_ahead(&engine, ready).await;
+            slots.pending().extend(left);
             continue;
         }
         // Wait for one free slot, then take every other free one (up to the
-        // batch size and what waits): the operations that can start now
-        // are claimed together, in one store call.
-        let mut held = vec![
-            permits
-                .clone()
-                .acquire_owned()
-                .await
-                .expect("the semaphore is never closed"),
-        ];
-        let batch: Vec<ToClaim> = {
-            let mut pending = pending();
-            while held.len() < limits.claim_batch.min(pending.len()) {
-                match permits.clone().try_acquire_owned() {
-                    Ok(permit) => held.push(permit),
-                    Err(_) => break,
-                }
-            }
+        // batch size): the operations that can start now are claimed
+        // together, in one store call.
+        let mut held: Vec<OwnedSemaphorePermit> = vec![tokio::select! {
+            permit = permits.clone().acquire_owned() => permit.expect("the semaphore is never closed"),
+            () = &mut shutdown => break,
+        }];
+        while held.len() < limits.claim_batch
+            && let Ok(permit) = permits.clone().try_acquire_owned()
+        {
+            held.push(permit);
+        }
+        if !F::READS_AHEAD && slots.pending().is_empty() {
+            let pulled = tokio::select! {
+                pulled = feed.pull(held.len(), !tasks.is_empty()) => pulled,
+                () = &mut shutdown => break,
+            };
+            let Some(fetched) = run.taken(pulled) else {
+                break;
+            };
+            taken += fetched.len() as u64;
+            let ready = run.prepare(&engine, fetched, &limits).await;
+            slots.pending().extend(ready);
+        }
+        let batch: Vec<(ToClaim, F::Ticket)> = {
+            let mut pending = slots.pending();
             // A lone worker's task may have claimed them all meanwhile.
             let n = held.len().min(pending.len());
             pending.drain(..n).collect()
@@ -155,143 +138,289 @@ pub(crate) async fn run_all<E: Effect>(
         if batch.is_empty() {
             continue;
         }
-        let (claimed, gave_up) =
-            claim_riding_out(&engine, batch, limits.store_outage, observer).await;
+        let (claimed, gave_up) = claim_riding_out(&engine, batch, &limits, observer).await;
         // What the store did claim (or answered with a record) goes on, even
         // when the rest could not be claimed: those claims are live.
         let mut held = held.into_iter();
-        for claimed in claimed {
+        for (claimed, ticket) in claimed {
             let permit = held.next().expect("a permit per operation of the batch");
-            let shared = shared.clone();
-            let observer = observer.clone();
-            tasks.spawn(async move { run_in_slot(&shared, claimed, permit, &observer).await });
+            let slots = slots.clone();
+            tasks.spawn(async move { slot::run(&slots, claimed, ticket, permit).await });
         }
-        let Some((gave_up, unclaimed)) = gave_up else {
+        let Some(GaveUp { why, left }) = gave_up else {
             continue;
         };
         // None of these started, so none of their effects happened; a claim
         // the store may have made before failing is found by the next run
         // (and the policy decides).
-        for _ in 0..unclaimed {
-            ended(&mut summary, End::NotRun, None, observer);
-        }
-        if !gave_up.error.is_store_unavailable() {
+        let unavailable = why.error.is_store_unavailable();
+        if unavailable {
+            // Past the outage budget: take no more operations. The effects
+            // already running go on, their ends recorded if the store comes
+            // back in time.
+            let told = format!("{}; stopped taking operations", outage::describe(&why));
+            observer(JobEvent::Warning(&told));
+            run.summary.outage = Some(Outage {
+                lasted_ms: why.lasted.as_millis() as u64,
+                error: why.error.to_string(),
+            });
+        } else {
             observer(JobEvent::Warning(&format!(
-                "claiming a batch of {unclaimed} failed: {}; not run",
-                gave_up.error
+                "claiming a batch of {} failed: {}; not run",
+                left.len(),
+                why.error
             )));
-            continue;
         }
-        // Past the outage budget: take no more operations. The effects
-        // already running go on, their ends recorded if the store comes back
-        // in time.
-        observer(JobEvent::Warning(&format!(
-            "{}; stopped taking operations",
-            outage::describe(&gave_up)
-        )));
-        summary.outage = Some(Outage {
-            lasted_ms: gave_up.lasted.as_millis() as u64,
-            error: gave_up.error.to_string(),
-        });
-        break;
+        // The warning said why, once.
+        let fate = fate::of_error(why.error, None);
+        for ticket in left {
+            run.settle(&engine, &ticket, fate.again()).await;
+        }
     }
-    // Read ahead but never claimed (the run stopped on an outage): not run.
-    // Said under the queue's lock, so a lone worker's task takes none of
-    // them after this.
-    shared.stopping.store(true, Ordering::Release);
-    let left = pending().drain(..).count();
-    for _ in 0..left {
-        ended(&mut summary, End::NotRun, None, observer);
+    // Read ahead but never claimed: not run. Said under the queue's lock, so
+    // a lone worker's task takes none of them after this.
+    let left: Vec<(ToClaim, F::Ticket)> = {
+        let mut pending = slots.pending();
+        slots.stop();
+        pending.drain(..).collect()
+    };
+    for (_, ticket) in left {
+        let fate = Fate::new(End::NotRun, Then::Later(Delay::Retry));
+        run.settle(&engine, &ticket, fate).await;
     }
+    feed.close().await;
     while let Some(joined) = tasks.join_next().await {
-        count(&mut summary, joined, observer);
+        run.count_task(joined);
     }
-    (summary, taken)
+    (run.summary, taken)
 }
 
-/// One slot's task: begins and settles `claimed`, then, for a lone worker
-/// whose end shared its store call with the next claim, that operation, and
-/// so on. Each end is said as it happens; all are counted when the main
-/// loop collects the task.
-async fn run_in_slot<E: Effect>(
-    shared: &Shared<E>,
-    claimed: FirstClaim,
-    permit: OwnedSemaphorePermit,
-    observer: &Observer,
-) -> Vec<End> {
-    let mut ends = Vec::with_capacity(1);
-    let mut next = Some((Next::Claimed(claimed), permit));
-    while let Some((this, permit)) = next.take() {
-        let (op, key, begun) = match this {
-            Next::Claimed(claimed) => {
-                let op = claimed.operation().clone();
-                let key = claimed.key();
-                (op, key, begin(shared, claimed, observer).await)
+/// The tally of a run, and what settles the operations the loop itself
+/// answers.
+struct Run<'a> {
+    summary: Summary,
+    observer: &'a Observer,
+}
+
+impl Run<'_> {
+    /// Whether a settled operation (or the loop) stopped the run.
+    fn halted(&self) -> bool {
+        self.summary.outage.is_some() || self.summary.stopped.is_some() || self.summary.deposed
+    }
+
+    /// The operations pulled, or `None` when the feed ended (what it says
+    /// of its end counted).
+    fn taken<T>(&mut self, pulled: Pulled<T>) -> Option<Vec<(Input, T)>> {
+        match pulled {
+            Pulled::Taken(taken) => Some(taken),
+            Pulled::End(finale) => {
+                if self.summary.outage.is_none() {
+                    self.summary.outage = finale.outage;
+                }
+                self.summary.unacknowledged += finale.unacknowledged;
+                None
             }
-            Next::Unclaimed(item) => {
-                let op = item.operation().clone();
-                let key = item.request().key.digest;
-                (op, key, claim_alone(shared, item, observer).await)
+        }
+    }
+
+    /// Counts an end its source settled, and what it says of the run.
+    fn count(&mut self, end: End, halt: Halt) {
+        self.summary.count(end);
+        match halt {
+            Halt::No => {}
+            Halt::Outage => {
+                self.summary.outage.get_or_insert_with(|| Outage {
+                    lasted_ms: 0,
+                    error: "the store was unavailable past the outage budget".into(),
+                });
             }
-        };
-        let (end, note, then) = settle(shared, op, key, begun, permit, observer).await;
-        observer(JobEvent::Ended {
+            Halt::Stop(why) => {
+                if self.summary.stopped.is_none() {
+                    (self.observer)(JobEvent::Warning(&format!("{why}: stopped")));
+                    self.summary.stopped = Some(why);
+                }
+            }
+            Halt::Deposed => {
+                if !self.summary.deposed {
+                    (self.observer)(JobEvent::Warning(
+                        "the ownership group's membership moved on (another member joined with \
+                         another list): this member is deposed; stopped",
+                    ));
+                    self.summary.deposed = true;
+                }
+            }
+        }
+    }
+
+    /// Counts a finished task's operations (each reported by the task); a
+    /// task that panicked is an operation whose outcome is unknown.
+    fn count_task(&mut self, joined: Result<Vec<(End, Halt)>, JoinError>) {
+        match joined {
+            Ok(ends) => ends
+                .into_iter()
+                .for_each(|(end, halt)| self.count(end, halt)),
+            Err(e) => {
+                tracing::error!(error = %e, "operation task failed");
+                (self.observer)(JobEvent::Ended {
+                    end: End::Unknown,
+                    note: None,
+                });
+                self.summary.count(End::Unknown);
+            }
+        }
+    }
+
+    /// Settles at its source an operation the loop itself answered, and
+    /// reports and counts it.
+    async fn settle<T: Ticket>(&mut self, engine: &Engine, ticket: &T, fate: Fate) {
+        let Settled { end, note, halt } = ticket.settle(engine, fate).await;
+        (self.observer)(JobEvent::Ended {
             end,
             note: note.as_deref(),
         });
-        ends.push(end);
-        next = then;
+        self.count(end, halt);
     }
-    ends
+
+    /// Reads and derives what came as JSON (given `limits.run` when it
+    /// names none), keeps what this member owns, and makes each claim
+    /// request; what cannot be claimed is settled now.
+    async fn prepare<T: Ticket>(
+        &mut self,
+        engine: &Engine,
+        inputs: Vec<(Input, T)>,
+        limits: &Limits,
+    ) -> Vec<(ToClaim, T)> {
+        let mut ready = Vec::with_capacity(inputs.len());
+        for (input, ticket) in inputs {
+            match derived(engine, input, limits) {
+                Ok(derived) => ready.push((engine.to_claim(derived), ticket)),
+                Err(fate) => self.settle(engine, &ticket, fate).await,
+            }
+        }
+        ready
+    }
+
+    /// Settles the operations of `ahead` whose records are final now (one
+    /// read: `Engine::settle_ahead`) and returns the rest, in order, for a
+    /// claim. A read that fails settles nothing: every operation is
+    /// claimed, which rides out an outage as always.
+    async fn settle_ahead<T: Ticket>(
+        &mut self,
+        engine: &Engine,
+        ahead: Vec<(ToClaim, T)>,
+    ) -> Vec<(ToClaim, T)> {
+        let items: Vec<ToClaim> = ahead.iter().map(|(item, _)| item.clone()).collect();
+        let answers = match engine.settle_ahead(&items).await {
+            Ok(answers) => answers,
+            Err(e) => {
+                tracing::debug!(error = %e, "the look-ahead read failed; claiming instead");
+                return ahead;
+            }
+        };
+        let mut left = Vec::new();
+        for ((item, ticket), answer) in ahead.into_iter().zip(answers) {
+            match answer {
+                Some(begun) => {
+                    let key = item.request().key.digest;
+                    self.settle(engine, &ticket, fate::of_answer(begun, Some(key)))
+                        .await;
+                }
+                None => left.push((item, ticket)),
+            }
+        }
+        left
+    }
 }
 
-/// Claims `batch` in one store call, trying again while the store is
-/// unavailable, up to `budget` (see [`outage`]): the whole call, or the
-/// operations whose own claim the store could not make. Returns the claims
-/// made (or the records found), and when it gave up, why and how many
-/// operations were left unclaimed.
-async fn claim_riding_out(
+/// An input's operation and derivation, or its fate when it cannot be
+/// claimed: not an operation, not derivable, or another member's.
+// Either is moved on at once, once per operation: the size costs nothing.
+#[allow(clippy::result_large_err)]
+fn derived(
     engine: &Engine,
-    mut batch: Vec<ToClaim>,
-    budget: Duration,
+    input: Input,
+    limits: &Limits,
+) -> Result<(Operation, idem_core::KeyedDerivation), Fate> {
+    let json = match input {
+        Input::Keyed(op, keyed) => return Ok((op, keyed)),
+        Input::Json(json) => json,
+    };
+    let bounds = engine.policy().limits().operation;
+    let mut op = Operation::from_slice(&json, &bounds).map_err(|e| {
+        Fate::new(End::Refused, Then::Refused).noted(format!("refused: not an operation ({e})"))
+    })?;
+    if op.run.is_none() {
+        op.run = limits.run.clone();
+    }
+    let keyed = engine.derive(&op).map_err(|e| fate::of_error(e, None))?;
+    if let Some(o) = &limits.ownership
+        && !idem_core::ownership::owns(&keyed.partition, &o.member, &o.members)
+    {
+        return Err(Fate::new(End::NotOwned, Then::Later(Delay::Elsewhere)));
+    }
+    Ok((op, keyed))
+}
+
+/// Why a batch's claim gave up, and the operations it left unclaimed.
+struct GaveUp<T> {
+    why: outage::GaveUp,
+    left: Vec<T>,
+}
+
+/// A batch's claims made (or the records found), each with its ticket,
+/// and when the claim gave up, why and what it left.
+type Claimed<T> = (Vec<(FirstClaim, T)>, Option<GaveUp<T>>);
+
+/// Claims `batch` in one store call, trying again while the store is
+/// unavailable, up to the outage budget (see [`outage`]): the whole call,
+/// or the operations whose own claim the store could not make.
+async fn claim_riding_out<T>(
+    engine: &Engine,
+    batch: Vec<(ToClaim, T)>,
+    limits: &Limits,
     observer: &Observer,
-) -> (Vec<FirstClaim>, Option<(outage::GaveUp, usize)>) {
+) -> Claimed<T> {
     // Each request is made once (`Engine::to_claim`): sent again, it
     // carries the same holder token, so a claim that committed while its
     // answer was lost is found to be this one (see
     // `idem_store::HolderToken`).
+    let budget = limits.store_outage;
     let mut backoff = outage::Backoff::new(budget);
-    let mut done = Vec::with_capacity(batch.len());
+    let (mut items, mut tickets): (Vec<ToClaim>, VecDeque<T>) = batch.into_iter().unzip();
+    let mut done = Vec::with_capacity(items.len());
     loop {
-        let error = match engine.claim_batch_keeping(batch).await {
+        let error = match engine.claim_batch_keeping(items).await {
             Ok(claimed) => {
-                let mut retry = Vec::new();
+                let mut retry = (Vec::new(), VecDeque::new());
                 let mut error = None;
-                for claimed in claimed {
+                for (claimed, ticket) in claimed.into_iter().zip(tickets.drain(..)) {
                     match claimed.store_unavailable() {
                         Some(e) => {
                             error.get_or_insert_with(|| EngineError::Store(e.clone()));
-                            retry.push(claimed.into_retry());
+                            retry.0.push(claimed.into_retry());
+                            retry.1.push_back(ticket);
                         }
-                        None => done.push(claimed),
+                        None => done.push((claimed, ticket)),
                     }
                 }
                 let Some(error) = error else {
                     return (done, None);
                 };
-                batch = retry;
+                (items, tickets) = retry;
                 error
             }
-            Err((e, back)) if e.is_store_unavailable() => {
-                batch = back;
+            // A call handing back all it was asked can be sent again.
+            Err((e, back)) if e.is_store_unavailable() && back.len() == tickets.len() => {
+                items = back;
                 e
             }
-            Err((error, back)) => {
-                let gave_up = outage::GaveUp {
+            Err((error, _)) => {
+                let left = tickets.into_iter().collect();
+                let why = outage::GaveUp {
                     error,
                     lasted: Duration::ZERO,
                 };
-                return (done, Some((gave_up, back.len())));
+                return (done, Some(GaveUp { why, left }));
             }
         };
         match backoff.after_failure().await {
@@ -300,249 +429,27 @@ async fn claim_riding_out(
             ))),
             outage::Next::Again { first: false } => {}
             outage::Next::GiveUp(lasted) => {
-                let left = batch.len();
-                return (done, Some((outage::GaveUp { error, lasted }, left)));
+                let left = tickets.into_iter().collect();
+                let why = outage::GaveUp { error, lasted };
+                return (done, Some(GaveUp { why, left }));
             }
         }
     }
 }
 
-/// Settles the operations of `ahead` whose records are final now (one
-/// read: `Engine::settle_ahead`) and returns the rest, in order, for a
-/// claim. A read that fails settles nothing: every operation is claimed,
-/// which rides out an outage as always.
-async fn settle_ahead(
-    engine: &Engine,
-    ahead: Vec<ToClaim>,
-    summary: &mut Summary,
-    observer: &Observer,
-) -> Vec<ToClaim> {
-    let answers = match engine.settle_ahead(&ahead).await {
-        Ok(answers) => answers,
-        Err(e) => {
-            tracing::debug!(error = %e, "the look-ahead read failed; claiming instead");
-            return ahead;
-        }
-    };
-    let mut left = Vec::new();
-    for (item, answer) in ahead.into_iter().zip(answers) {
-        match answer {
-            Some(begun) => {
-                let (end, note) = not_executed(begun, item.request().key.digest);
-                ended(summary, end, note.as_deref(), observer);
-            }
-            None => left.push(item),
-        }
-    }
-    left
-}
-
-/// Settles what the batch claim answered for one operation. A fresh claim
-/// or a final record needs nothing more of the store; an open record may (a
-/// take-over, a wait), and while the store is unavailable for that, the
-/// claim is sent again as the same request, within the outage budget.
-async fn begin<E>(
-    shared: &Shared<E>,
-    claimed: FirstClaim,
-    observer: &Observer,
-) -> Result<Begin, EngineError> {
-    if !claimed.may_call_the_store() {
-        return shared.engine.begin_claimed(claimed).await;
-    }
-    let item = claimed.to_retry();
-    let budget = shared.store_outage;
-    one::settle_riding_out(&shared.engine, item, Some(claimed), budget, |e| {
-        observer(JobEvent::Warning(&format!(
-            "the store is unavailable ({e}) while settling a duplicate; trying again for up to {budget:?}"
-        )))
+/// `observer`, hearing every note and warning escaped: they carry what
+/// operations and publishers sent (field values, reasons, message ids).
+pub(crate) fn escaping(observer: Observer) -> Observer {
+    use idem_core::text::escaped;
+    Arc::new(move |event| match event {
+        JobEvent::Ended {
+            end,
+            note: Some(note),
+        } => observer(JobEvent::Ended {
+            end,
+            note: Some(&escaped(note)),
+        }),
+        JobEvent::Warning(text) => observer(JobEvent::Warning(&escaped(text))),
+        other => observer(other),
     })
-    .await
-}
-
-/// Claims `item` alone and settles what the claim answered, sending it
-/// again while the store is unavailable, within the outage budget: a lone
-/// worker's next operation whose shared store call did not claim it.
-async fn claim_alone<E>(
-    shared: &Shared<E>,
-    item: ToClaim,
-    observer: &Observer,
-) -> Result<Begin, EngineError> {
-    let budget = shared.store_outage;
-    one::settle_riding_out(&shared.engine, item, None, budget, |e| {
-        observer(JobEvent::Warning(&format!(
-            "the store is unavailable ({e}) while claiming; trying again for up to {budget:?}"
-        )))
-    })
-    .await
-}
-
-/// Counts a finished task's operations (already reported by the task); a
-/// task that panicked is an operation whose outcome is unknown.
-fn count(summary: &mut Summary, joined: Result<Vec<End>, JoinError>, observer: &Observer) {
-    match joined {
-        Ok(ends) => ends.into_iter().for_each(|end| summary.count(end)),
-        Err(e) => {
-            tracing::error!(error = %e, "operation task failed");
-            ended(summary, End::Unknown, None, observer);
-        }
-    }
-}
-
-/// Reports and counts an end the main loop itself decided.
-fn ended(summary: &mut Summary, end: End, note: Option<&str>, observer: &Observer) {
-    observer(JobEvent::Ended { end, note });
-    summary.count(end);
-}
-
-/// How one operation ended; the note says why, for the ends that deserve
-/// a word.
-type Ended = (End, Option<String>);
-
-/// How one operation ended, and the operation its slot goes on with.
-type EndedThen = (End, Option<String>, Option<(Next, OwnedSemaphorePermit)>);
-
-/// Settles one begun operation: runs the effect if this run holds it, and
-/// with `wait_for_peers`, waits for one a live peer holds and begins it
-/// again. Gives up its slot (`permit`) when its effect is over (before its
-/// end is recorded: recording needs no slot, and a slot freed at once lets
-/// the next claims overlap the recording) or when it starts waiting.
-async fn settle<E: Effect>(
-    shared: &Shared<E>,
-    op: Operation,
-    key: Digest,
-    begun: Result<Begin, EngineError>,
-    permit: OwnedSemaphorePermit,
-    observer: &Observer,
-) -> EndedThen {
-    match begun {
-        Ok(Begin::InProgress { key, .. }) if shared.wait_for_peers.is_some() => {
-            drop(permit);
-            wait_for_peer(shared, op, key, observer).await
-        }
-        Ok(Begin::Execute(execution)) => run_held(shared, op, execution, permit, observer).await,
-        other => {
-            let (end, note) = not_executed(other, key);
-            (end, note, None)
-        }
-    }
-}
-
-/// Waits (holding no slot) until the peer holding `key` ends its claim,
-/// then takes a slot and begins the operation again: a replay, or what the
-/// policy decides for a failure or a lapsed claim.
-async fn wait_for_peer<E: Effect>(
-    shared: &Shared<E>,
-    op: Operation,
-    key: RecordKey,
-    observer: &Observer,
-) -> EndedThen {
-    let max = shared.wait_for_peers.unwrap_or_default();
-    tracing::debug!(key = %key.digest, "in progress: waiting for the live run holding it");
-    match peers::still_held_after(shared.engine.store(), &key, max).await {
-        Ok(false) => {}
-        Ok(true) => {
-            let note = format!(
-                "key {}: still in progress elsewhere after waiting {max:?}",
-                key.digest
-            );
-            return (End::InProgress, Some(note), None);
-        }
-        Err(e) => {
-            let note = format!("key {}: not run: {e}", key.digest);
-            return (End::NotRun, Some(note), None);
-        }
-    }
-    let permit = shared
-        .permits
-        .clone()
-        .acquire_owned()
-        .await
-        .expect("the semaphore is never closed");
-    match shared.engine.begin(&op).await {
-        Ok(Begin::Execute(execution)) => run_held(shared, op, execution, permit, observer).await,
-        // Held again by someone (a peer took it over): the wait is over.
-        other => {
-            let (end, note) = not_executed(other, key.digest);
-            (end, note, None)
-        }
-    }
-}
-
-/// An operation this run does not execute (its key is `key`): how it ended.
-fn not_executed(begun: Result<Begin, EngineError>, key: Digest) -> Ended {
-    let fate = fate::of_answer(begun, Some(key));
-    (fate.end, fate.note)
-}
-
-/// Runs the effect of an operation this run holds, gives up its slot, and
-/// records its end through the finisher. A lone worker instead records
-/// its end in the store call that claims the next pending operation, and
-/// keeps its slot for that one.
-async fn run_held<E: Effect>(
-    shared: &Shared<E>,
-    op: Operation,
-    execution: crate::engine::Execution,
-    permit: OwnedSemaphorePermit,
-    observer: &Observer,
-) -> EndedThen {
-    let (key, lease) = (execution.key_hex(), execution.lease());
-    let mut then = None;
-    let performed = run_effect_recording(
-        &*shared.effect,
-        op,
-        execution,
-        async |execution, ending, outcome| {
-            let finish = execution.into_finish(ending, outcome);
-            let Some(next) = shared.next_to_pair(&finish) else {
-                drop(permit);
-                return shared.finisher.record(finish).await;
-            };
-            // An outage met here is told once; each write then rides it
-            // out alone.
-            let budget = shared.store_outage;
-            let tell = |e: &EngineError| {
-                observer(JobEvent::Warning(&format!(
-                    "the store is unavailable ({e}) while recording an end and claiming the next operation; trying again for up to {budget:?}"
-                )))
-            };
-            match shared.engine.finish_and_claim(&finish, next).await {
-                Ok((finished, claimed)) => {
-                    let finish_unavailable =
-                        matches!(&finished, Err(e) if e.is_store_unavailable());
-                    let next = match claimed.store_unavailable() {
-                        Some(e) => {
-                            if !finish_unavailable {
-                                tell(&EngineError::Store(e.clone()));
-                            }
-                            Next::Unclaimed(claimed.into_retry())
-                        }
-                        None => Next::Claimed(claimed),
-                    };
-                    then = Some((next, permit));
-                    match finished {
-                        // Sent again alone (recognised if it was recorded).
-                        Err(e) if e.is_store_unavailable() => {
-                            tell(&e);
-                            shared.finisher.record(finish).await
-                        }
-                        finished => finished,
-                    }
-                }
-                // Neither may be assumed written: each is sent again alone,
-                // and recognised if it was (the end by its fence, the claim
-                // by its holder token).
-                Err((e, next)) => {
-                    if e.is_store_unavailable() {
-                        tell(&e);
-                    }
-                    then = Some((Next::Unclaimed(next), permit));
-                    shared.finisher.record(finish).await
-                }
-            }
-        },
-    )
-    .await;
-    let fate = fate::of_execution(performed, &key, lease);
-    let (end, note) = (fate.end, fate.note);
-    (end, note, then)
 }

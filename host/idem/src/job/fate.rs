@@ -32,7 +32,7 @@ pub(crate) struct Fate {
 }
 
 impl Fate {
-    fn new(end: End, then: Then) -> Fate {
+    pub(crate) fn new(end: End, then: Then) -> Fate {
         Fate {
             end,
             note: None,
@@ -41,7 +41,7 @@ impl Fate {
         }
     }
 
-    fn noted(mut self, note: String) -> Fate {
+    pub(crate) fn noted(mut self, note: String) -> Fate {
         self.note = Some(note);
         self
     }
@@ -50,9 +50,21 @@ impl Fate {
         self.halt = halt;
         self
     }
+
+    /// The same fate for another operation that met the same answer, without
+    /// the note (said once, for the first).
+    pub(crate) fn again(&self) -> Fate {
+        Fate {
+            end: self.end,
+            note: None,
+            then: self.then.clone(),
+            halt: self.halt.clone(),
+        }
+    }
 }
 
 /// What the source does with an operation once its end is known.
+#[derive(Clone)]
 pub(crate) enum Then {
     /// Nothing more comes of it: its end is recorded (or replayed), or it
     /// is another holder's to end (a deposed run's).
@@ -78,6 +90,7 @@ pub(crate) enum Then {
 }
 
 /// When an operation put off is tried again.
+#[derive(Clone)]
 pub(crate) enum Delay {
     /// At once: it is not the operation's fault, and nothing runs until
     /// someone changes something (the run stops: [`Halt::Stop`]).
@@ -88,6 +101,9 @@ pub(crate) enum Delay {
     Hint(Option<u64>),
     /// Once the claim's lease has run out: the policy decides then.
     Lease(Duration),
+    /// Another member owns it (partitioned ownership): when the source
+    /// hands it to another of its consumers.
+    Elsewhere,
 }
 
 /// Whether the run goes on after an operation.
@@ -99,6 +115,9 @@ pub(crate) enum Halt {
     Outage,
     /// No operation can run until someone changes something: why.
     Stop(String),
+    /// The ownership group's membership moved on: every claim from here
+    /// would be refused, and what this member had is another's now.
+    Deposed,
 }
 
 /// What an answer other than an execution comes to (`key`: the

@@ -71,12 +71,12 @@
 //! # }
 //! ```
 
-mod dispatch;
+pub(crate) mod dispatch;
 mod effect;
 mod error;
 mod event;
 pub(crate) mod fate;
-mod feed;
+pub(crate) mod feed;
 mod finisher;
 mod lease;
 mod one;
@@ -84,6 +84,7 @@ pub(crate) mod outage;
 mod ownership;
 mod peers;
 mod plan;
+mod slot;
 mod source;
 mod summary;
 
@@ -95,13 +96,10 @@ use idem_core::Operation;
 
 use crate::engine::{Engine, EngineOptions};
 
-pub(crate) use effect::run_effect_recording;
 pub use effect::{Effect, EffectOutcome, Performed, run_effect};
 pub use error::JobError;
 pub use event::JobEvent;
-pub(crate) use finisher::Finisher;
 pub use lease::JobLeaseOptions;
-pub(crate) use one::settle_riding_out;
 pub use one::{begin_riding_out, open_riding_out, run_effect_riding_out};
 pub use ownership::Ownership;
 pub(crate) use ownership::join as join_ownership;
@@ -290,6 +288,10 @@ impl JobRunner {
             finish_batch: self.options.finish_batch.get(),
             wait_for_peers: self.options.wait_for_peers,
             store_outage: self.options.store_outage,
+            // A job's operations are read and kept by the plan.
+            run: None,
+            ownership: None,
+            hold_until_recorded: false,
         };
         let (not_owned, skipped, planned) = (plan.not_owned(), plan.skipped(), plan.to_run());
         // Enough queued for two full batches read ahead: what is already
@@ -299,12 +301,14 @@ impl JobRunner {
         let queue = 2 * limits.claim_batch;
         let (fed, feeder) = feed::start(source, plan, queue);
         let engine = Arc::new(engine);
+        let never = std::future::pending();
         let (mut ran, taken) = dispatch::run_all(
             engine.clone(),
             fed,
             Arc::new(effect),
             limits,
             &self.observer,
+            never,
         )
         .await;
         // Every answer the run got into the attempt log before it reports.

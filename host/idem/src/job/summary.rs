@@ -45,11 +45,15 @@ pub enum End {
     /// unchanged it gets the same answer, so it is never tried again
     /// (`idem consume` terminates the message).
     Refused,
+    /// Another member owns it (partitioned ownership): put off for its
+    /// source to hand to that member (`idem consume --shard`; a job leaves
+    /// out what it does not own when it first reads its operations).
+    NotOwned,
 }
 
 impl End {
     /// Every end, in the order [`Summary`] lists their counts.
-    pub const ALL: [End; 14] = [
+    pub const ALL: [End; 15] = [
         End::Executed,
         End::Replayed,
         End::ReplayedFailure,
@@ -64,6 +68,7 @@ impl End {
         End::PolicyFailed,
         End::Refused,
         End::NotRun,
+        End::NotOwned,
     ];
 
     /// The name of the [`Summary`] count this end adds to (its field, as
@@ -83,6 +88,7 @@ impl End {
             End::PolicyFailed => "policy_failed",
             End::NotRun => "not_run",
             End::Refused => "refused",
+            End::NotOwned => "not_owned",
         }
     }
 }
@@ -185,6 +191,7 @@ impl Summary {
             End::PolicyFailed => &mut self.policy_failed,
             End::NotRun => &mut self.not_run,
             End::Refused => &mut self.refused,
+            End::NotOwned => &mut self.not_owned,
         };
         *counter += 1;
     }

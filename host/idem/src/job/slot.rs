@@ -1,0 +1,315 @@
+//! One slot of the run loop: an operation claimed in its batch, begun
+//! (riding out an outage while a duplicate is settled), its effect run
+//! while its claim is heartbeated and its source told it is being worked
+//! on, its end recorded, and the operation settled at its source as its
+//! [`Fate`] says. A lone worker's slot then goes on with the next
+//! operation, claimed in the store call that recorded this one's end.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use idem_core::{Digest, Operation};
+use idem_store::{Finish, RecordKey};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use super::effect::{Effect, run_effect_recording};
+use super::event::{JobEvent, Observer};
+use super::fate::{self, Delay, Fate, Halt, Then};
+use super::feed::{Settled, Ticket};
+use super::finisher::Finisher;
+use super::summary::End;
+use super::{one, peers};
+use crate::engine::{Begin, Engine, EngineError, Execution, FirstClaim, ToClaim};
+
+/// What every slot of a run shares.
+pub(crate) struct Slots<E, T> {
+    pub(crate) engine: Arc<Engine>,
+    pub(crate) finisher: Finisher,
+    pub(crate) effect: Arc<E>,
+    pub(crate) permits: Arc<Semaphore>,
+    pub(crate) wait_for_peers: Option<Duration>,
+    pub(crate) store_outage: Duration,
+    /// Operations taken that need a claim, in order: they hold no claim
+    /// (and no lease) while they wait for a slot.
+    pub(crate) pending: Mutex<VecDeque<(ToClaim, T)>>,
+    /// A lone worker (concurrency 1): the slot ending an operation claims
+    /// the next pending one in the same store call, and runs it.
+    pub(crate) lone: bool,
+    /// The run takes no more operations.
+    pub(crate) stopping: AtomicBool,
+    /// A slot is kept until its operation's end is recorded (see
+    /// [`super::dispatch::Limits::hold_until_recorded`]).
+    pub(crate) hold_until_recorded: bool,
+    pub(crate) observer: Observer,
+}
+
+impl<E, T> Slots<E, T> {
+    /// The operations waiting for a claim.
+    pub(crate) fn pending(&self) -> MutexGuard<'_, VecDeque<(ToClaim, T)>> {
+        self.pending
+            .lock()
+            .expect("the pending queue is never poisoned")
+    }
+
+    /// No slot takes a pending operation from now on (call it holding
+    /// [`Slots::pending`]'s lock, so that none is taken meanwhile).
+    pub(crate) fn stop(&self) {
+        self.stopping.store(true, Ordering::Release);
+    }
+
+    /// The pending operation a lone worker claims with `finish`, if any
+    /// may share its store call (see [`Engine::pairs`]).
+    fn next_to_pair(&self, finish: &Finish) -> Option<(ToClaim, T)> {
+        if !self.lone || self.stopping.load(Ordering::Acquire) {
+            return None;
+        }
+        let mut pending = self.pending();
+        match pending.front() {
+            Some((next, _)) if self.engine.pairs(finish, next) => pending.pop_front(),
+            _ => None,
+        }
+    }
+
+    fn warn(&self, text: &str) {
+        (self.observer)(JobEvent::Warning(text));
+    }
+}
+
+/// The operation a slot goes on with after its own: one claimed together
+/// with its own end, or one whose claim must be sent again.
+enum Next {
+    Claimed(FirstClaim),
+    Unclaimed(ToClaim),
+}
+
+/// A slot's task: settles `claimed`, then, for a lone worker whose end
+/// shared its store call with the next claim, that operation, and so on.
+/// Each end is said as it happens; all are counted when the loop collects
+/// the task.
+pub(crate) async fn run<E: Effect, T: Ticket>(
+    slots: &Slots<E, T>,
+    claimed: FirstClaim,
+    ticket: T,
+    permit: OwnedSemaphorePermit,
+) -> Vec<(End, Halt)> {
+    let mut ends = Vec::with_capacity(1);
+    let mut next = Some((Next::Claimed(claimed), ticket, permit));
+    while let Some((this, ticket, permit)) = next.take() {
+        let work = async {
+            let (op, key, begun) = match this {
+                Next::Claimed(claimed) => {
+                    let op = claimed.operation().clone();
+                    let key = claimed.key();
+                    (op, key, begin(slots, claimed).await)
+                }
+                Next::Unclaimed(item) => {
+                    let op = item.operation().clone();
+                    let key = item.request().key.digest;
+                    (op, key, claim_alone(slots, item).await)
+                }
+            };
+            let (fate, then) = settle(slots, op, key, begun, permit).await;
+            // Settled while still reported in progress: what the source
+            // does first (a forward to review) keeps the delivery.
+            (ticket.settle(&slots.engine, fate).await, then)
+        };
+        let (Settled { end, note, halt }, then) = with_progress(&ticket, work).await;
+        (slots.observer)(JobEvent::Ended {
+            end,
+            note: note.as_deref(),
+        });
+        ends.push((end, halt));
+        next = then;
+    }
+    ends
+}
+
+/// `work`, telling the source every [`Ticket::progress_every`] that the
+/// operation is still being worked on (before its redelivery timer runs
+/// out: a JetStream `+WPI`).
+async fn with_progress<T: Ticket, O>(ticket: &T, work: impl Future<Output = O>) -> O {
+    let Some(every) = ticket.progress_every() else {
+        return work.await;
+    };
+    let mut work = std::pin::pin!(work);
+    let mut tick = tokio::time::interval(every);
+    tick.tick().await;
+    loop {
+        tokio::select! {
+            out = &mut work => return out,
+            _ = tick.tick() => ticket.in_progress().await,
+        }
+    }
+}
+
+/// Settles what the batch claim answered for one operation. A fresh claim
+/// or a final record needs nothing more of the store; an open record may (a
+/// take-over, a wait), and while the store is unavailable for that, the
+/// claim is sent again as the same request, within the outage budget.
+async fn begin<E, T>(slots: &Slots<E, T>, claimed: FirstClaim) -> Result<Begin, EngineError> {
+    if !claimed.may_call_the_store() {
+        return slots.engine.begin_claimed(claimed).await;
+    }
+    let item = claimed.to_retry();
+    let budget = slots.store_outage;
+    one::settle_riding_out(&slots.engine, item, Some(claimed), budget, |e| {
+        slots.warn(&format!(
+            "the store is unavailable ({e}) while settling a duplicate; trying again for up to {budget:?}"
+        ))
+    })
+    .await
+}
+
+/// Claims `item` alone and settles what the claim answered, sending it
+/// again while the store is unavailable, within the outage budget: a lone
+/// worker's next operation whose shared store call did not claim it.
+async fn claim_alone<E, T>(slots: &Slots<E, T>, item: ToClaim) -> Result<Begin, EngineError> {
+    let budget = slots.store_outage;
+    one::settle_riding_out(&slots.engine, item, None, budget, |e| {
+        slots.warn(&format!(
+            "the store is unavailable ({e}) while claiming; trying again for up to {budget:?}"
+        ))
+    })
+    .await
+}
+
+/// An operation's fate, and the operation its slot goes on with.
+type FateThen<T> = (Fate, Option<(Next, T, OwnedSemaphorePermit)>);
+
+/// Settles one begun operation: runs the effect if this run holds it, and
+/// with `wait_for_peers`, waits for one a live peer holds and begins it
+/// again. Gives up its slot (`permit`) when it starts waiting, or when its
+/// effect is over (before its end is recorded unless the run holds slots
+/// until then) or its end recorded.
+async fn settle<E: Effect, T>(
+    slots: &Slots<E, T>,
+    op: Operation,
+    key: Digest,
+    begun: Result<Begin, EngineError>,
+    permit: OwnedSemaphorePermit,
+) -> FateThen<T> {
+    match begun {
+        Ok(Begin::InProgress { key, .. }) if slots.wait_for_peers.is_some() => {
+            drop(permit);
+            wait_for_peer(slots, op, key).await
+        }
+        Ok(Begin::Execute(execution)) => run_held(slots, op, execution, permit).await,
+        other => (fate::of_answer(other, Some(key)), None),
+    }
+}
+
+/// Waits (holding no slot) until the peer holding `key` ends its claim,
+/// then takes a slot and begins the operation again: a replay, or what the
+/// policy decides for a failure or a lapsed claim.
+async fn wait_for_peer<E: Effect, T>(
+    slots: &Slots<E, T>,
+    op: Operation,
+    key: RecordKey,
+) -> FateThen<T> {
+    let max = slots.wait_for_peers.unwrap_or_default();
+    tracing::debug!(key = %key.digest, "in progress: waiting for the live run holding it");
+    let waited = match peers::still_held_after(slots.engine.store(), &key, max).await {
+        Ok(false) => None,
+        Ok(true) => Some(
+            Fate::new(End::InProgress, Then::Later(Delay::Hint(None))).noted(format!(
+                "key {}: still in progress elsewhere after waiting {max:?}",
+                key.digest
+            )),
+        ),
+        Err(e) => Some(
+            Fate::new(End::NotRun, Then::Later(Delay::Retry))
+                .noted(format!("key {}: not run: {e}", key.digest)),
+        ),
+    };
+    if let Some(fate) = waited {
+        return (fate, None);
+    }
+    let permit = slots
+        .permits
+        .clone()
+        .acquire_owned()
+        .await
+        .expect("the semaphore is never closed");
+    match slots.engine.begin(&op).await {
+        Ok(Begin::Execute(execution)) => run_held(slots, op, execution, permit).await,
+        // Held again by someone (a peer took it over): the wait is over.
+        other => (fate::of_answer(other, Some(key.digest)), None),
+    }
+}
+
+/// Runs the effect of an operation this run holds, gives up its slot, and
+/// records its end through the finisher. A lone worker instead records
+/// its end in the store call that claims the next pending operation, and
+/// keeps its slot for that one.
+async fn run_held<E: Effect, T>(
+    slots: &Slots<E, T>,
+    op: Operation,
+    execution: Execution,
+    permit: OwnedSemaphorePermit,
+) -> FateThen<T> {
+    let (key, lease) = (execution.key_hex(), execution.lease());
+    let mut then = None;
+    let performed = run_effect_recording(
+        &*slots.effect,
+        op,
+        execution,
+        async |execution, ending, outcome| {
+            let finish = execution.into_finish(ending, outcome);
+            let Some((next, ticket)) = slots.next_to_pair(&finish) else {
+                // Freed before the end is recorded, the slot's next claim
+                // overlaps the recording; kept until then, a crash leaves
+                // no more claims open than there are slots.
+                let held = slots.hold_until_recorded.then_some(permit);
+                let recorded = slots.finisher.record(finish).await;
+                drop(held);
+                return recorded;
+            };
+            // An outage met here is told once; each write then rides it
+            // out alone.
+            let budget = slots.store_outage;
+            let tell = |e: &EngineError| {
+                slots.warn(&format!(
+                    "the store is unavailable ({e}) while recording an end and claiming the next operation; trying again for up to {budget:?}"
+                ))
+            };
+            match slots.engine.finish_and_claim(&finish, next).await {
+                Ok((finished, claimed)) => {
+                    let finish_unavailable =
+                        matches!(&finished, Err(e) if e.is_store_unavailable());
+                    let next = match claimed.store_unavailable() {
+                        Some(e) => {
+                            if !finish_unavailable {
+                                tell(&EngineError::Store(e.clone()));
+                            }
+                            Next::Unclaimed(claimed.into_retry())
+                        }
+                        None => Next::Claimed(claimed),
+                    };
+                    then = Some((next, ticket, permit));
+                    match finished {
+                        // Sent again alone (recognised if it was recorded).
+                        Err(e) if e.is_store_unavailable() => {
+                            tell(&e);
+                            slots.finisher.record(finish).await
+                        }
+                        finished => finished,
+                    }
+                }
+                // Neither may be assumed written: each is sent again alone,
+                // and recognised if it was (the end by its fence, the claim
+                // by its holder token).
+                Err((e, next)) => {
+                    if e.is_store_unavailable() {
+                        tell(&e);
+                    }
+                    then = Some((Next::Unclaimed(next), ticket, permit));
+                    slots.finisher.record(finish).await
+                }
+            }
+        },
+    )
+    .await;
+    (fate::of_execution(performed, &key, lease), then)
+}
