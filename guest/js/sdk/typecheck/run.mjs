@@ -38,7 +38,7 @@ for (const [js, dts] of entries) {
   console.log(`${dts}: ${declared.size} values declared, ${exported.size} exported`);
 }
 
-const cases = fileURLToPath(new URL('refund-cases.json', import.meta.url));
+const cases = fileURLToPath(new URL('../../../testdata/refund-cases.json', import.meta.url));
 const report = await runCasesFile(fileURLToPath(new URL('dist/refund-policy.js', import.meta.url)), cases);
 console.log(formatReport(cases, report));
 if (report.results.length === 0 || report.results.some((r) => !r.passed)) ok = false;
