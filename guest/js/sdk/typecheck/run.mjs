@@ -5,10 +5,14 @@
 //   through the SDK's JavaScript, natively as `idem test` would run them.
 // Exit 1 on any difference.
 
-import ts from 'typescript';
+import { createRequire } from 'node:module';
 import { fileURLToPath } from 'node:url';
 import { runCasesFile, formatReport } from '../testing/index.js';
 
+// Required, not imported: from this package's node_modules after `npm
+// install`, or from NODE_PATH where the suite keeps its own copy
+// (tests/suite/guest_types.rs); ES imports ignore NODE_PATH.
+const ts = createRequire(import.meta.url)('typescript');
 const sdk = fileURLToPath(new URL('..', import.meta.url));
 let ok = true;
 
