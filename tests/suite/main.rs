@@ -15,6 +15,7 @@ mod fleet;
 mod forensics;
 mod gate;
 mod guest_languages;
+mod guest_types;
 mod hardening;
 mod job;
 mod lifecycle;

@@ -5,6 +5,7 @@
 
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
 import { canonicalDecimal, DecimalError, MAX_DECIMAL_LEN, Operation, ErrorCode } from '../sdk/index.js';
 import { canonicalNumber } from '../sdk/testing/index.js';
 
@@ -94,4 +95,34 @@ test('op.decimal: the helpers.rs doctest', () => {
   });
   assert.throws(() => op.decimal('flag'), { message: '`flag` must be a decimal like 10.50, not a boolean' });
   assert.throws(() => op.decimal('tax'), { code: ErrorCode.MissingField, field: 'tax' });
+});
+
+// The vectors every SDK reads (guest/testdata/decimals.json, the Rust SDK's
+// behaviour written down): a divergence between languages fails here, in
+// guest/python/tests/test_decimal.py or in guest/sdk/src/decimal.rs.
+const vectors = JSON.parse(readFileSync(new URL('../../testdata/decimals.json', import.meta.url), 'utf8'));
+
+test('the shared decimal vectors: canonicalDecimal and op.decimal on text', () => {
+  assert.ok(vectors.decimals.length > 0);
+  for (const v of vectors.decimals) {
+    const op = new Operation({ kind: 'k', tenant: 't', fields: [{ name: 'amount', value: { tag: 'text', val: v.text } }], run: undefined, nowMs: 0n });
+    if (v.canonical !== undefined) {
+      assert.equal(canonicalDecimal(v.text), v.canonical, JSON.stringify(v.text));
+      assert.equal(op.decimal('amount'), v.canonical, JSON.stringify(v.text));
+    } else {
+      assert.throws(() => canonicalDecimal(v.text), (e) => e instanceof DecimalError && e.why === v.refused
+        && (v.message === undefined || e.message === v.message), JSON.stringify(v.text));
+      assert.throws(() => op.decimal('amount'), { code: ErrorCode.InvalidValue, field: 'amount' }, JSON.stringify(v.text));
+    }
+  }
+});
+
+test('the shared decimal vectors: JSON numbers, exponents included, through the host spelling', () => {
+  assert.ok(vectors.numbers.length > 0);
+  for (const v of vectors.numbers) {
+    const val = canonicalNumber(v.json);
+    assert.equal(val, v.canonical, v.json);
+    const op = new Operation({ kind: 'k', tenant: 't', fields: [{ name: 'amount', value: { tag: 'number', val } }], run: undefined, nowMs: 0n });
+    assert.equal(op.decimal('amount'), v.canonical, v.json);
+  }
 });

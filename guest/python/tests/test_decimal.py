@@ -1,11 +1,12 @@
 """canonical_decimal and Operation.decimal against every example in the Rust
 SDK (decimal.rs, helpers.rs doctests) and the guide (writing-a-policy.md)."""
 
+import json
 import unittest
 
-import _paths  # noqa: F401
+import _paths
 from idem_policy import ErrorCode, Field, Number, Operation, Text, canonical_decimal
-from idem_policy import Boolean, DecimalError, MAX_DECIMAL_LEN
+from idem_policy import Boolean, DecimalError, MAX_DECIMAL_LEN, PolicyError
 from idem_policy._host.number import canonical_number
 
 
@@ -128,6 +129,41 @@ class OperationDecimal(unittest.TestCase):
         with self.assertRaises(Exception) as cm:
             op.decimal("amount")
         return cm.exception
+
+
+# The vectors every SDK reads (guest/testdata/decimals.json, the Rust SDK's
+# behaviour written down): a divergence between languages fails here, in
+# guest/js/tests/decimal.test.js or in guest/sdk/src/decimal.rs.
+VECTORS = json.loads((_paths.REPO / "guest" / "testdata" / "decimals.json").read_text(encoding="utf-8"))
+
+
+class SharedVectors(unittest.TestCase):
+    def test_decimals_as_text(self):
+        self.assertTrue(VECTORS["decimals"])
+        for v in VECTORS["decimals"]:
+            with self.subTest(text=v["text"]):
+                op = Operation("k", "t", [Field("amount", Text(v["text"]))])
+                if "canonical" in v:
+                    self.assertEqual(canonical_decimal(v["text"]), v["canonical"])
+                    self.assertEqual(op.decimal("amount"), v["canonical"])
+                    continue
+                with self.assertRaises(DecimalError) as cm:
+                    canonical_decimal(v["text"])
+                self.assertEqual(cm.exception.why, v["refused"])
+                if "message" in v:
+                    self.assertEqual(str(cm.exception), v["message"])
+                with self.assertRaises(PolicyError) as refused:
+                    op.decimal("amount")
+                self.assertEqual(refused.exception.code, ErrorCode.INVALID_VALUE)
+
+    def test_json_numbers_exponents_included(self):
+        self.assertTrue(VECTORS["numbers"])
+        for v in VECTORS["numbers"]:
+            with self.subTest(json=v["json"]):
+                value = canonical_number(v["json"])
+                self.assertEqual(value, v["canonical"])
+                op = Operation("k", "t", [Field("amount", Number(value))])
+                self.assertEqual(op.decimal("amount"), v["canonical"])
 
 
 if __name__ == "__main__":

@@ -142,6 +142,49 @@ mod tests {
         }
     }
 
+    /// The vectors every SDK reads (guest/testdata/decimals.json): this
+    /// function is the truth they write down, so a JavaScript or Python SDK
+    /// that parts from it fails its own test of the same file. Where the text
+    /// is a JSON number too, the host spells it the same; JSON numbers with
+    /// exponents reach a policy already spelt by the host.
+    #[test]
+    fn the_shared_vectors_are_this_function() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../testdata/decimals.json");
+        let vectors: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        let decimals = vectors["decimals"].as_array().unwrap();
+        assert!(!decimals.is_empty());
+        for v in decimals {
+            let text = v["text"].as_str().unwrap();
+            match (canonical_decimal(text), v["canonical"].as_str()) {
+                (Ok(got), Some(want)) => {
+                    assert_eq!(got, want, "{text:?}");
+                    if let Ok(host) = idem_core::number::canonical_number(text) {
+                        assert_eq!(host, want, "the host spells {text:?} otherwise");
+                    }
+                }
+                (Err(e), None) => {
+                    assert_eq!(Some(e.why), v["refused"].as_str(), "{text:?}");
+                    if let Some(message) = v["message"].as_str() {
+                        assert_eq!(e.to_string(), message, "{text:?}");
+                    }
+                }
+                (got, _) => panic!("{text:?}: the vector says {v}, the SDK says {got:?}"),
+            }
+        }
+        let numbers = vectors["numbers"].as_array().unwrap();
+        assert!(!numbers.is_empty());
+        for v in numbers {
+            let (json, want) = (
+                v["json"].as_str().unwrap(),
+                v["canonical"].as_str().unwrap(),
+            );
+            let host = idem_core::number::canonical_number(json).unwrap();
+            assert_eq!(host, want, "{json}");
+            assert_eq!(canonical_decimal(&host).unwrap(), want, "{json}");
+        }
+    }
+
     #[test]
     fn errors_quote_a_bounded_text() {
         let long = format!("{}x", "9".repeat(100));

@@ -34,7 +34,7 @@ only, Python 3.11.
 """
 
 from .decimal import MAX_DECIMAL_LEN, DecimalError, canonical_decimal
-from .decision import Decision, DuplicateContext, OutcomeSummary, RecordState, Rejection
+from .decision import Decision, DecisionName, DuplicateContext, OutcomeSummary, RecordState, Rejection
 from .derivation import DAY, HOUR, MINUTE, Derivation, Part, PolicyInfo
 from .errors import ErrorCode, PolicyError
 from .export import export
@@ -49,6 +49,7 @@ __all__ = [
     "Boolean",
     "Decision",
     "DecimalError",
+    "DecisionName",
     "Derivation",
     "DuplicateContext",
     "ErrorCode",

@@ -10,15 +10,22 @@ here should pass under ``idem test`` against the built component.
 """
 
 import importlib.util
+import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable, Optional, Sequence, TypeVar, Union, cast
 
 from . import contract
 from ._host import cases_file, gate, keys
 from ._host.operation_json import OpError, operation_from_value
-from .decision import DuplicateContext, RecordState
+from .decision import Decision, DuplicateContext, RecordState
 from .errors import ErrorCode, PolicyError
+from .derivation import PolicyInfo
+from .operation import Operation
+from .policy import Policy
+
+T = TypeVar("T")
 
 _CODES = {c.value: c for c in ErrorCode}
 
@@ -32,7 +39,7 @@ class CaseResult:
 
 @dataclass
 class Report:
-    results: list = field(default_factory=list)
+    results: list[CaseResult] = field(default_factory=list)
 
     @property
     def passed(self) -> int:
@@ -50,7 +57,7 @@ class _Trap(Exception):
     """A call that would trap in the host (an exception, a wrong type)."""
 
 
-def _call(what: str, fn):
+def _call(what: str, fn: Callable[[], T]) -> T:
     # A bare exception is a trap in the component: it fails this case alone,
     # as testing.rs's catch_unwind does for a panic.
     try:
@@ -63,7 +70,7 @@ def _call(what: str, fn):
         ) from None
 
 
-def _decision_repr(d) -> str:
+def _decision_repr(d: Decision) -> str:
     # Rust's {decision:?}, near enough for a failure message.
     if d.name == "wait":
         return f"Wait {{ max_ms: {d.wait_ms} }}"
@@ -75,7 +82,7 @@ def _decision_repr(d) -> str:
     return f"{label}(Rejection {{ status: {r.status}, reason: {r.reason!r}, retry_after_ms: {after} }})"
 
 
-def run_cases(policy_class, file: cases_file.CasesFile) -> Report:
+def run_cases(policy_class: type[Policy], file: cases_file.CasesFile) -> Report:
     """Runs every case of ``file`` against ``policy_class`` (a fresh instance
     per call, as the host instantiates the component afresh)."""
     report = Report()
@@ -90,8 +97,8 @@ def run_cases(policy_class, file: cases_file.CasesFile) -> Report:
         report.results.append(CaseResult("describe", False, detail))
         return report
     # Every key a case derived, passing or not: one mistake, one failing case.
-    seen: dict = {}
-    failed: set = set()
+    seen: dict[str, keys.Keyed] = {}
+    failed: set[str] = set()
     for case in file.cases:
         ok, detail, keyed = _run_case(policy_class, info, case, seen, failed)
         if keyed is not None:
@@ -102,7 +109,13 @@ def run_cases(policy_class, file: cases_file.CasesFile) -> Report:
     return report
 
 
-def _run_case(policy_class, info, case, seen, failed):
+def _run_case(
+    policy_class: type[Policy],
+    info: PolicyInfo,
+    case: cases_file.Case,
+    seen: dict[str, keys.Keyed],
+    failed: set[str],
+) -> tuple[bool, str, Optional[keys.Keyed]]:
     e = case.expect
     if not any(k in e for k in cases_file.CHECKS):
         return False, "`expect` checks nothing; say what must hold", None
@@ -119,7 +132,14 @@ def _run_case(policy_class, info, case, seen, failed):
         return False, str(trap), None
 
 
-def _derive_case(policy_class, info, op, e, seen, failed):
+def _derive_case(
+    policy_class: type[Policy],
+    info: PolicyInfo,
+    op: Operation,
+    e: cases_file.Expect,
+    seen: dict[str, keys.Keyed],
+    failed: set[str],
+) -> tuple[bool, str, Optional[keys.Keyed]]:
     try:
         derived = _call("derive", lambda: policy_class().derive(op))
         contract.check_derivation(derived)
@@ -133,7 +153,7 @@ def _derive_case(policy_class, info, op, e, seen, failed):
     except contract.ContractError as bad:
         raise _Trap(f"the policy's derivation cannot cross the contract (a trap): {bad}") from None
     if "error" in e:
-        code = e["error"]
+        code = str(e["error"])  # a string: cases_file read it as one
         if code not in _CODES:
             return False, (
                 f"unknown error code `{code}`: expected missing-field, invalid-value or "
@@ -148,6 +168,7 @@ def _derive_case(policy_class, info, op, e, seen, failed):
         return True, f"refused: {refusal}", None
     if refusal is not None:
         return False, f"expected a key, got policy error {refusal}", None
+    assert derived is not None  # no refusal: check_derivation passed
     try:
         keyed = keys.finish(derived, info.namespace)
     except keys.Malformed as m:
@@ -172,7 +193,7 @@ def _derive_case(policy_class, info, op, e, seen, failed):
     )
     for member, what, want_equal in relations:
         other = e.get(member)
-        if other is None:
+        if not isinstance(other, str):  # absent (cases_file reads it as a string)
             continue
         if other not in seen:
             problems.append(
@@ -190,7 +211,9 @@ def _derive_case(policy_class, info, op, e, seen, failed):
     return True, f"key {keyed.key[:16]}…", keyed
 
 
-def _duplicate_case(policy_class, op, dup, e):
+def _duplicate_case(
+    policy_class: type[Policy], op: Operation, dup: cases_file.DuplicateSpec, e: cases_file.Expect
+) -> tuple[bool, str]:
     ctx = DuplicateContext(
         operation=op,
         state=dup.state,
@@ -242,7 +265,7 @@ def _duplicate_case(policy_class, op, dup, e):
     return True, decision.name if refused is None else f"refused as expected: {refused}"
 
 
-def load_policy(path) -> type:
+def load_policy(path: Union[str, "os.PathLike[str]"]) -> type[Policy]:
     """The policy class of a module file, or of ``app.py`` in a directory: the
     module's exported ``Policy`` (``Policy = export(MyPolicy)``)."""
     path = Path(path)
@@ -253,16 +276,19 @@ def load_policy(path) -> type:
     sys.path.insert(0, str(module_path.parent.resolve()))
     name = f"_idem_policy_under_test_{abs(hash(str(module_path.resolve())))}"
     spec = importlib.util.spec_from_file_location(name, module_path)
+    if spec is None or spec.loader is None:
+        raise LookupError(f"{module_path} cannot be imported as a Python module")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     exported = getattr(module, "Policy", None)
     policy_class = getattr(exported, "__idem_policy__", None)
     if policy_class is None:
         raise LookupError(f"{module_path} has no `Policy = idem_policy.export(YourPolicy)`")
-    return policy_class
+    # What export() was handed: a Policy, or a class with its three methods.
+    return cast(type[Policy], policy_class)
 
 
-def main(argv=None) -> int:
+def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 2:
         print("usage: python -m idem_policy.cases POLICY_MODULE_OR_DIR CASES.json", file=sys.stderr)

@@ -7,7 +7,9 @@ a trap. The export glue and the native cases runner both call these checks,
 so "passes natively" and "traps in the host" cannot disagree on them.
 """
 
-from .decision import Decision, Rejection
+from typing import get_args
+
+from .decision import Decision, DecisionName, Rejection
 from .derivation import Derivation, Part, PolicyInfo
 from .errors import ErrorCode, PolicyError
 
@@ -15,14 +17,14 @@ U16 = (1 << 16) - 1
 U32 = (1 << 32) - 1
 U64 = (1 << 64) - 1
 
-DECISION_NAMES = ("replay", "reject", "wait", "re-execute", "mark-unknown")
+DECISION_NAMES: tuple[DecisionName, ...] = get_args(DecisionName)
 
 
 class ContractError(TypeError):
     """A value the contract's types cannot carry (a trap in the host)."""
 
 
-def _string(what: str, value) -> str:
+def _string(what: str, value: object) -> str:
     if not isinstance(value, str):
         raise ContractError(f"{what} must be a str, got {type(value).__name__}")
     try:
@@ -32,7 +34,7 @@ def _string(what: str, value) -> str:
     return value
 
 
-def _unsigned(what: str, value, top: int) -> int:
+def _unsigned(what: str, value: object, top: int) -> int:
     # bool is an int in Python; the contract has no such thing as a True lease.
     if not isinstance(value, int) or isinstance(value, bool):
         raise ContractError(f"{what} must be an int, got {type(value).__name__}")
@@ -41,7 +43,7 @@ def _unsigned(what: str, value, top: int) -> int:
     return value
 
 
-def check_info(info) -> PolicyInfo:
+def check_info(info: object) -> PolicyInfo:
     if not isinstance(info, PolicyInfo):
         raise ContractError(f"describe must return a PolicyInfo, got {type(info).__name__}")
     for name in ("name", "version", "namespace", "description"):
@@ -49,7 +51,7 @@ def check_info(info) -> PolicyInfo:
     return info
 
 
-def _check_parts(what: str, parts) -> None:
+def _check_parts(what: str, parts: object) -> None:
     if not isinstance(parts, list):
         raise ContractError(f"{what} must be a list of Part")
     for i, part in enumerate(parts):
@@ -59,7 +61,7 @@ def _check_parts(what: str, parts) -> None:
         _string(f"{what}[{i}].value", part.value)
 
 
-def check_derivation(d) -> Derivation:
+def check_derivation(d: object) -> Derivation:
     if not isinstance(d, Derivation):
         raise ContractError(f"derive must return a Derivation, got {type(d).__name__}")
     _check_parts("key", d.key_parts)
@@ -79,7 +81,7 @@ def check_error(e: PolicyError) -> PolicyError:
     return e
 
 
-def _check_rejection(r) -> None:
+def _check_rejection(r: object) -> None:
     if not isinstance(r, Rejection):
         raise ContractError(f"a rejection must be a Rejection, got {type(r).__name__}")
     _unsigned("rejection.status", r.status, U16)
@@ -88,7 +90,7 @@ def _check_rejection(r) -> None:
         _unsigned("rejection.retry_after_ms", r.retry_after_ms, U64)
 
 
-def check_decision(d) -> Decision:
+def check_decision(d: object) -> Decision:
     if not isinstance(d, Decision):
         raise ContractError(f"on_duplicate must return a Decision, got {type(d).__name__}")
     if d.name not in DECISION_NAMES:

@@ -10,7 +10,9 @@ Lengths are counted in UTF-8 bytes, as in Rust: the limits and the error
 quotes must cut at the same place or two SDKs would give two messages.
 """
 
-MAX_DECIMAL_LEN = 128
+from typing import Final
+
+MAX_DECIMAL_LEN: Final = 128
 """The longest decimal text accepted, in bytes (the host's limit for a
 number's canonical spelling)."""
 
@@ -26,7 +28,7 @@ class DecimalError(ValueError):
     """Why a text is not a decimal: ``text`` (cut to a few dozen bytes) and
     ``why``. ``str(err)`` reads like the Rust ``DecimalError``'s Display."""
 
-    def __init__(self, text: str, why: str):
+    def __init__(self, text: str, why: str) -> None:
         self.text = text
         self.why = why
         super().__init__(f"`{text}` is not a decimal: {why}")

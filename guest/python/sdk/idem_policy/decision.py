@@ -4,7 +4,7 @@ decisions, and :meth:`Decision.standard`, the Rust SDK's default table.
 
 from dataclasses import dataclass
 from enum import Enum
-from typing import Optional
+from typing import Literal, Optional
 
 from .operation import Operation
 
@@ -53,6 +53,10 @@ class Rejection:
     retry_after_ms: Optional[int] = None
 
 
+DecisionName = Literal["replay", "reject", "wait", "re-execute", "mark-unknown"]
+"""The contract's names of the five decisions, as :attr:`Decision.name` spells them."""
+
+
 @dataclass(frozen=True)
 class Decision:
     """One of the contract's five decisions. ``name`` is its contract spelling
@@ -60,7 +64,7 @@ class Decision:
     ``rejection`` is set for ``reject`` and ``mark-unknown``, ``wait_ms`` for
     ``wait``. Build one with the class methods, not the constructor."""
 
-    name: str
+    name: DecisionName
     rejection: Optional[Rejection] = None
     wait_ms: Optional[int] = None
 

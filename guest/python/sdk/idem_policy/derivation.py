@@ -6,12 +6,13 @@ matters and is kept exactly as appended.
 """
 
 from dataclasses import dataclass
+from typing import Final
 
-MINUTE = 60
+MINUTE: Final = 60
 """Seconds in a minute."""
-HOUR = 3600
+HOUR: Final = 3600
 """Seconds in an hour."""
-DAY = 24 * HOUR
+DAY: Final = 24 * HOUR
 """Seconds in a day."""
 
 
@@ -47,12 +48,12 @@ class Derivation:
 
     __slots__ = ("key_parts", "fingerprint_parts", "partition", "retention_seconds", "lease_seconds")
 
-    def __init__(self, partition: str):
-        self.key_parts: list = []
-        self.fingerprint_parts: list = []
-        self.partition = partition
-        self.retention_seconds = DAY
-        self.lease_seconds = 5 * MINUTE
+    def __init__(self, partition: str) -> None:
+        self.key_parts: list[Part] = []
+        self.fingerprint_parts: list[Part] = []
+        self.partition: str = partition
+        self.retention_seconds: int = DAY
+        self.lease_seconds: int = 5 * MINUTE
 
     def key(self, name: str, value: str) -> "Derivation":
         """Appends a named part of the key material (order matters)."""
@@ -74,7 +75,7 @@ class Derivation:
         self.lease_seconds = seconds
         return self
 
-    def __eq__(self, other) -> bool:
+    def __eq__(self, other: object) -> bool:
         return isinstance(other, Derivation) and all(
             getattr(self, s) == getattr(other, s) for s in self.__slots__
         )

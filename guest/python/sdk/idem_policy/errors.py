@@ -40,7 +40,7 @@ class PolicyError(Exception):
     def __repr__(self) -> str:
         return f"PolicyError({self.code}, {self.field!r}, {self.message!r})"
 
-    def __eq__(self, other) -> bool:
+    def __eq__(self, other: object) -> bool:
         return isinstance(other, PolicyError) and (self.code, self.field, self.message) == (
             other.code,
             other.field,

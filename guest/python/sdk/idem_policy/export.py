@@ -14,15 +14,19 @@ only names the policy (``__idem_policy__``) for the cases runner.
 """
 
 import sys
+from typing import Any, NoReturn
 
 from . import contract
 from .decision import DuplicateContext, OutcomeSummary, RecordState
+from .derivation import Part
 from .errors import PolicyError
 from .operation import Boolean, Field, Number, Operation, RunContext, Text, Trigger
+from .policy import Policy
 
 
-def export(policy_class):
-    """The class to bind as the app module's ``Policy``."""
+def export(policy_class: type[Policy]) -> type:
+    """The class to bind as the app module's ``Policy``: the componentize-py
+    export in the component, a class naming ``policy_class`` natively."""
     if sys.platform != "wasi":
         try:
             import wit_world.exports  # noqa: F401  (bindings on the path natively)
@@ -31,11 +35,11 @@ def export(policy_class):
     return _bound(policy_class)
 
 
-def _native(policy_class):
+def _native(policy_class: type[Policy]) -> type:
     class NativePolicy:
         __idem_policy__ = policy_class
 
-        def __getattr__(self, name):
+        def __getattr__(self, name: str) -> NoReturn:
             raise RuntimeError(
                 "no componentize-py bindings here: run the policy with "
                 "`python -m idem_policy.cases`, or build it with componentize-py"
@@ -45,21 +49,23 @@ def _native(policy_class):
     return NativePolicy
 
 
-def _bound(policy_class):
+# The bindings are generated at build time and untyped for mypy (`Any`): the
+# conversions below are where their types meet the SDK's.
+def _bound(policy_class: type[Policy]) -> type:
     from componentize_py_types import Err
     from wit_world import exports
     from wit_world.exports import policy as wit
 
     value_types = {wit.Value_Text: Text, wit.Value_Number: Number, wit.Value_Boolean: Boolean}
 
-    def operation(op) -> Operation:
+    def operation(op: Any) -> Operation:
         fields = tuple(Field(f.name, value_types[type(f.value)](f.value.value)) for f in op.fields)
         run = None
         if op.run is not None:
             run = RunContext(op.run.run_id, Trigger[op.run.trigger.name], op.run.attempt)
         return Operation(op.kind, op.tenant, fields, run, op.now_ms)
 
-    def context(ctx) -> DuplicateContext:
+    def context(ctx: Any) -> DuplicateContext:
         outcome = None
         if ctx.outcome is not None:
             o = ctx.outcome
@@ -74,24 +80,27 @@ def _bound(policy_class):
             outcome,
         )
 
-    def rejection(r):
+    def rejection(r: Any) -> Any:
         return wit.Rejection(r.status, r.reason, r.retry_after_ms)
 
-    class BoundPolicy(exports.Policy):
+    class BoundPolicy(exports.Policy):  # type: ignore[misc]  # the bindings' base: untyped
         __idem_policy__ = policy_class
 
-        def describe(self):
+        def describe(self) -> Any:
             i = contract.check_info(policy_class().describe())
             return wit.PolicyInfo(i.name, i.version, i.namespace, i.description)
 
-        def derive(self, op):
+        def derive(self, op: Any) -> Any:
             try:
                 d = policy_class().derive(operation(op))
             except PolicyError as e:
                 contract.check_error(e)
                 raise Err(wit.PolicyError(wit.ErrorCode[e.code.name], e.field, e.message))
             contract.check_derivation(d)
-            parts = lambda ps: [wit.Part(p.name, p.value) for p in ps]  # noqa: E731
+
+            def parts(ps: list[Part]) -> list[Any]:
+                return [wit.Part(p.name, p.value) for p in ps]
+
             return wit.Derivation(
                 parts(d.key_parts),
                 parts(d.fingerprint_parts),
@@ -100,7 +109,7 @@ def _bound(policy_class):
                 d.lease_seconds,
             )
 
-        def on_duplicate(self, ctx):
+        def on_duplicate(self, ctx: Any) -> Any:
             d = contract.check_decision(policy_class().on_duplicate(context(ctx)))
             if d.name == "replay":
                 return wit.Decision_Replay()

@@ -9,7 +9,7 @@ policy runs unchanged natively (in the cases runner) and in the component
 
 from dataclasses import dataclass, field as dc_field
 from enum import Enum
-from typing import Optional, Union
+from typing import Optional, Sequence, Union
 
 from .decimal import DecimalError, canonical_decimal
 from .errors import PolicyError
@@ -82,14 +82,15 @@ class Operation:
 
     kind: str
     tenant: str
-    fields: tuple = ()
+    # Any sequence in, a tuple kept (the operation is immutable).
+    fields: Sequence[Field] = ()
     run: Optional[RunContext] = None
     now_ms: int = 0
     # Built once: the host guarantees unique names, so a dict lookup finds
     # exactly what the Rust SDK's binary search finds.
-    _by_name: dict = dc_field(default=None, init=False, repr=False, compare=False)
+    _by_name: dict[str, Value] = dc_field(default_factory=dict, init=False, repr=False, compare=False)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         object.__setattr__(self, "fields", tuple(self.fields))
         object.__setattr__(self, "_by_name", {f.name: f.value for f in self.fields})
 

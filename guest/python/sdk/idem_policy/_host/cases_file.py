@@ -7,7 +7,7 @@ operation when the case runs, so a bad op fails that case alone.
 """
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Callable, Optional, TypeVar, Union
 
 from ..decision import OutcomeSummary, RecordState
 from . import json_source as js
@@ -30,6 +30,12 @@ _EXPECT_INTS = {"retention_s": 64, "lease_s": 32, "status": 16, "retry_after_ms"
 _EXPECT_BOOLS = ("malformed", "unsafe")
 
 
+T = TypeVar("T")
+
+# A case's `expect`: each member present is a check (ints are u16 to u64).
+Expect = dict[str, Union[str, int, bool]]
+
+
 class CasesFileError(ValueError):
     """Not a cases file (the Rust runner panics on one; ours exits 2)."""
 
@@ -48,13 +54,13 @@ class DuplicateSpec:
 class Case:
     name: str
     op: object
-    expect: dict
+    expect: Expect
     duplicate: Optional[DuplicateSpec] = None
 
 
 @dataclass
 class CasesFile:
-    cases: list
+    cases: list[Case]
     policy: Optional[str] = None
 
 
@@ -77,15 +83,15 @@ CHECKS = (
 )
 
 
-def _optional(m: dict, name: str, read):
+def _optional(m: dict[str, object], name: str, read: Callable[[object], T]) -> Optional[T]:
     v = m.get(name)
     return None if v is None else read(v)
 
 
-def _expect(value) -> dict:
+def _expect(value: object) -> Expect:
     allowed = _EXPECT_STRINGS + tuple(_EXPECT_INTS) + _EXPECT_BOOLS
     m = js.members(value, allowed, "struct Expect")
-    out = {}
+    out: Expect = {}
     for name, v in m.items():
         if v is None:
             continue
@@ -98,7 +104,7 @@ def _expect(value) -> dict:
     return out
 
 
-def _outcome(value) -> OutcomeSummary:
+def _outcome(value: object) -> OutcomeSummary:
     m = js.members(value, ("status", "size", "error"), "struct OutcomeSummary")
     if "status" not in m:
         raise js.JsonError("missing field `status`")
@@ -109,7 +115,7 @@ def _outcome(value) -> OutcomeSummary:
     )
 
 
-def _duplicate(value) -> DuplicateSpec:
+def _duplicate(value: object) -> DuplicateSpec:
     names = ("state", "fingerprint_matches", "attempts", "age_ms", "lease_remaining_ms", "outcome")
     m = js.members(value, names, "struct DuplicateSpec")
     if "state" not in m:
@@ -133,7 +139,7 @@ def _duplicate(value) -> DuplicateSpec:
     return spec
 
 
-def _case(value, index: int) -> Case:
+def _case(value: object, index: int) -> Case:
     m = js.members(value, ("name", "op", "duplicate", "expect"), f"struct Case (case {index})")
     for required in ("name", "op", "expect"):
         if required not in m:

@@ -7,6 +7,7 @@ Python's ``json`` accepts ``NaN``/``Infinity`` and lone surrogate escapes
 """
 
 import json
+from typing import NoReturn
 
 
 class JsonError(ValueError):
@@ -18,27 +19,27 @@ class RawNumber:
 
     __slots__ = ("text",)
 
-    def __init__(self, text: str):
+    def __init__(self, text: str) -> None:
         self.text = text
 
     def __repr__(self) -> str:
         return f"RawNumber({self.text!r})"
 
-    def __eq__(self, other) -> bool:
+    def __eq__(self, other: object) -> bool:
         return isinstance(other, RawNumber) and other.text == self.text
 
-    __hash__ = None
+    __hash__ = None  # type: ignore[assignment]  # unhashable, as a mutable value
 
 
-class Pairs(list):
+class Pairs(list[tuple[str, object]]):
     """A JSON object as its (name, value) pairs in document order."""
 
 
-def _constant(name: str):
+def _constant(name: str) -> NoReturn:
     raise JsonError(f"`{name}` is not JSON")
 
 
-def _check_strings(value, where: str = "document") -> None:
+def _check_strings(value: object, where: str = "document") -> None:
     # Surrogates can only come from \uD800-style escapes here (the text was
     # valid UTF-8); serde_json refuses a lone one, so must we.
     def bad(s: str) -> bool:
@@ -57,7 +58,7 @@ def _check_strings(value, where: str = "document") -> None:
             _check_strings(v, where)
 
 
-def loads(text: str):
+def loads(text: str) -> object:
     """Parses JSON text into str / RawNumber / bool / None / list / Pairs."""
     try:
         value = json.loads(
@@ -73,7 +74,7 @@ def loads(text: str):
     return value
 
 
-def kind_of(value) -> str:
+def kind_of(value: object) -> str:
     """How serde names a JSON value in its "invalid type" errors."""
     if value is None:
         return "null"
@@ -92,7 +93,7 @@ def _is_integer(text: str) -> bool:
     return text.lstrip("-").isdigit() and text.isascii()
 
 
-def compact_len(value) -> int:
+def compact_len(value: object) -> int:
     """The UTF-8 length of ``value`` as serde_json writes it compactly (the
     size the host's 64 KiB operation limit measures)."""
     if isinstance(value, RawNumber):
@@ -106,7 +107,7 @@ def compact_len(value) -> int:
     return len(json.dumps(value, ensure_ascii=False).encode("utf-8"))
 
 
-def unsigned(value, bits: int, what: str) -> int:
+def unsigned(value: object, bits: int, what: str) -> int:
     """An integer member of a serde struct: only an integer literal in range
     (``5.0``, ``1e3``, ``-0`` and ``true`` are refused, as by serde)."""
     top = (1 << bits) - 1
@@ -118,7 +119,7 @@ def unsigned(value, bits: int, what: str) -> int:
     raise JsonError(f"invalid type: {kind_of(value)}, expected u{bits} ({what})")
 
 
-def signed32(value, what: str) -> int:
+def signed32(value: object, what: str) -> int:
     """An ``i32`` member (serde reads ``-0`` as a float, so refuses it)."""
     if isinstance(value, RawNumber) and _is_integer(value.text) and value.text != "-0":
         digits = value.text.lstrip("-")
@@ -129,24 +130,24 @@ def signed32(value, what: str) -> int:
     raise JsonError(f"invalid type: {kind_of(value)}, expected i32 ({what})")
 
 
-def string(value, what: str) -> str:
+def string(value: object, what: str) -> str:
     if isinstance(value, str):
         return value
     raise JsonError(f"invalid type: {kind_of(value)}, expected a string ({what})")
 
 
-def boolean(value, what: str) -> bool:
+def boolean(value: object, what: str) -> bool:
     if isinstance(value, bool):
         return value
     raise JsonError(f"invalid type: {kind_of(value)}, expected a boolean ({what})")
 
 
-def members(value, allowed: tuple, what: str) -> dict:
+def members(value: object, allowed: tuple[str, ...], what: str) -> dict[str, object]:
     """A serde ``deny_unknown_fields`` struct: an object whose names are all
     in ``allowed``, none repeated."""
     if not isinstance(value, Pairs):
         raise JsonError(f"invalid type: {kind_of(value)}, expected {what}")
-    out = {}
+    out: dict[str, object] = {}
     for name, v in value:
         if name not in allowed:
             expected = ", ".join(f"`{a}`" for a in allowed)

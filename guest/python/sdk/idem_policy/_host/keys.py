@@ -16,6 +16,9 @@ import hashlib
 import json
 import struct
 from dataclasses import dataclass
+from typing import Sequence
+
+from ..derivation import Derivation, Part, PolicyInfo
 
 KEY_ENCODING_VERSION = 1
 
@@ -30,11 +33,11 @@ MAX_RETENTION_S = 10 * 366 * 24 * 3600
 class Malformed(ValueError):
     """The host refuses what the policy returned."""
 
-    def __init__(self, why: str):
+    def __init__(self, why: str) -> None:
         super().__init__(f"policy returned a malformed derivation: {why}")
 
 
-def encode(domain: str, namespace: str, parts) -> bytes:
+def encode(domain: str, namespace: str, parts: Sequence[tuple[str, str]]) -> bytes:
     """The exact bytes that are hashed; ``parts`` are (name, value) pairs."""
 
     def lp(s: str) -> bytes:
@@ -49,7 +52,7 @@ def encode(domain: str, namespace: str, parts) -> bytes:
     return b"".join(out)
 
 
-def digest(domain: str, namespace: str, parts) -> str:
+def digest(domain: str, namespace: str, parts: Sequence[tuple[str, str]]) -> str:
     """64 lowercase hex characters."""
     return hashlib.sha256(encode(domain, namespace, parts)).hexdigest()
 
@@ -75,7 +78,7 @@ def _is_semver(v: str) -> bool:
     )
 
 
-def validate_info(info) -> None:
+def validate_info(info: PolicyInfo) -> None:
     """``PolicyInfo::validate``: raises :class:`Malformed`."""
     if not 1 <= len(info.name.encode()) <= 128:
         raise Malformed(f"policy name must be 1 to 128 bytes, got {_bounded(info.name, 64)}")
@@ -91,7 +94,7 @@ def validate_info(info) -> None:
         raise Malformed("policy description is longer than 1024 bytes")
 
 
-def _check_parts(what: str, parts, may_be_empty: bool) -> None:
+def _check_parts(what: str, parts: list[Part], may_be_empty: bool) -> None:
     if not parts and not may_be_empty:
         raise Malformed(f"{what} has no parts: every operation would share one key")
     if len(parts) > MAX_PARTS:
@@ -119,7 +122,7 @@ class Keyed:
     lease_s: int
 
 
-def finish(d, namespace: str) -> Keyed:
+def finish(d: Derivation, namespace: str) -> Keyed:
     """``Derivation::finish``: the host's checks, then the two digests."""
     _check_parts("key", d.key_parts, False)
     _check_parts("fingerprint", d.fingerprint_parts, True)
@@ -136,7 +139,10 @@ def finish(d, namespace: str) -> Keyed:
             f"retention_s ({d.retention_seconds}) is shorter than lease_s ({d.lease_seconds}): "
             "a record would vanish while claimed"
         )
-    pairs = lambda ps: [(p.name, p.value) for p in ps]  # noqa: E731
+
+    def pairs(ps: list[Part]) -> list[tuple[str, str]]:
+        return [(p.name, p.value) for p in ps]
+
     return Keyed(
         key=digest("key", namespace, pairs(d.key_parts)),
         fingerprint=digest("fingerprint", namespace, pairs(d.fingerprint_parts)),

@@ -10,9 +10,9 @@
 """
 
 import unicodedata
-from typing import Optional
+from typing import Optional, Union
 
-from ..operation import Boolean, Field, Number, Operation, RunContext, Text, Trigger
+from ..operation import Boolean, Field, Number, Operation, RunContext, Text, Trigger, Value
 from . import json_source as js
 from .number import NumberError, canonical_number
 
@@ -52,14 +52,14 @@ def _check_name(what: str, value: str) -> str:
     return value
 
 
-def _raw_fields(value) -> list:
+def _raw_fields(value: object) -> list[tuple[str, Union[str, js.RawNumber, bool]]]:
     if not isinstance(value, js.Pairs):
         raise _shape(
             f"invalid type: {js.kind_of(value)}, expected an object of fields whose "
             "values are strings, numbers or booleans"
         )
-    seen = set()
-    out = []
+    seen: set[str] = set()
+    out: list[tuple[str, Union[str, js.RawNumber, bool]]] = []
     for name, v in value:
         if name in seen:
             raise _shape(f"field `{name}` appears twice")
@@ -75,7 +75,7 @@ def _raw_fields(value) -> list:
     return out
 
 
-def _raw_run(value):
+def _raw_run(value: object) -> tuple[str, Trigger, int]:
     try:
         m = js.members(value, ("run_id", "trigger", "attempt"), "struct RawRun")
         if "run_id" not in m:
@@ -95,7 +95,7 @@ def _raw_run(value):
     return run_id, _TRIGGERS[trigger_text], attempt
 
 
-def operation_from_value(value) -> tuple:
+def operation_from_value(value: object) -> tuple[Operation, Optional[int]]:
     """``(Operation, now_ms or None)`` from a parsed JSON value (a member of a
     cases file), or :class:`OpError`. The SDK's Operation needs a time; the
     caller decides what an absent ``now_ms`` means (the runner uses 0)."""
@@ -122,9 +122,10 @@ def operation_from_value(value) -> tuple:
     tenant = _check_name("`tenant`", tenant)
     if len(raw_fields) > MAX_FIELDS:
         raise _invalid("`fields`", f"has {len(raw_fields)} fields; the limit is {MAX_FIELDS}")
-    fields = {}
+    fields: dict[str, Value] = {}
     for raw_name, raw in raw_fields:
         name = _check_name(f"field name `{raw_name}`", raw_name)
+        v: Value
         if isinstance(raw, bool):
             v = Boolean(raw)
         elif isinstance(raw, js.RawNumber):
