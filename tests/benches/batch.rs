@@ -1,10 +1,9 @@
 //! What batching the store calls of `idem run` gains: the engine beginning
 //! and completing operations one per store call, against `Engine::claim_batch`
 //! and `Engine::finish_batch` (one call for a batch's claims, one for its
-//! completions), same store, same operations, same run: the engine's
-//! batch calls alone, as a caller that batches its own claims and ends
-//! would make them (`idem run` batches its claims, `--claim-batch`, and
-//! leaves its ends to the store's group commit).
+//! completions), same store, same operations, same run, as `idem run
+//! --concurrency 32` does with `--claim-batch 1 --finish-batch 1` and with
+//! batches of 32.
 //!
 //! Two shapes: a fresh run (every key new: claim, then complete) and a
 //! re-run (every key completed: each begin is a replay, no effect). On

@@ -67,6 +67,7 @@ fn options() -> JobOptions {
     JobOptions {
         concurrency: NonZeroUsize::new(6).unwrap(),
         claim_batch: NonZeroUsize::new(4).unwrap(),
+        finish_batch: NonZeroUsize::new(4).unwrap(),
         ..JobOptions::default()
     }
 }
@@ -331,6 +332,7 @@ async fn claims_never_run_ahead_of_the_free_slots() {
     let options = JobOptions {
         concurrency: NonZeroUsize::new(2).unwrap(),
         claim_batch: NonZeroUsize::new(64).unwrap(),
+        finish_batch: NonZeroUsize::new(1).unwrap(),
         ..JobOptions::default()
     };
     let seen = most.clone();

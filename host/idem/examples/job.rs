@@ -51,9 +51,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         })
         .collect::<Result<Vec<_>, _>>()?;
 
-    // Two effects at a time; claims go to the store in batches
-    // (JobOptions::claim_batch, 64 by default), ends through its group
-    // commit.
+    // Two effects at a time; claims and completions go to the store in
+    // batches (JobOptions::claim_batch and finish_batch, 64 by default).
     let options = JobOptions {
         concurrency: NonZeroUsize::new(2).expect("2 is not zero"),
         ..JobOptions::default()

@@ -51,8 +51,8 @@
 # store, starting W workers) and exit are counted against it; the cost of a
 # 1-operation run is printed to show how much that weighs. Stores are created
 # (migrated) untimed before each fresh run, as a deployment would have them.
-# `idem run --json` (so no "why" lines on a re-run); --claim-batch at its
-# default.
+# `idem run --json` (so no "why" lines on a re-run); --claim-batch and
+# --finish-batch at their defaults.
 #
 # Honesty checks, untimed, failing the bench: after a fresh run every
 # operation executed exactly once (idem: its summary says executed OPS and

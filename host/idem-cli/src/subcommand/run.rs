@@ -68,6 +68,11 @@ pub struct RunArgs {
     /// to start are claimed: a claim's lease runs from the claim.
     #[arg(long, value_name = "N", default_value_t = 64)]
     pub claim_batch: usize,
+    /// Records up to N operations' ends in one store call: every end that
+    /// arrived while the previous call was in flight (none is held back to
+    /// wait for more); 1 records each on its own.
+    #[arg(long, value_name = "N", default_value_t = 64)]
+    pub finish_batch: usize,
     #[command(flatten)]
     pub run: RunFlags,
     #[command(flatten)]
@@ -115,6 +120,7 @@ pub fn run(args: RunArgs) -> Result<u8, Failure> {
     };
     let concurrency = at_least_one(args.concurrency, "--concurrency")?;
     let claim_batch = at_least_one(args.claim_batch, "--claim-batch")?;
+    let finish_batch = at_least_one(args.finish_batch, "--finish-batch")?;
     let ownership = args
         .ownership
         .partition
@@ -138,6 +144,7 @@ pub fn run(args: RunArgs) -> Result<u8, Failure> {
     let options = JobOptions {
         concurrency,
         claim_batch,
+        finish_batch,
         ownership: ownership.clone(),
         job_lease: args.ownership.job_lease.as_ref().map(|name| {
             JobLeaseOptions::new(

@@ -162,8 +162,10 @@ pub async fn consume<E: Effect>(
     let concurrency = options.concurrency.max(1);
     let limits = Limits {
         concurrency,
-        // A fetch takes no more than the free slots.
+        // A fetch takes no more than the free slots, and the ends that
+        // arrive together are recorded together.
         claim_batch: concurrency,
+        finish_batch: concurrency,
         wait_for_peers: None,
         store_outage: options.outage_budget,
         run: options.run.clone(),

@@ -17,6 +17,7 @@ use super::effect::Effect;
 use super::event::{JobEvent, Observer};
 use super::fate::{self, Delay, Fate, Halt, Then};
 use super::feed::{Feed, Input, Pulled, Settled, Ticket};
+use super::finisher::Finisher;
 use super::outage;
 use super::ownership::Ownership;
 use super::slot::{self, Slots};
@@ -29,6 +30,7 @@ use crate::engine::{Engine, EngineError, FirstClaim, ToClaim};
 pub(crate) struct Limits {
     pub(crate) concurrency: usize,
     pub(crate) claim_batch: usize,
+    pub(crate) finish_batch: usize,
     pub(crate) wait_for_peers: Option<Duration>,
     pub(crate) store_outage: Duration,
     /// The run an operation read from JSON belongs to when it names none.
@@ -61,6 +63,7 @@ pub(crate) async fn run_all<F: Feed, E: Effect>(
     let observer = &observer;
     let permits = Arc::new(Semaphore::new(limits.concurrency.max(1)));
     let slots = Arc::new(Slots {
+        finisher: Finisher::start(engine.clone(), limits.finish_batch, limits.store_outage),
         engine: engine.clone(),
         effect,
         permits: permits.clone(),

@@ -116,6 +116,9 @@ pub struct JobOptions {
     /// PostgreSQL, one commit on SQLite) when that many can start at once;
     /// 1 claims one at a time (default 64).
     pub claim_batch: NonZeroUsize,
+    /// Most ends recorded in one store call; 1 records each on its own
+    /// (default 64).
+    pub finish_batch: NonZeroUsize,
     /// Partitioned ownership: run only this worker's share (default: every
     /// operation, no epoch).
     pub ownership: Option<Ownership>,
@@ -151,6 +154,7 @@ impl Default for JobOptions {
         JobOptions {
             concurrency: NonZeroUsize::MIN,
             claim_batch: BATCH,
+            finish_batch: BATCH,
             ownership: None,
             job_lease: None,
             skip_invalid: false,
@@ -281,6 +285,7 @@ impl JobRunner {
         let limits = dispatch::Limits {
             concurrency: self.options.concurrency.get(),
             claim_batch: self.options.claim_batch.get(),
+            finish_batch: self.options.finish_batch.get(),
             wait_for_peers: self.options.wait_for_peers,
             store_outage: self.options.store_outage,
             // A job's operations are read and kept by the plan.

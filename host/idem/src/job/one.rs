@@ -104,7 +104,14 @@ pub async fn run_effect_riding_out<E: Effect>(
 ) -> Result<Performed, EngineError> {
     run_effect_recording(effect, op, execution, async |execution, ending, outcome| {
         let finish = execution.into_finish(ending, outcome);
-        finisher::record(engine, finish, budget).await
+        finisher::record(engine, vec![finish], budget)
+            .await
+            .pop()
+            .unwrap_or_else(|| {
+                Err(EngineError::Store(idem_store::StoreError::Task(
+                    "an end went unanswered".into(),
+                )))
+            })
     })
     .await
 }

@@ -18,13 +18,15 @@ use super::effect::{Effect, run_effect_recording};
 use super::event::{JobEvent, Observer};
 use super::fate::{self, Delay, Fate, Halt, Then};
 use super::feed::{Settled, Ticket};
+use super::finisher::Finisher;
 use super::summary::End;
-use super::{finisher, one, peers};
+use super::{one, peers};
 use crate::engine::{Begin, Engine, EngineError, Execution, FirstClaim, ToClaim};
 
 /// What every slot of a run shares.
 pub(crate) struct Slots<E, T> {
     pub(crate) engine: Arc<Engine>,
+    pub(crate) finisher: Finisher,
     pub(crate) effect: Arc<E>,
     pub(crate) permits: Arc<Semaphore>,
     pub(crate) wait_for_peers: Option<Duration>,
@@ -72,11 +74,6 @@ impl<E, T> Slots<E, T> {
 
     fn warn(&self, text: &str) {
         (self.observer)(JobEvent::Warning(text));
-    }
-
-    /// Records an end, riding out an outage.
-    async fn record(&self, finish: Finish) -> Result<(), EngineError> {
-        finisher::record(&self.engine, finish, self.store_outage).await
     }
 }
 
@@ -243,7 +240,7 @@ async fn wait_for_peer<E: Effect, T>(
 }
 
 /// Runs the effect of an operation this run holds, gives up its slot, and
-/// records its end. A lone worker instead records
+/// records its end through the finisher. A lone worker instead records
 /// its end in the store call that claims the next pending operation, and
 /// keeps its slot for that one.
 async fn run_held<E: Effect, T>(
@@ -265,7 +262,7 @@ async fn run_held<E: Effect, T>(
                 // overlaps the recording; kept until then, a crash leaves
                 // no more claims open than there are slots.
                 let held = slots.hold_until_recorded.then_some(permit);
-                let recorded = slots.record(finish).await;
+                let recorded = slots.finisher.record(finish).await;
                 drop(held);
                 return recorded;
             };
@@ -295,7 +292,7 @@ async fn run_held<E: Effect, T>(
                         // Sent again alone (recognised if it was recorded).
                         Err(e) if e.is_store_unavailable() => {
                             tell(&e);
-                            slots.record(finish).await
+                            slots.finisher.record(finish).await
                         }
                         finished => finished,
                     }
@@ -308,7 +305,7 @@ async fn run_held<E: Effect, T>(
                         tell(&e);
                     }
                     then = Some((Next::Unclaimed(next), ticket, permit));
-                    slots.record(finish).await
+                    slots.finisher.record(finish).await
                 }
             }
         },
