@@ -148,6 +148,20 @@ pub fn succeed(command: &mut std::process::Command) -> std::process::Output {
     out
 }
 
+/// Runs `command` (`what` names it), failing the test with everything it
+/// printed unless it succeeded; its stdout.
+pub fn passes(what: &str, command: &mut std::process::Command) -> String {
+    let out = command.output().unwrap_or_else(|e| panic!("{what}: {e}"));
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{what} failed ({}):\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
 /// A temporary directory and a store for one test: a SQLite file in the
 /// directory, or a fresh PostgreSQL schema dropped when the test ends.
 pub struct TestStore {

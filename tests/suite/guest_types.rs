@@ -17,21 +17,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
-use idem_tests::{tool_available, workspace_root};
-
-/// Runs `command`, failing the test with everything it printed unless it
-/// succeeds; its stdout.
-fn passes(what: &str, command: &mut Command) -> String {
-    let out = command.output().unwrap_or_else(|e| panic!("{what}: {e}"));
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "{what} failed ({}):\n{stdout}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    stdout
-}
+use idem_tests::{passes, tool_available, workspace_root};
 
 /// A directory under the target directory, made once: `install` fills it,
 /// then a marker says it is whole (an interrupted install is redone).

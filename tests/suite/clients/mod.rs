@@ -16,10 +16,10 @@
 mod postgres;
 
 use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::process::Command;
 
 use idem_store::{AttemptFilter, ListFilter, RecordState};
-use idem_tests::{tool_available, workspace_root};
+use idem_tests::{passes, tool_available, workspace_root};
 use serde_json::json;
 
 use crate::serve::{Server, TestStore};
@@ -59,20 +59,6 @@ fn against<'c>(command: &'c mut Command, server: &Server) -> &'c mut Command {
         .env("IDEM_SERVE_TOKEN", TOKEN)
         .env("IDEM_TEST_RUN", RUN)
         .env("CI", "true")
-}
-
-/// Runs `command`, failing the test with everything it printed unless it
-/// succeeded; its stdout.
-fn passes(what: &str, command: &mut Command) -> String {
-    let out: Output = command.output().unwrap_or_else(|e| panic!("{what}: {e}"));
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "{what} failed ({}):\n{stdout}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    stdout
 }
 
 /// A python3 with the pinned pytest and psycopg, installed on first use

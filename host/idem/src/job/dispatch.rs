@@ -171,8 +171,20 @@ pub(crate) async fn run_all<F: Feed, E: Effect>(
                 why.error
             )));
         }
-        // The warning said why, once.
-        let fate = fate::of_error(why.error, None);
+        // Not run, whatever the call's error: a whole batch failed, so no
+        // one operation is to blame; the warning said why, once. What the
+        // error says of the run (an outage, a store no operation can get
+        // past) still holds.
+        let Fate { then, halt, .. } = fate::of_error(why.error, None);
+        let then = match halt {
+            // Put back at once, for a consumer that can.
+            Halt::Stop(_) => then,
+            _ => Then::Later(Delay::Retry),
+        };
+        let fate = Fate {
+            halt,
+            ..Fate::new(End::NotRun, then)
+        };
         for ticket in left {
             run.settle(&engine, &ticket, fate.again()).await;
         }

@@ -1,6 +1,8 @@
 //! The job runner: every operation of a batch job through an effect, at
 //! most once per key. This is `idem run` as a library, for a service that
-//! runs its nightly job in-process instead of through the CLI.
+//! runs its nightly job in-process instead of through the CLI. Its run loop
+//! (`dispatch.rs`, fed through `feed.rs`) is also the loop of
+//! [`crate::consume`], fed by a broker.
 //!
 //! A run, in order:
 //!

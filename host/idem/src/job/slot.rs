@@ -39,8 +39,9 @@ pub(crate) struct Slots<E, T> {
     pub(crate) lone: bool,
     /// The run takes no more operations.
     pub(crate) stopping: AtomicBool,
-    /// A slot is kept until its operation's end is recorded (see
-    /// [`super::dispatch::Limits::hold_until_recorded`]).
+    /// A slot is kept until its operation's end is recorded: a consumer's
+    /// are, so that a crash leaves no more claims open than it has slots;
+    /// a job's are freed when the effect is over.
     pub(crate) hold_until_recorded: bool,
     pub(crate) observer: Observer,
 }
