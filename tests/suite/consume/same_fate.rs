@@ -24,18 +24,14 @@ const EFFECT: &str = r#"op=$(cat); case "$op" in *'"invoice_id":"F'*) exit 3 ;; 
 
 /// Each record of the store in `dir`: its key, state and status, sorted.
 fn records(dir: &Path) -> Vec<(String, String, String)> {
-    let out = Command::new(idem_bin())
-        .args(["inspect", "--json", "--store"])
-        .arg(format!("sqlite:{}", dir.join("idem.db").display()))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let listed = idem_tests::passes(
+        "idem inspect",
+        Command::new(idem_bin())
+            .args(["inspect", "--json", "--store"])
+            .arg(format!("sqlite:{}", dir.join("idem.db").display())),
     );
-    let listed: serde_json::Value = serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)));
+    let listed: serde_json::Value =
+        serde_json::from_str(&listed).unwrap_or_else(|e| panic!("{e}: {listed}"));
     let mut records: Vec<_> = listed
         .as_array()
         .expect("a list of records")

@@ -49,8 +49,8 @@ pub(crate) struct Limits {
 /// settled operation halts the run; returns the tally and how many
 /// operations it took. Only operations about to start are claimed: a
 /// claim's lease runs from the claim, so none waits for a free slot while
-/// claimed. Every note and warning reaches `observer` escaped: they carry
-/// what operations and publishers sent.
+/// claimed. `observer` must escape what it shows ([`escaping`]): notes and
+/// warnings carry what operations and publishers sent.
 pub(crate) async fn run_all<F: Feed, E: Effect>(
     engine: Arc<Engine>,
     mut feed: F,
@@ -59,8 +59,6 @@ pub(crate) async fn run_all<F: Feed, E: Effect>(
     observer: &Observer,
     shutdown: impl Future<Output = ()>,
 ) -> (Summary, u64) {
-    let observer = escaping(observer.clone());
-    let observer = &observer;
     let permits = Arc::new(Semaphore::new(limits.concurrency.max(1)));
     let slots = Arc::new(Slots {
         finisher: Finisher::start(engine.clone(), limits.finish_batch, limits.store_outage),
@@ -321,16 +319,16 @@ impl Run<'_> {
         engine: &Engine,
         ahead: Vec<(ToClaim, T)>,
     ) -> Vec<(ToClaim, T)> {
-        let items: Vec<ToClaim> = ahead.iter().map(|(item, _)| item.clone()).collect();
+        let (items, tickets): (Vec<ToClaim>, Vec<T>) = ahead.into_iter().unzip();
         let answers = match engine.settle_ahead(&items).await {
             Ok(answers) => answers,
             Err(e) => {
                 tracing::debug!(error = %e, "the look-ahead read failed; claiming instead");
-                return ahead;
+                return items.into_iter().zip(tickets).collect();
             }
         };
         let mut left = Vec::new();
-        for ((item, ticket), answer) in ahead.into_iter().zip(answers) {
+        for ((item, ticket), answer) in items.into_iter().zip(tickets).zip(answers) {
             match answer {
                 Some(begun) => {
                     let key = item.request().key.digest;

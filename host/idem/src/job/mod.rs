@@ -189,7 +189,7 @@ impl JobRunner {
         JobRunner {
             engine,
             options,
-            observer: event::log_events(),
+            observer: dispatch::escaping(event::log_events()),
         }
     }
 
@@ -197,7 +197,9 @@ impl JobRunner {
     /// it happens, and warnings), from the job's tasks. Without one, notes
     /// and warnings go to `tracing`.
     pub fn on_event(mut self, observer: impl Fn(JobEvent<'_>) + Send + Sync + 'static) -> Self {
-        self.observer = Arc::new(observer);
+        // Escaped once here: the run's notes and warnings carry what the
+        // operations hold.
+        self.observer = dispatch::escaping(Arc::new(observer));
         self
     }
 
