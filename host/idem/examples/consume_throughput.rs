@@ -30,9 +30,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
-use idem::consume::amqp::AmqpSource;
-use idem::consume::nats::JetStreamSource;
-use idem::consume::{ConsumeOptions, MessageSource, consume};
+use idem::broker::MessageSource;
+use idem::broker::amqp::AmqpSource;
+use idem::broker::nats::JetStreamSource;
+use idem::consume::{ConsumeOptions, consume};
 use idem::core::Operation;
 use idem::engine::{Engine, EngineOptions, ExecContext};
 use idem::job::{EffectOutcome, JobEvent};

@@ -10,10 +10,12 @@
 //! - [`job`]: a batch job's operations through an effect, at most once per
 //!   key (`idem run` as a library): ownership, the job lease, batched
 //!   claims and completions, a summary.
-//! - [`consume`]: messages from a broker (JetStream with the `nats`
-//!   feature, RabbitMQ with `amqp`), each run as an operation exactly as a
-//!   job runs one, its delivery settled once its end is recorded (`idem
+//! - [`consume`]: messages from a broker, each run as an operation exactly
+//!   as a job runs one, its delivery settled once its end is recorded (`idem
 //!   consume` as a library).
+//! - [`broker`]: the brokers a consumer reads (JetStream with the `nats`
+//!   feature, RabbitMQ with `amqp`) behind one port; they know nothing of
+//!   the engine.
 //! - [`forensics`]: why it ran twice: the store's attempt log read back
 //!   as duplicates and their causes, and the runs involved.
 //! - [`lifecycle`]: a policy across versions: `idem diff` (which keys an
@@ -28,6 +30,7 @@
 
 #![warn(missing_docs)]
 
+pub mod broker;
 pub mod consume;
 pub mod engine;
 pub mod forensics;

@@ -18,8 +18,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Args;
-use idem::consume::amqp::AmqpSource;
-use idem::consume::{ConsumeOptions, MessageSource, consume, nats::JetStreamSource};
+use idem::broker::amqp::AmqpSource;
+use idem::broker::{MessageSource, SourceError, nats::JetStreamSource};
+use idem::consume::{ConsumeOptions, consume};
 use idem::engine::Engine;
 use idem::job::{Effect, End, JobError, JobEvent, Summary};
 use idem_core::text::escaped;
@@ -274,10 +275,7 @@ impl Broker {
         }
     }
 
-    async fn connect(
-        &self,
-        args: &ConsumeArgs,
-    ) -> Result<Box<dyn MessageSource>, idem::consume::SourceError> {
+    async fn connect(&self, args: &ConsumeArgs) -> Result<Box<dyn MessageSource>, SourceError> {
         Ok(match self {
             Broker::JetStream { stream, consumer } => Box::new(
                 JetStreamSource::connect(

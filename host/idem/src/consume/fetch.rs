@@ -7,7 +7,8 @@ use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 use super::settle::{Delivered, Settling};
-use super::{ConsumeOptions, FETCH_WAIT, MessageSource};
+use super::{ConsumeOptions, FETCH_WAIT};
+use crate::broker::MessageSource;
 use crate::job::feed::{Feed, Finale, Input, Pulled};
 use crate::job::{JobEvent, Outage};
 

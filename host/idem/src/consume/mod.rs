@@ -40,17 +40,11 @@
 //!
 //! `fetch.rs` is the loop's feed (fetching, the broker's outages, stopping
 //! when idle); `settle.rs` says what an operation's fate means for its
-//! delivery and settles it; `source.rs` is the port a broker implements;
-//! `nats.rs` (feature `nats`) JetStream's, `amqp.rs` (feature `amqp`)
-//! RabbitMQ's.
+//! delivery and settles it. The brokers themselves, and the port each
+//! implements, are [`crate::broker`]'s.
 
-#[cfg(feature = "amqp")]
-pub mod amqp;
 mod fetch;
-#[cfg(feature = "nats")]
-pub mod nats;
 mod settle;
-mod source;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -58,8 +52,7 @@ use std::time::Duration;
 
 use idem_core::RunContext;
 
-pub use source::{Delivery, MessageSource, SourceError};
-
+use crate::broker::MessageSource;
 use crate::engine::Engine;
 use crate::job::dispatch::{self, Limits};
 use crate::job::{Effect, JobError, JobEvent, Ownership, Summary, join_ownership};
@@ -124,12 +117,6 @@ const FETCH_WAIT: Duration = Duration::from_secs(1);
 /// How long a delivery whose effect failed retryably waits before it is
 /// delivered again.
 const RETRY_DELAY: Duration = Duration::from_secs(1);
-
-/// How long a message another member owns is put off on a broker that
-/// keeps it meanwhile (JetStream): the broker, not the consumer, chooses
-/// who gets it next, so it may come back here; the delay bounds that churn
-/// while its owner is away.
-pub const NOT_OWNED_DELAY: Duration = Duration::from_secs(1);
 
 /// Consumes `source` until `shutdown` resolves (or a stop option is met, or
 /// an outage outlasts the budget, or no message can run): each delivery's

@@ -18,7 +18,8 @@ use std::time::Duration;
 
 use idem_store::RecordState;
 
-use super::{ConsumeOptions, Delivery, RETRY_DELAY, SourceError};
+use super::{ConsumeOptions, RETRY_DELAY};
+use crate::broker::{Delivery, SourceError};
 use crate::engine::Engine;
 use crate::job::End;
 use crate::job::JobEvent;

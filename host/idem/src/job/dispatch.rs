@@ -4,7 +4,6 @@
 //! claimed operation in a slot of its own ([`super::slot`]), and count
 //! every end once, as its source settled it.
 
-use std::collections::VecDeque;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -94,12 +93,10 @@ pub(crate) async fn run_all<F: Feed, E: Effect>(
                 pulled = feed.pull(limits.claim_batch, !tasks.is_empty()) => pulled,
                 () = &mut shutdown => break,
             };
-            let Some(ahead) = run.taken(pulled) else {
+            let Some(ahead) = run.take(&engine, pulled, &limits, &mut taken).await else {
                 break;
             };
-            taken += ahead.len() as u64;
-            let ready = run.prepare(&engine, ahead, &limits).await;
-            let left = run.settle_ahead(&engine, ready).await;
+            let left = run.settle_ahead(&engine, ahead).await;
             slots.pending().extend(left);
             continue;
         }
@@ -120,12 +117,10 @@ pub(crate) async fn run_all<F: Feed, E: Effect>(
                 pulled = feed.pull(held.len(), !tasks.is_empty()) => pulled,
                 () = &mut shutdown => break,
             };
-            let Some(fetched) = run.taken(pulled) else {
+            let Some(fetched) = run.take(&engine, pulled, &limits, &mut taken).await else {
                 break;
             };
-            taken += fetched.len() as u64;
-            let ready = run.prepare(&engine, fetched, &limits).await;
-            slots.pending().extend(ready);
+            slots.pending().extend(fetched);
         }
         let batch: Vec<(ToClaim, F::Ticket)> = {
             let mut pending = slots.pending();
@@ -145,7 +140,7 @@ pub(crate) async fn run_all<F: Feed, E: Effect>(
             let slots = slots.clone();
             tasks.spawn(async move { slot::run(&slots, claimed, ticket, permit).await });
         }
-        let Some(GaveUp { why, left }) = gave_up else {
+        let Some((why, left)) = gave_up else {
             continue;
         };
         // None of these started, so none of their effects happened; a claim
@@ -218,11 +213,21 @@ impl Run<'_> {
         self.summary.outage.is_some() || self.summary.stopped.is_some() || self.summary.deposed
     }
 
-    /// The operations pulled, or `None` when the feed ended (what it says
-    /// of its end counted).
-    fn taken<T>(&mut self, pulled: Pulled<T>) -> Option<Vec<(Input, T)>> {
+    /// The operations pulled (counted in `taken`) made ready to claim, what
+    /// cannot be claimed settled now; `None` when the feed ended (what it
+    /// says of its end counted).
+    async fn take<T: Ticket>(
+        &mut self,
+        engine: &Engine,
+        pulled: Pulled<T>,
+        limits: &Limits,
+        taken: &mut u64,
+    ) -> Option<Vec<(ToClaim, T)>> {
         match pulled {
-            Pulled::Taken(taken) => Some(taken),
+            Pulled::Taken(inputs) => {
+                *taken += inputs.len() as u64;
+                Some(self.prepare(engine, inputs, limits).await)
+            }
             Pulled::End(finale) => {
                 if self.summary.outage.is_none() {
                     self.summary.outage = finale.outage;
@@ -371,80 +376,39 @@ fn derived(
     Ok((op, keyed))
 }
 
-/// Why a batch's claim gave up, and the operations it left unclaimed.
-struct GaveUp<T> {
-    why: outage::GaveUp,
-    left: Vec<T>,
-}
-
-/// A batch's claims made (or the records found), each with its ticket,
-/// and when the claim gave up, why and what it left.
-type Claimed<T> = (Vec<(FirstClaim, T)>, Option<GaveUp<T>>);
-
 /// Claims `batch` in one store call, trying again while the store is
 /// unavailable, up to the outage budget (see [`outage`]): the whole call,
-/// or the operations whose own claim the store could not make.
+/// or the operations whose own claim the store could not make. Each
+/// request is made once (`Engine::to_claim`): sent again, it carries the
+/// same holder token, so a claim that committed while its answer was lost
+/// is found to be this one (see `idem_store::HolderToken`).
 async fn claim_riding_out<T>(
     engine: &Engine,
     batch: Vec<(ToClaim, T)>,
     limits: &Limits,
     observer: &Observer,
-) -> Claimed<T> {
-    // Each request is made once (`Engine::to_claim`): sent again, it
-    // carries the same holder token, so a claim that committed while its
-    // answer was lost is found to be this one (see
-    // `idem_store::HolderToken`).
+) -> outage::Served<FirstClaim, T> {
     let budget = limits.store_outage;
-    let mut backoff = outage::Backoff::new(budget);
-    let (mut items, mut tickets): (Vec<ToClaim>, VecDeque<T>) = batch.into_iter().unzip();
-    let mut done = Vec::with_capacity(items.len());
-    loop {
-        let error = match engine.claim_batch_keeping(items).await {
-            Ok(claimed) => {
-                let mut retry = (Vec::new(), VecDeque::new());
-                let mut error = None;
-                for (claimed, ticket) in claimed.into_iter().zip(tickets.drain(..)) {
-                    match claimed.store_unavailable() {
-                        Some(e) => {
-                            error.get_or_insert_with(|| EngineError::Store(e.clone()));
-                            retry.0.push(claimed.into_retry());
-                            retry.1.push_back(ticket);
-                        }
-                        None => done.push((claimed, ticket)),
-                    }
-                }
-                let Some(error) = error else {
-                    return (done, None);
-                };
-                (items, tickets) = retry;
-                error
-            }
-            // A call handing back all it was asked can be sent again.
-            Err((e, back)) if e.is_store_unavailable() && back.len() == tickets.len() => {
-                items = back;
-                e
-            }
-            Err((error, _)) => {
-                let left = tickets.into_iter().collect();
-                let why = outage::GaveUp {
-                    error,
-                    lasted: Duration::ZERO,
-                };
-                return (done, Some(GaveUp { why, left }));
-            }
-        };
-        match backoff.after_failure().await {
-            outage::Next::Again { first: true } => observer(JobEvent::Warning(&format!(
-                "the store is unavailable ({error}); trying again for up to {budget:?} while the effects already running go on"
-            ))),
-            outage::Next::Again { first: false } => {}
-            outage::Next::GiveUp(lasted) => {
-                let left = tickets.into_iter().collect();
-                let why = outage::GaveUp { error, lasted };
-                return (done, Some(GaveUp { why, left }));
-            }
-        }
-    }
+    outage::batch_riding_out(
+        budget,
+        batch,
+        |items: Vec<ToClaim>| async move {
+            let asked = items.len();
+            engine.claim_batch_keeping(items).await.map_err(|(e, back)| {
+                // A call handing back all it was asked can be sent again.
+                let whole = back.len() == asked;
+                (e, whole.then_some(back))
+            })
+        },
+        |claimed: FirstClaim| match claimed.store_unavailable() {
+            Some(e) => outage::Answer::Again(EngineError::Store(e.clone()), claimed.into_retry()),
+            None => outage::Answer::Served(claimed),
+        },
+        |e| observer(JobEvent::Warning(&format!(
+            "the store is unavailable ({e}); trying again for up to {budget:?} while the effects already running go on"
+        ))),
+    )
+    .await
 }
 
 /// `observer`, hearing every note and warning escaped: they carry what

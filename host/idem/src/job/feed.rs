@@ -147,21 +147,14 @@ impl Feed for SecondRead {
     }
 }
 
-/// How the second read ended.
-#[derive(Debug, Default)]
-pub(crate) struct FeedEnd {
-    /// Why it stopped before handing over every planned operation (the
-    /// source changed since the first read), and how many it did not.
-    pub(crate) stopped: Option<(u64, String)>,
-}
-
 /// Starts the second read; it ends when every planned operation was sent,
-/// the loop hung up, or the source no longer matches the plan.
+/// the loop hung up, or the source no longer matches the plan (then it
+/// says how, and the loop counts what it never took not run).
 pub(crate) fn start(
     source: Arc<dyn OperationSource>,
     plan: Plan,
     capacity: usize,
-) -> (SecondRead, tokio::task::JoinHandle<FeedEnd>) {
+) -> (SecondRead, tokio::task::JoinHandle<Result<(), String>>) {
     let (tx, rx) = mpsc::channel(capacity.max(1));
     let handle = tokio::task::spawn_blocking(move || feed(&*source, &plan, &tx));
     (SecondRead(rx), handle)
@@ -171,17 +164,12 @@ fn feed(
     source: &dyn OperationSource,
     plan: &Plan,
     tx: &mpsc::Sender<(Operation, KeyedDerivation)>,
-) -> FeedEnd {
-    let planned = plan.to_run() as u64;
-    let mut sent: u64 = 0;
-    let stop = |sent: u64, why: String| FeedEnd {
-        stopped: Some((planned - sent, why)),
-    };
-    let read = match source.read() {
-        Ok(read) => read,
-        Err(e) => return stop(sent, format!("cannot read the operations again: {e}")),
-    };
-    let mut valid: u64 = 0;
+) -> Result<(), String> {
+    let read = source
+        .read()
+        .map_err(|e| format!("cannot read the operations again: {e}"))?;
+    let changed = |why: &str| format!("the operations changed since they were checked: {why}");
+    let (mut sent, mut valid) = (0usize, 0u64);
     for SourceItem {
         position,
         operation,
@@ -190,35 +178,26 @@ fn feed(
         if plan.is_skipped(position) {
             continue;
         }
-        let changed = |why: &str| {
-            format!("the operations changed since they were checked: at {position}, {why}")
-        };
+        let at = |why: &str| changed(&format!("at {position}, {why}"));
         if valid >= plan.valid() {
-            return stop(sent, changed("an entry that was not there"));
+            return Err(at("an entry that was not there"));
         }
-        let index = valid;
         valid += 1;
-        if !plan.owns(index) {
+        if !plan.owns(valid - 1) {
             continue;
         }
-        let op = match operation {
-            Ok(op) => op,
-            Err(e) => return stop(sent, changed(&e.error)),
-        };
-        let Some(keyed) = plan.derivation(sent as usize, &op) else {
-            return stop(sent, changed("a different operation"));
-        };
+        let op = operation.map_err(|e| at(&e.error))?;
+        let keyed = plan
+            .derivation(sent, &op)
+            .ok_or_else(|| at("a different operation"))?;
         if tx.blocking_send((op, keyed)).is_err() {
             // The loop stopped taking operations; it knows why.
-            return FeedEnd::default();
+            return Ok(());
         }
         sent += 1;
     }
-    if sent < planned {
-        return stop(
-            sent,
-            "the operations changed since they were checked: fewer than before".into(),
-        );
+    if sent < plan.to_run() {
+        return Err(changed("fewer than before"));
     }
-    FeedEnd::default()
+    Ok(())
 }

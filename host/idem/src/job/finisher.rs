@@ -19,7 +19,7 @@ use std::time::Duration;
 use idem_store::{Finish, StoreError};
 use tokio::sync::{mpsc, oneshot};
 
-use super::outage;
+use super::outage::{self, Answer};
 use crate::engine::{Engine, EngineError};
 
 type Reply = oneshot::Sender<Result<(), EngineError>>;
@@ -82,69 +82,50 @@ pub(super) async fn record(
     finishes: Vec<Finish>,
     budget: Duration,
 ) -> Vec<Result<(), EngineError>> {
-    let mut answers: Vec<Option<Result<(), EngineError>>> = finishes.iter().map(|_| None).collect();
-    let mut left: Vec<usize> = (0..finishes.len()).collect();
-    let mut backoff = outage::Backoff::new(budget);
-    loop {
-        // The first try sends the ends as they are; only a retry of some of
-        // them copies those.
-        let retried: Vec<Finish>;
-        let batch = if left.len() == finishes.len() {
-            &finishes[..]
+    let count = finishes.len();
+    let (served, gave_up) = outage::batch_riding_out(
+        budget,
+        finishes
+            .into_iter()
+            .enumerate()
+            .map(|(i, f)| (f, i))
+            .collect(),
+        |batch: Vec<Finish>| async move {
+            match engine.record_finishes(&batch).await {
+                Ok(answers) => Ok(answers.into_iter().zip(batch).collect()),
+                Err(e) => Err((e, Some(batch))),
+            }
+        },
+        |(answer, finish)| match answer {
+            Err(e) if e.is_store_unavailable() => Answer::Again(e, finish),
+            answer => Answer::Served((answer, finish)),
+        },
+        |e| tracing::warn!("recording ends: the store is unavailable ({e}); trying again"),
+    )
+    .await;
+    let mut answers: Vec<Result<(), EngineError>> = (0..count)
+        .map(|_| Err(task_error("an end went unanswered")))
+        .collect();
+    for ((answer, _), i) in served {
+        answers[i] = answer;
+    }
+    if let Some((why, left)) = gave_up {
+        // Some of these may have been recorded; each is reported as a
+        // failure to record (its outcome unknown to this run).
+        let why = if why.error.is_store_unavailable() {
+            outage::describe(&why)
         } else {
-            retried = left.iter().map(|&i| finishes[i].clone()).collect();
-            &retried[..]
+            format!(
+                "recording a batch of {} ends failed: {}",
+                left.len(),
+                why.error
+            )
         };
-        let error = match engine.record_finishes(batch).await {
-            Ok(results) => {
-                let mut again = Vec::new();
-                let mut error = None;
-                for (&i, result) in left.iter().zip(results) {
-                    match result {
-                        Err(e) if e.is_store_unavailable() => {
-                            again.push(i);
-                            error.get_or_insert(e);
-                        }
-                        result => answers[i] = Some(result),
-                    }
-                }
-                let Some(error) = error else { break };
-                left = again;
-                error
-            }
-            Err(e) if e.is_store_unavailable() => e,
-            // Some of these may have been recorded; each is reported as a
-            // failure to record (its outcome unknown to this run).
-            Err(e) => {
-                let why = format!("recording a batch of {} ends failed: {e}", left.len());
-                for &i in &left {
-                    answers[i] = Some(Err(task_error(&why)));
-                }
-                break;
-            }
-        };
-        match backoff.after_failure().await {
-            outage::Next::Again { first: true } => tracing::warn!(
-                "recording {} ends: the store is unavailable ({error}); trying again",
-                left.len()
-            ),
-            outage::Next::Again { first: false } => {}
-            outage::Next::GiveUp(lasted) => {
-                let why = format!(
-                    "the store was unavailable for {:.1} s, past the job's outage budget: {error}",
-                    lasted.as_secs_f64()
-                );
-                for &i in &left {
-                    answers[i] = Some(Err(task_error(&why)));
-                }
-                break;
-            }
+        for i in left {
+            answers[i] = Err(task_error(&why));
         }
     }
     answers
-        .into_iter()
-        .map(|a| a.unwrap_or_else(|| Err(task_error("an end went unanswered"))))
-        .collect()
 }
 
 async fn serve(

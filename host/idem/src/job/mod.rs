@@ -321,11 +321,10 @@ impl JobRunner {
         // its budget), what was planned and never taken was not run.
         let never_taken = (planned as u64).saturating_sub(taken);
         ran.not_run += never_taken;
-        let why = match feeder.await {
-            Ok(feed::FeedEnd { stopped }) => stopped.map(|(_, why)| why),
-            Err(e) => Some(format!("reading the operations failed: {e}")),
-        };
-        if let Some(why) = why {
+        let read_again = feeder
+            .await
+            .unwrap_or_else(|e| Err(format!("reading the operations failed: {e}")));
+        if let Err(why) = read_again {
             (self.observer)(JobEvent::Warning(&format!(
                 "{why}; {never_taken} operations not run"
             )));

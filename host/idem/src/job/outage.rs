@@ -108,6 +108,80 @@ where
     }
 }
 
+/// What one batch riding out an outage came to: each item served, with
+/// its tag; and when it gave up (past the budget, or a whole call failed
+/// otherwise), why and the tags of the items left unserved.
+pub(crate) type Served<A, T> = (Vec<(A, T)>, Option<(GaveUp, Vec<T>)>);
+
+/// One item's answer in a batch, as [`batch_riding_out`] sorts it.
+pub(crate) enum Answer<A, I> {
+    /// The store served it.
+    Served(A),
+    /// The store could not serve it: why, and the item to send again.
+    Again(EngineError, I),
+}
+
+/// [`riding_out`] for a batch: `call` sends the items it is given in one
+/// store call and answers each in order, or fails whole (handing the items
+/// back when they may be sent again). An answer `unserved` sorts as
+/// [`Answer::Again`] is sent again with the
+/// others so answered; a whole call that failed so, entire; both within
+/// `budget`, `waiting` told once. Each item is sent as it was made, so a
+/// write that committed while its answer was lost is recognised (a claim by
+/// its holder token, an end by its fence).
+pub(crate) async fn batch_riding_out<I, T, A, Fut>(
+    budget: Duration,
+    items: Vec<(I, T)>,
+    mut call: impl FnMut(Vec<I>) -> Fut,
+    unserved: impl Fn(A) -> Answer<A, I>,
+    waiting: impl Fn(&EngineError),
+) -> Served<A, T>
+where
+    Fut: std::future::Future<Output = Result<Vec<A>, (EngineError, Option<Vec<I>>)>>,
+{
+    let mut backoff = Backoff::new(budget);
+    let (mut items, mut tags): (Vec<I>, Vec<T>) = items.into_iter().unzip();
+    let mut served = Vec::with_capacity(items.len());
+    loop {
+        let error = match call(items).await {
+            Ok(answers) => {
+                let (mut again, mut again_tags, mut error) = (Vec::new(), Vec::new(), None);
+                for (answer, tag) in answers.into_iter().zip(tags) {
+                    match unserved(answer) {
+                        Answer::Served(answer) => served.push((answer, tag)),
+                        Answer::Again(e, item) => {
+                            error.get_or_insert(e);
+                            again.push(item);
+                            again_tags.push(tag);
+                        }
+                    }
+                }
+                let Some(error) = error else {
+                    return (served, None);
+                };
+                (items, tags) = (again, again_tags);
+                error
+            }
+            Err((error, Some(back))) if error.is_store_unavailable() => {
+                items = back;
+                error
+            }
+            Err((error, _)) => {
+                let lasted = Duration::ZERO;
+                return (served, Some((GaveUp { error, lasted }, tags)));
+            }
+        };
+        match backoff.after_failure().await {
+            Next::Again { first } => {
+                if first {
+                    waiting(&error);
+                }
+            }
+            Next::GiveUp(lasted) => return (served, Some((GaveUp { error, lasted }, tags))),
+        }
+    }
+}
+
 /// `wait` with up to a quarter added or taken at random, so that many
 /// callers (a job's tasks, a fleet's workers) do not come back in step.
 fn jittered(wait: Duration) -> Duration {

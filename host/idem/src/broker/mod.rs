@@ -1,10 +1,26 @@
-//! The message-source port: what a broker gives a consumer (deliveries,
-//! each to be acknowledged, negatively acknowledged or terminated), with
-//! one implementation per broker behind a cargo feature.
+//! Brokers, as [`crate::consume`] reads them: the message-source port
+//! (what a broker gives a consumer: deliveries, each to be acknowledged,
+//! put off or terminated) and one client per broker behind a cargo
+//! feature: `nats.rs` (feature `nats`) JetStream's, `amqp.rs` (feature
+//! `amqp`) RabbitMQ's. A broker knows nothing of the engine or the run
+//! loop, as a store knows nothing of wasm: the consumer maps an
+//! operation's end onto [`Delivery`]'s verbs, and the next broker is one
+//! more file here.
+
+#[cfg(feature = "amqp")]
+pub mod amqp;
+#[cfg(feature = "nats")]
+pub mod nats;
 
 use std::time::Duration;
 
 use async_trait::async_trait;
+
+/// How long a message another member owns is put off on a broker that
+/// keeps it meanwhile (JetStream): the broker, not the consumer, chooses
+/// who gets it next, so it may come back here; the delay bounds that churn
+/// while its owner is away.
+pub const NOT_OWNED_DELAY: Duration = Duration::from_secs(1);
 
 /// A broker's failure: fetching, or acknowledging.
 #[derive(Debug, thiserror::Error)]
@@ -103,9 +119,9 @@ pub trait MessageSource: Send {
 
     /// How long a message another member owns is put off (partitioned
     /// ownership), for the broker to deliver it elsewhere. Default:
-    /// [`super::NOT_OWNED_DELAY`], on a broker that keeps it meanwhile.
+    /// [`NOT_OWNED_DELAY`], on a broker that keeps it meanwhile.
     fn not_owned_delay(&self) -> Duration {
-        super::NOT_OWNED_DELAY
+        NOT_OWNED_DELAY
     }
 
     /// Deliveries put off ([`Delivery::nack`]) that this process still
@@ -139,7 +155,7 @@ pub trait MessageSource: Send {
 /// `url` with any password replaced, for messages: a broker's URL may
 /// carry its credentials (`amqp://user:pass@…`, `nats://user:pass@…`).
 #[cfg(any(feature = "nats", feature = "amqp"))]
-pub(super) fn without_password(url: &str) -> String {
+fn without_password(url: &str) -> String {
     match (url.find("://"), url.rfind('@')) {
         (Some(scheme), Some(at)) if at > scheme => {
             let user = &url[scheme + 3..at];

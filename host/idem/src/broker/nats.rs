@@ -13,7 +13,7 @@ use async_trait::async_trait;
 use futures_util::{FutureExt, StreamExt};
 use idem_core::text::escaped;
 
-use super::source::without_password;
+use super::without_password;
 use super::{Delivery, MessageSource, SourceError};
 
 /// A JetStream durable pull consumer.

@@ -24,7 +24,7 @@ use lapin::options::{
 use lapin::types::{AMQPValue, FieldTable};
 use lapin::{BasicProperties, Channel, Connection, ConnectionProperties, Consumer};
 
-use super::source::without_password;
+use super::without_password;
 use super::{Delivery, MessageSource, SourceError};
 
 struct Open {
