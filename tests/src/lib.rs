@@ -124,6 +124,12 @@ pub fn amqp_url(test: &str) -> Option<String> {
     )
 }
 
+/// The Redis URL for tests that need one (`IDEM_TEST_REDIS_URL`), with
+/// the rule of [`postgres_url`].
+pub fn redis_url(test: &str) -> Option<String> {
+    service_url(test, "IDEM_TEST_REDIS_URL", "redis://127.0.0.1:6379")
+}
+
 fn service_url(test: &str, variable: &str, example: &str) -> Option<String> {
     match std::env::var(variable) {
         Ok(url) if !url.is_empty() => Some(url),

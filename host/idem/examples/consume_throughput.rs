@@ -3,15 +3,16 @@
 //! consumer figures in docs/benchmarks.md.
 //!
 //! ```text
-//! cargo run --release -p idem-host --features nats,amqp --example consume_throughput -- \
+//! cargo run --release -p idem-host --features nats,amqp,redis --example consume_throughput -- \
 //!     POLICY.wasm [MESSAGES] [CONCURRENCY] [ROUNDS]
 //! ```
 //!
 //! POLICY is the `billing-charge` component. For each broker (NATS
 //! JetStream at `IDEM_BENCH_NATS_URL`, default `nats://127.0.0.1:4222`;
 //! RabbitMQ at `IDEM_BENCH_AMQP_URL`, default
-//! `amqp://guest:guest@127.0.0.1:5672/%2f`; either skipped when set to
-//! `off`) and each round, MESSAGES distinct charges (default 10,000) are
+//! `amqp://guest:guest@127.0.0.1:5672/%2f`; Redis Streams at
+//! `IDEM_BENCH_REDIS_URL`, default `redis://127.0.0.1:6379`; any skipped
+//! when set to `off`) and each round, MESSAGES distinct charges (default 10,000) are
 //! published twice, to a place of their own each time: one copy read by a
 //! bare consumer (fetch a batch of CONCURRENCY, default 8, acknowledge
 //! them all at once), the other by `consume` (each message's key derived,
@@ -33,6 +34,7 @@ use futures_util::future::join_all;
 use idem::broker::MessageSource;
 use idem::broker::amqp::AmqpSource;
 use idem::broker::nats::JetStreamSource;
+use idem::broker::redis::{DEFAULT_FIELD, RedisStreamSource};
 use idem::consume::{ConsumeOptions, consume};
 use idem::core::Operation;
 use idem::engine::{Engine, EngineOptions, ExecContext};
@@ -56,11 +58,16 @@ async fn main() -> Result<(), Error> {
     let nats = std::env::var("IDEM_BENCH_NATS_URL").unwrap_or("nats://127.0.0.1:4222".into());
     let amqp = std::env::var("IDEM_BENCH_AMQP_URL")
         .unwrap_or("amqp://guest:guest@127.0.0.1:5672/%2f".into());
+    let redis = std::env::var("IDEM_BENCH_REDIS_URL").unwrap_or("redis://127.0.0.1:6379".into());
     println!(
         "{messages} messages, {concurrency} at once, {rounds} rounds, idem's store: {}",
         std::env::var("IDEM_BENCH_STORE").unwrap_or("sqlite (a fresh file per round)".into())
     );
-    for (broker, url) in [("NATS JetStream", nats), ("RabbitMQ", amqp)] {
+    for (broker, url) in [
+        ("NATS JetStream", nats),
+        ("RabbitMQ", amqp),
+        ("Redis Streams", redis),
+    ] {
         if url == "off" {
             continue;
         }
@@ -205,6 +212,11 @@ enum Place {
         _connection: lapin::Connection,
         name: String,
     },
+    Redis {
+        url: String,
+        connection: redis::aio::MultiplexedConnection,
+        name: String,
+    },
 }
 
 impl Place {
@@ -243,6 +255,27 @@ impl Place {
             return Ok(Place::Nats {
                 url: url.to_string(),
                 context,
+                name,
+            });
+        }
+        if url.starts_with("redis://") {
+            let client = redis::Client::open(url)?;
+            let mut connection = client.get_multiplexed_async_connection().await?;
+            for window in bodies.chunks(500) {
+                let mut pipe = redis::pipe();
+                for body in window {
+                    pipe.cmd("XADD")
+                        .arg(&name)
+                        .arg("*")
+                        .arg(DEFAULT_FIELD)
+                        .arg(body)
+                        .ignore();
+                }
+                pipe.query_async::<()>(&mut connection).await?;
+            }
+            return Ok(Place::Redis {
+                url: url.to_string(),
+                connection,
                 name,
             });
         }
@@ -311,6 +344,17 @@ impl Place {
                 let prefetch = u16::try_from(concurrency * 2).unwrap_or(u16::MAX);
                 Box::new(AmqpSource::connect(url, name, prefetch).await?)
             }
+            Place::Redis { url, name, .. } => Box::new(
+                RedisStreamSource::connect(
+                    url,
+                    name,
+                    "bench",
+                    DEFAULT_FIELD,
+                    Duration::from_secs(30),
+                    None,
+                )
+                .await?,
+            ),
         })
     }
 
@@ -322,6 +366,16 @@ impl Place {
             Place::Rabbit { channel, name, .. } => {
                 let _ = channel
                     .queue_delete(name.as_str().into(), Default::default())
+                    .await;
+            }
+            Place::Redis {
+                mut connection,
+                name,
+                ..
+            } => {
+                let _: Result<u64, _> = redis::cmd("DEL")
+                    .arg(&name)
+                    .query_async(&mut connection)
                     .await;
             }
         }

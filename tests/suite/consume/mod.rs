@@ -1,7 +1,7 @@
 //! `idem consume` against the real brokers of the machine: NATS JetStream
-//! (`IDEM_TEST_NATS_URL`, `nats.rs`) and RabbitMQ (`IDEM_TEST_AMQP_URL`,
-//! `amqp.rs`), each running the same checks (this file) through a
-//! [`Broker`] of its own:
+//! (`IDEM_TEST_NATS_URL`, `nats.rs`), RabbitMQ (`IDEM_TEST_AMQP_URL`,
+//! `amqp.rs`) and Redis Streams (`IDEM_TEST_REDIS_URL`, `redis.rs`), each
+//! running the same checks (this file) through a [`Broker`] of its own:
 //! - messages published several times (a publisher retrying) and delivered
 //!   again run each effect once, and every message ends acknowledged;
 //! - a consumer killed mid-effect leaves one effect, and the consumer that
@@ -18,6 +18,7 @@
 mod amqp;
 mod nats;
 mod poison;
+mod redis;
 mod same_fate;
 
 use std::os::unix::process::CommandExt;
@@ -451,6 +452,51 @@ fn a_broker_flag_that_does_not_fit_is_refused_before_anything_opens() {
         (
             &["--from", "amqps://127.0.0.1:5671", "--queue", "q"][..],
             "amqps:// (TLS) is not supported yet",
+        ),
+        (
+            &["--from", "redis://127.0.0.1:6379", "--queue", "q"][..],
+            "--queue is not a flag for Redis",
+        ),
+        (
+            &["--from", "redis://127.0.0.1:6379", "--stream", "s"][..],
+            "needs --stream and --consumer",
+        ),
+        (
+            &[
+                "--from",
+                "redis://127.0.0.1:6379",
+                "--stream",
+                "s",
+                "--consumer",
+                "g",
+                "--shard",
+                "0/2",
+            ][..],
+            "each shard a stream of its own",
+        ),
+        (
+            &[
+                "--from",
+                "nats://127.0.0.1:4222",
+                "--stream",
+                "s",
+                "--consumer",
+                "c",
+                "--dead-letter",
+                "d",
+            ][..],
+            "--dead-letter is not a flag for NATS",
+        ),
+        (
+            &[
+                "--from",
+                "rediss://127.0.0.1:6380",
+                "--stream",
+                "s",
+                "--consumer",
+                "g",
+            ][..],
+            "rediss:// (TLS) is not supported yet",
         ),
         (
             &["--from", "kafka://127.0.0.1:9092", "--queue", "q"][..],

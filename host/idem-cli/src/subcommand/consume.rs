@@ -1,5 +1,5 @@
 //! `idem consume`: exactly-once effects for the messages of a broker
-//! (NATS JetStream or RabbitMQ). Each message is an operation in idem's
+//! (NATS JetStream, RabbitMQ or Redis Streams). Each message is an operation in idem's
 //! operation JSON, run through the policy and the store exactly as `idem
 //! run` runs a line, by a command per message or by long-lived workers
 //! (`--worker`); a delivery is acknowledged only once its end is recorded
@@ -19,6 +19,7 @@ use std::time::Duration;
 
 use clap::Args;
 use idem::broker::amqp::AmqpSource;
+use idem::broker::redis::RedisStreamSource;
 use idem::broker::{MessageSource, SourceError, nats::JetStreamSource};
 use idem::consume::{ConsumeOptions, consume};
 use idem::engine::Engine;
@@ -43,16 +44,20 @@ pub struct ConsumeArgs {
     #[command(flatten)]
     pub store: StoreArgs,
     /// The broker: `nats://HOST:PORT` (NATS with JetStream; --stream and
-    /// --consumer) or `amqp://USER:PASS@HOST:PORT/VHOST` (RabbitMQ;
-    /// --queue).
+    /// --consumer), `amqp://USER:PASS@HOST:PORT/VHOST` (RabbitMQ; --queue)
+    /// or `redis://[USER:PASS@]HOST:PORT[/DB]` (Redis Streams; --stream and
+    /// --consumer).
     #[arg(long, value_name = "URL")]
     pub from: String,
-    /// JetStream: the stream to read (it must exist).
+    /// JetStream: the stream to read (it must exist). Redis: the stream
+    /// (created with the group when it does not exist).
     #[arg(long, value_name = "NAME")]
     pub stream: Option<String>,
     /// JetStream: the durable pull consumer to read through; created
-    /// (explicit acknowledgement) when it does not exist. Consumers sharing
-    /// one name share its messages.
+    /// (explicit acknowledgement) when it does not exist. Redis: the
+    /// consumer group, created at the start of the stream when it does not
+    /// exist (each process reads as a consumer of its own within it).
+    /// Consumers sharing one name share its messages.
     #[arg(long, value_name = "NAME")]
     pub consumer: Option<String>,
     /// JetStream: only the subjects matching this filter (when the consumer
@@ -61,10 +66,21 @@ pub struct ConsumeArgs {
     pub subject: Option<String>,
     /// JetStream: how long a delivery not acknowledged waits before the
     /// broker gives it to another consumer (when the consumer is created),
-    /// e.g. `30s`. A running effect is reported in progress every third of
-    /// it, so an effect may take longer.
+    /// e.g. `30s`. Redis: how long an entry stays pending before another
+    /// consumer of the group takes it over (`XAUTOCLAIM`). A running effect
+    /// is reported in progress every third of it, so an effect may take
+    /// longer.
     #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration, default_value = "30s")]
     pub ack_wait: Duration,
+    /// Redis: the entry field that holds the operation JSON (an entry
+    /// without it is refused).
+    #[arg(long, value_name = "NAME")]
+    pub operation_field: Option<String>,
+    /// Redis: copy each entry refused for good to this stream (with the
+    /// field `idem-delivery` naming where it came from) before
+    /// acknowledging it.
+    #[arg(long, value_name = "STREAM")]
+    pub dead_letter: Option<String>,
     /// RabbitMQ: the queue to consume (it must exist). Consumers of one
     /// queue share its messages.
     #[arg(long, value_name = "NAME")]
@@ -75,12 +91,12 @@ pub struct ConsumeArgs {
     #[arg(long, value_name = "N")]
     pub prefetch: Option<u16>,
     /// Forward a message whose lapsed claim the policy sends to review to
-    /// this subject (NATS; a stream must capture it) or queue (RabbitMQ; it
-    /// must exist) before acknowledging it, with headers naming its record
+    /// this subject (NATS; a stream must capture it), queue (RabbitMQ; it
+    /// must exist) or stream (Redis) before acknowledging it, with headers naming its record
     /// (idem-namespace, idem-key), why (idem-reason) and where it came from
     /// (idem-delivery). Without it the message is acknowledged; its record
     /// waits in `idem review` either way.
-    #[arg(long, value_name = "SUBJECT|QUEUE")]
+    #[arg(long, value_name = "SUBJECT|QUEUE|STREAM")]
     pub review_to: Option<String>,
     /// How many messages' effects run at once.
     #[arg(long, value_name = "N", default_value_t = 1)]
@@ -205,19 +221,24 @@ pub fn run(args: ConsumeArgs) -> Result<u8, Failure> {
 enum Broker {
     JetStream { stream: String, consumer: String },
     Rabbit { queue: String, prefetch: u16 },
+    Redis { stream: String, group: String },
 }
 
 impl Broker {
     fn of(args: &ConsumeArgs) -> Result<Broker, Failure> {
         let scheme = args.from.split_once("://").map(|(s, _)| s);
-        let jetstream = [
+        let jetstream = [("--subject", args.subject.is_some())];
+        let streams = [
             ("--stream", args.stream.is_some()),
             ("--consumer", args.consumer.is_some()),
-            ("--subject", args.subject.is_some()),
         ];
         let rabbit = [
             ("--queue", args.queue.is_some()),
             ("--prefetch", args.prefetch.is_some()),
+        ];
+        let redis = [
+            ("--operation-field", args.operation_field.is_some()),
+            ("--dead-letter", args.dead_letter.is_some()),
         ];
         let refuse = |flags: &[(&str, bool)], broker: &str| match flags
             .iter()
@@ -229,6 +250,7 @@ impl Broker {
         match scheme {
             Some("nats" | "tls") => {
                 refuse(&rabbit, "NATS (--from nats://…)")?;
+                refuse(&redis, "NATS (--from nats://…)")?;
                 let (Some(stream), Some(consumer)) = (&args.stream, &args.consumer) else {
                     return Err(Failure::input(
                         "reading NATS JetStream needs --stream and --consumer",
@@ -241,6 +263,8 @@ impl Broker {
             }
             Some("amqp") => {
                 refuse(&jetstream, "RabbitMQ (--from amqp://…)")?;
+                refuse(&streams, "RabbitMQ (--from amqp://…)")?;
+                refuse(&redis, "RabbitMQ (--from amqp://…)")?;
                 let Some(queue) = &args.queue else {
                     return Err(Failure::input("reading RabbitMQ needs --queue"));
                 };
@@ -264,12 +288,39 @@ impl Broker {
                     prefetch,
                 })
             }
-            Some("amqps") => Err(Failure::input(format!(
-                "--from {}: amqps:// (TLS) is not supported yet; use amqp:// on a trusted network",
-                args.from
+            Some("redis") => {
+                refuse(&jetstream, "Redis (--from redis://…)")?;
+                refuse(&rabbit, "Redis (--from redis://…)")?;
+                let (Some(stream), Some(group)) = (&args.stream, &args.consumer) else {
+                    return Err(Failure::input(
+                        "reading Redis Streams needs --stream and --consumer (the group)",
+                    ));
+                };
+                // An entry put off stays pending with the consumer that put
+                // it off, which reads it again: another member's would
+                // never reach its owner.
+                if args.partition.shard.is_some() || args.partition.members.is_some() {
+                    return Err(Failure::input(
+                        "--shard and --members are for NATS: a Redis entry put off comes back to \
+                         the consumer that put it off, so it would never reach its owner. Give \
+                         each shard a stream of its own instead",
+                    ));
+                }
+                if args.operation_field.as_deref().is_some_and(str::is_empty) {
+                    return Err(Failure::input("--operation-field needs a field name"));
+                }
+                Ok(Broker::Redis {
+                    stream: stream.clone(),
+                    group: group.clone(),
+                })
+            }
+            Some(tls @ ("amqps" | "rediss")) => Err(Failure::input(format!(
+                "--from {}: {tls}:// (TLS) is not supported yet; use {}:// on a trusted network",
+                args.from,
+                tls.trim_end_matches('s')
             ))),
             _ => Err(Failure::input(format!(
-                "--from {}: not a broker idem reads; expected nats://HOST:PORT or amqp://HOST:PORT",
+                "--from {}: not a broker idem reads; expected nats://HOST:PORT, amqp://HOST:PORT or redis://HOST:PORT",
                 args.from
             ))),
         }
@@ -291,6 +342,19 @@ impl Broker {
             Broker::Rabbit { queue, prefetch } => {
                 Box::new(AmqpSource::connect(&args.from, queue, *prefetch).await?)
             }
+            Broker::Redis { stream, group } => Box::new(
+                RedisStreamSource::connect(
+                    &args.from,
+                    stream,
+                    group,
+                    args.operation_field
+                        .as_deref()
+                        .unwrap_or(idem::broker::redis::DEFAULT_FIELD),
+                    args.ack_wait,
+                    args.dead_letter.as_deref(),
+                )
+                .await?,
+            ),
         })
     }
 }

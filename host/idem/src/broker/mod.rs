@@ -2,7 +2,7 @@
 //! (what a broker gives a consumer: deliveries, each to be acknowledged,
 //! put off or terminated) and one client per broker behind a cargo
 //! feature: `nats.rs` (feature `nats`) JetStream's, `amqp.rs` (feature
-//! `amqp`) RabbitMQ's. A broker knows nothing of the engine or the run
+//! `amqp`) RabbitMQ's, `redis.rs` (feature `redis`) Redis Streams'. A broker knows nothing of the engine or the run
 //! loop, as a store knows nothing of wasm: the consumer maps an
 //! operation's end onto [`Delivery`]'s verbs, and the next broker is one
 //! more file here.
@@ -11,6 +11,8 @@
 pub mod amqp;
 #[cfg(feature = "nats")]
 pub mod nats;
+#[cfg(feature = "redis")]
+pub mod redis;
 
 use std::time::Duration;
 
@@ -154,7 +156,7 @@ pub trait MessageSource: Send {
 
 /// `url` with any password replaced, for messages: a broker's URL may
 /// carry its credentials (`amqp://user:pass@…`, `nats://user:pass@…`).
-#[cfg(any(feature = "nats", feature = "amqp"))]
+#[cfg(any(feature = "nats", feature = "amqp", feature = "redis"))]
 fn without_password(url: &str) -> String {
     match (url.find("://"), url.rfind('@')) {
         (Some(scheme), Some(at)) if at > scheme => {
@@ -168,7 +170,7 @@ fn without_password(url: &str) -> String {
     }
 }
 
-#[cfg(all(test, any(feature = "nats", feature = "amqp")))]
+#[cfg(all(test, any(feature = "nats", feature = "amqp", feature = "redis")))]
 mod tests {
     use super::without_password;
 

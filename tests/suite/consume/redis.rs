@@ -1,0 +1,359 @@
+//! The checks of `mod.rs` through Redis Streams: a stream of its own per
+//! test; a reader is a consumer group (created here at the start of the
+//! stream, so each sees every entry), its refusals copied to a dead-letter
+//! stream of its own. The claim threshold (`--ack-wait`) is 3 s for every
+//! reader: a consumer killed or paused has its entries taken over by
+//! another within seconds. And the scenario Redis users meet
+//! (redis/redis#13956): a consumer paused past the claim threshold while a
+//! peer takes its entries, then resumed.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use idem_tests::redis_url;
+use redis::streams::{StreamInfoGroupsReply, StreamRangeReply};
+
+use super::{APPEND, Broker, charge, consume, effects_of, spawn_group, spawn_piped, summary};
+
+/// The claim threshold every reader here is given.
+const CLAIM_IDLE: &str = "3s";
+
+struct Stream {
+    url: String,
+    name: String,
+    client: redis::Client,
+}
+
+impl Stream {
+    fn create(url: &str, test: &str, readers: &[&str]) -> Stream {
+        let client = redis::Client::open(url).expect("a Redis URL");
+        let name = super::unique(test);
+        let stream = Stream {
+            url: url.to_string(),
+            name,
+            client,
+        };
+        for reader in readers {
+            let _: () = redis::cmd("XGROUP")
+                .arg("CREATE")
+                .arg(&stream.name)
+                .arg(*reader)
+                .arg("0")
+                .arg("MKSTREAM")
+                .query(&mut stream.connection())
+                .expect("create the group");
+        }
+        stream
+    }
+
+    fn connection(&self) -> redis::Connection {
+        self.client.get_connection().expect("Redis is reachable")
+    }
+
+    fn dead_letter(&self, reader: &str) -> String {
+        format!("{}.{reader}.dead", self.name)
+    }
+
+    /// Every entry of `stream`: its `operation` field and the value of
+    /// each of `fields` (empty when absent).
+    fn entries(&self, stream: &str, fields: &[&str]) -> Vec<(String, Vec<String>)> {
+        let range: StreamRangeReply = redis::cmd("XRANGE")
+            .arg(stream)
+            .arg("-")
+            .arg("+")
+            .query(&mut self.connection())
+            .expect("read the stream");
+        range
+            .ids
+            .iter()
+            .map(|entry| {
+                let field = |name: &str| entry.get::<String>(name).unwrap_or_default();
+                (
+                    field("operation"),
+                    fields.iter().map(|name| field(name)).collect(),
+                )
+            })
+            .collect()
+    }
+}
+
+impl Broker for Stream {
+    fn flags(&self, reader: &str) -> Vec<String> {
+        [
+            "--from",
+            &self.url,
+            "--stream",
+            &self.name,
+            "--consumer",
+            reader,
+            "--ack-wait",
+            CLAIM_IDLE,
+            "--dead-letter",
+            &self.dead_letter(reader),
+        ]
+        .map(str::to_string)
+        .to_vec()
+    }
+
+    fn publish(&self, bodies: &[String]) {
+        let mut connection = self.connection();
+        for body in bodies {
+            let _: String = redis::cmd("XADD")
+                .arg(&self.name)
+                .arg("*")
+                .arg("operation")
+                .arg(body)
+                .query(&mut connection)
+                .expect("publish");
+        }
+    }
+
+    fn unsettled(&self, reader: &str) -> u64 {
+        let groups: StreamInfoGroupsReply = redis::cmd("XINFO")
+            .arg("GROUPS")
+            .arg(&self.name)
+            .query(&mut self.connection())
+            .expect("the stream exists");
+        let group = groups
+            .groups
+            .into_iter()
+            .find(|g| g.name == reader)
+            .expect("the reader's group exists");
+        (group.pending + group.lag.expect("Redis 7 counts the lag")) as u64
+    }
+
+    fn redeliver_soon(&self) -> Vec<String> {
+        // Every reader's claim threshold is short already.
+        Vec::new()
+    }
+
+    fn review_to(&self) -> String {
+        format!("{}.review", self.name)
+    }
+
+    fn forwarded(&self, headers: &[&str]) -> Vec<(String, Vec<String>)> {
+        self.entries(&self.review_to(), headers)
+    }
+
+    fn refused(&self, reader: &str) -> Vec<String> {
+        self.entries(&self.dead_letter(reader), &[])
+            .into_iter()
+            .map(|(body, _)| body)
+            .collect()
+    }
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        if let Ok(mut connection) = self.client.get_connection() {
+            let mut del = redis::cmd("DEL");
+            del.arg(&self.name).arg(self.review_to());
+            for reader in ["billing", "again", "same"] {
+                del.arg(self.dead_letter(reader));
+            }
+            let _: Result<u64, _> = del.query(&mut connection);
+        }
+    }
+}
+
+#[test]
+fn messages_published_and_delivered_again_run_each_effect_once() {
+    let test = "consume::redis::messages_published_and_delivered_again_run_each_effect_once";
+    let Some(url) = redis_url(test) else { return };
+    super::messages_published_and_delivered_again_run_each_effect_once(&Stream::create(
+        &url,
+        "dup",
+        &["billing", "again"],
+    ));
+}
+
+#[test]
+fn a_consumer_killed_mid_effect_leaves_one_effect_and_its_message_goes_to_review() {
+    let test = "consume::redis::a_consumer_killed_mid_effect_leaves_one_effect_and_its_message_goes_to_review";
+    let Some(url) = redis_url(test) else { return };
+    super::a_consumer_killed_mid_effect_leaves_one_effect_and_its_message_goes_to_review(
+        &Stream::create(&url, "kill", &["billing"]),
+    );
+}
+
+#[test]
+fn two_consumers_one_killed_mid_run_the_other_takes_over() {
+    let test = "consume::redis::two_consumers_one_killed_mid_run_the_other_takes_over";
+    let Some(url) = redis_url(test) else { return };
+    super::two_consumers_one_killed_mid_run_the_other_takes_over(&Stream::create(
+        &url,
+        "two",
+        &["billing"],
+    ));
+}
+
+#[test]
+fn poison_is_refused_once_beside_good_charges_on_sqlite() {
+    let test = "consume::redis::poison_is_refused_once_beside_good_charges_on_sqlite";
+    let Some(url) = redis_url(test) else { return };
+    super::poison::poison_is_refused_once_beside_good_charges(
+        &Stream::create(&url, "poison", &["billing"]),
+        &idem_tests::TestStore::sqlite(),
+    );
+}
+
+#[test]
+fn the_run_flags_reach_the_records() {
+    let test = "consume::redis::the_run_flags_reach_the_records";
+    let Some(url) = redis_url(test) else { return };
+    super::poison::the_run_flags_reach_the_records(&Stream::create(&url, "run", &["billing"]));
+}
+
+#[test]
+fn stopping_when_idle_after_a_crash_runs_what_the_crashed_consumer_held() {
+    let test =
+        "consume::redis::stopping_when_idle_after_a_crash_runs_what_the_crashed_consumer_held";
+    let Some(url) = redis_url(test) else { return };
+    super::poison::stopping_when_idle_after_a_crash_runs_what_the_crashed_consumer_held(
+        &Stream::create(&url, "crash", &["billing"]),
+        &[],
+    );
+}
+
+#[test]
+fn a_file_and_a_broker_give_each_operation_the_same_end() {
+    let test = "consume::redis::a_file_and_a_broker_give_each_operation_the_same_end";
+    let Some(url) = redis_url(test) else { return };
+    super::same_fate::a_file_and_a_broker_give_each_operation_the_same_end(&Stream::create(
+        &url,
+        "same",
+        &["same"],
+    ));
+}
+
+/// Sends `signal` (`STOP`, `CONT`) to `child`'s whole process group.
+fn signal_group(child: &std::process::Child, signal: &str) {
+    let group = format!("-{}", child.id());
+    let sent = Command::new("kill")
+        .args(["-s", signal, "--", &group])
+        .status()
+        .unwrap();
+    assert!(sent.success(), "SIG{signal} sent");
+}
+
+/// The seed's paused holder, on Redis: a consumer stopped (SIGSTOP) in the
+/// middle of an effect, past the claim threshold, while a second consumer
+/// of the group takes its entries over with `XAUTOCLAIM`; then resumed.
+/// Redis lets the resumed consumer act and acknowledge; the store does not
+/// let it record: its claim lapsed and went to review, its late end is
+/// refused. Every effect happens once and every entry ends settled.
+#[test]
+fn a_consumer_paused_past_the_claim_threshold_is_fenced_when_it_resumes() {
+    let test =
+        "consume::redis::a_consumer_paused_past_the_claim_threshold_is_fenced_when_it_resumes";
+    let Some(url) = redis_url(test) else { return };
+    let stream = Stream::create(&url, "paused", &["billing"]);
+    let dir = tempfile::tempdir().unwrap();
+    stream.publish(&(0..6).map(|i| charge(&format!("p{i}"))).collect::<Vec<_>>());
+    // p3's effect marks that it started, then takes 4 s before it
+    // charges: the consumer is paused in between.
+    let slow = r#"op=$(cat); case "$op" in *'"invoice_id":"p3"'*) touch "$LEDGER.p3"; sleep 4 ;; esac; printf '%s\n' "$op" >> "$LEDGER""#;
+    let first = spawn_piped({
+        let mut c = consume(
+            &stream,
+            dir.path(),
+            "billing",
+            &["--lease", "1s", "--stop-when-idle", "3s"],
+            slow,
+        );
+        std::os::unix::process::CommandExt::process_group(&mut c, 0);
+        c
+    });
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !dir.path().join("ledger.p3").exists() {
+        assert!(Instant::now() < deadline, "p3's effect never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    signal_group(&first, "STOP");
+    // The second consumer takes p3 over once it has been pending past the
+    // 3 s threshold; the first's 1 s claim has lapsed by then, and the
+    // billing policy sends a lapsed charge to review rather than charge
+    // again.
+    let second = consume(
+        &stream,
+        dir.path(),
+        "billing",
+        &["--lease", "1s", "--stop-when-idle", "5s"],
+        APPEND,
+    )
+    .output()
+    .unwrap();
+    let stderr = String::from_utf8_lossy(&second.stderr);
+    assert_eq!(second.status.code(), Some(0), "{stderr}");
+    let taker = summary(&second);
+    assert_eq!(
+        taker["sent_to_review"], 1,
+        "p3 taken over: {taker}; {stderr}"
+    );
+    assert_eq!(
+        effects_of(dir.path(), "p3"),
+        0,
+        "p3 not charged by the taker"
+    );
+    // Resumed, the first finishes p3's effect: its end is refused.
+    signal_group(&first, "CONT");
+    let out = first.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let resumed = summary(&out);
+    assert_eq!(
+        resumed["fenced"], 1,
+        "the late end refused: {resumed}; {stderr}"
+    );
+    for i in 0..6 {
+        assert_eq!(effects_of(dir.path(), &format!("p{i}")), 1, "invoice p{i}");
+    }
+    assert_eq!(stream.unsettled("billing"), 0, "every entry settled");
+}
+
+/// An effect longer than the claim threshold keeps its entry: reset while
+/// it runs, it is never taken over by a second consumer of the group.
+#[test]
+fn an_effect_longer_than_the_claim_threshold_is_not_taken_over() {
+    let test = "consume::redis::an_effect_longer_than_the_claim_threshold_is_not_taken_over";
+    let Some(url) = redis_url(test) else { return };
+    let stream = Stream::create(&url, "long", &["billing"]);
+    let dir = tempfile::tempdir().unwrap();
+    stream.publish(&[charge("long")]);
+    let slow = r#"op=$(cat); touch "$LEDGER.started"; sleep 12; printf '%s\n' "$op" >> "$LEDGER""#;
+    let first = spawn_group(consume(
+        &stream,
+        dir.path(),
+        "billing",
+        &["--stop-when-idle", "2s"],
+        slow,
+    ));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !dir.path().join("ledger.started").exists() {
+        assert!(Instant::now() < deadline, "the effect never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // A second consumer of the group, for longer than the 3 s threshold
+    // while the effect runs: it gets nothing.
+    let second = consume(
+        &stream,
+        dir.path(),
+        "billing",
+        &["--stop-when-idle", "4s"],
+        APPEND,
+    )
+    .output()
+    .unwrap();
+    // Taken over, it would have found the first's claim live: in progress.
+    let tally = summary(&second);
+    assert_eq!(
+        (tally["executed"].as_u64(), tally["in_progress"].as_u64()),
+        (Some(0), Some(0)),
+        "the second consumer got nothing: {tally}"
+    );
+    let mut first = first;
+    let status = first.wait().unwrap();
+    assert!(status.success(), "the first consumer finished");
+    assert_eq!(effects_of(dir.path(), "long"), 1);
+    assert_eq!(stream.unsettled("billing"), 0);
+}
