@@ -287,6 +287,56 @@ fn inspect_says_when_the_listing_is_cut_and_refuses_an_ambiguous_prefix() {
     );
 }
 
+/// An invoice found by its field: `--field invoice_id=i7` lists that one
+/// record among seventeen (not i17, whose id contains it), with another
+/// field too, and a malformed filter is refused naming the form.
+#[test]
+fn inspect_finds_a_record_by_its_operations_fields() {
+    let env = Env::new();
+    let ops: String = (1..=17).map(|i| op(&format!("i{i}")) + "\n").collect();
+    let ops = env.write("ops.jsonl", &ops);
+    let policy = policy_path("billing-charge");
+    succeed(&mut env.idem(&[
+        "run",
+        "--policy",
+        policy.to_str().unwrap(),
+        "--store",
+        &env.store(),
+        "--ops",
+        ops.to_str().unwrap(),
+        "--",
+        "true",
+    ]));
+    let invoices = |args: &[&str]| -> Vec<String> {
+        let mut all = vec!["--json"];
+        all.extend_from_slice(args);
+        let out = env.inspect(&all);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let listed: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
+        listed
+            .iter()
+            .map(|r| {
+                r["operation"]["fields"]["invoice_id"]
+                    .as_str()
+                    .unwrap()
+                    .to_string()
+            })
+            .collect()
+    };
+    assert_eq!(invoices(&["--field", "invoice_id=i7"]), ["i7"]);
+    assert_eq!(
+        invoices(&["--field", "invoice_id=i7", "--field", "currency=EUR"]),
+        ["i7"]
+    );
+    assert!(invoices(&["--field", "invoice_id=i7", "--field", "currency=USD"]).is_empty());
+    assert_eq!(invoices(&["--field", "currency=EUR"]).len(), 17);
+    fails_with(
+        &env.inspect(&["--field", "invoice_id"]),
+        2,
+        "is not NAME=VALUE",
+    );
+}
+
 /// A command prints, then its `idem exec` is paused past the lease while a
 /// second exec takes the claim over (provider-charge re-executes an
 /// expired claim); when it resumes, its completion is fenced (exit 76).

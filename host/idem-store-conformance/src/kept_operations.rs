@@ -228,3 +228,113 @@ where
         assert_eq!(kept(store, &key(n)).await, off, "{name}: key {n}");
     }
 }
+
+/// Records are found by their operation's fields (`idem inspect --field
+/// invoice_id=R-189`): exactly the records whose kept operation has every
+/// field asked for with that value — not one whose value only contains it,
+/// nor one where it is in another field; a number by its spelling, text
+/// with quotes and accents as written; with the other filters and a limit
+/// counted among the matches. A record that kept no operation matches
+/// none.
+pub async fn records_are_found_by_their_fields<F, Fut>(factory: &F)
+where
+    F: Fn(StoreOptions) -> Fut,
+    Fut: Future<Output = Fixture>,
+{
+    let (fx, clock) = fixture(factory, idem_store::DEFAULT_MAX_OUTCOME_BYTES).await;
+    let store = &fx.store;
+    let name = store.describe();
+    let operations = [
+        Some(r#"{"kind":"charge","tenant":"acme","fields":{"amount":100,"invoice_id":"R-189"}}"#),
+        Some(r#"{"kind":"charge","tenant":"acme","fields":{"amount":100,"invoice_id":"R-1890"}}"#),
+        Some(r#"{"kind":"charge","tenant":"beta","fields":{"amount":250,"invoice_id":"R-189"}}"#),
+        Some(r#"{"kind":"refund","tenant":"acme","fields":{"note":"see R-189"}}"#),
+        None,
+        Some(r#"{"kind":"charge","tenant":"acme","fields":{"amount":1,"invoice_id":"Ré \"x\""}}"#),
+    ];
+    let mut fences = Vec::new();
+    for (n, operation) in operations.iter().enumerate() {
+        let k = key(n as u32 + 1);
+        let claim = claimed(
+            store,
+            with_operation(&k, operation.map(|o| KeptOperation::Kept(o.to_string()))),
+        )
+        .await;
+        fences.push(claim.fence);
+        clock.advance(std::time::Duration::from_millis(1));
+    }
+    let found = async |fields: &[(&str, &str)], state, limit| -> Vec<u32> {
+        let filter = idem_store::ListFilter {
+            fields: fields
+                .iter()
+                .map(|(n, v)| (n.to_string(), v.to_string()))
+                .collect(),
+            state,
+            limit,
+            ..idem_store::ListFilter::default()
+        };
+        let views = store.records().list(filter).await.expect("list");
+        let mut found: Vec<u32> = views
+            .iter()
+            .map(|v| {
+                (1..=6)
+                    .find(|&n| v.record.key == key(n))
+                    .expect("a key of this test")
+            })
+            .collect();
+        found.sort_unstable();
+        found
+    };
+    assert_eq!(
+        found(&[("invoice_id", "R-189")], None, None).await,
+        [1, 3],
+        "{name}"
+    );
+    assert_eq!(
+        found(&[("invoice_id", "R-189"), ("amount", "100")], None, None).await,
+        [1],
+        "{name}: every field"
+    );
+    assert_eq!(
+        found(&[("amount", "250")], None, None).await,
+        [3],
+        "{name}: a number"
+    );
+    assert_eq!(
+        found(&[("invoice_id", "Ré \"x\"")], None, None).await,
+        [6],
+        "{name}: quotes and accents"
+    );
+    assert!(
+        found(&[("invoice_id", "R-18")], None, None)
+            .await
+            .is_empty(),
+        "{name}: a part"
+    );
+    assert!(
+        found(&[("nothing", "R-189")], None, None).await.is_empty(),
+        "{name}: no field"
+    );
+    // Most recently updated first: the limit keeps key 3's, not key 2's
+    // (which holds the text but not the value).
+    assert_eq!(
+        found(&[("invoice_id", "R-189")], None, Some(1)).await,
+        [3],
+        "{name}: limit"
+    );
+    store
+        .writes()
+        .complete(&key(1), fences[0], Outcome::new(0, "ok"))
+        .await
+        .expect("complete");
+    assert_eq!(
+        found(
+            &[("invoice_id", "R-189")],
+            Some(idem_store::RecordState::Completed),
+            None
+        )
+        .await,
+        [1],
+        "{name}: with a state"
+    );
+}

@@ -70,7 +70,8 @@ pub use gates::the_gate_a_downstream_keeps;
 pub use in_tx::effects_in_the_store_transaction;
 pub use job_lease::job_lease;
 pub use kept_operations::{
-    keep_operations_off_keeps_none, kept_operations_are_bounded, records_keep_their_operation,
+    keep_operations_off_keeps_none, kept_operations_are_bounded, records_are_found_by_their_fields,
+    records_keep_their_operation,
 };
 pub use ownership::{membership_epochs, stale_epoch_is_refused};
 pub use pairs::a_finish_and_a_claim_in_one_call;
@@ -132,6 +133,7 @@ macro_rules! for_each_conformance_check {
             attempt_log_off_writes_no_entries,
             records_keep_their_operation,
             kept_operations_are_bounded,
+            records_are_found_by_their_fields,
             keep_operations_off_keeps_none,
             activation_pins_digests_and_logs_history,
             racing_activations_have_one_winner,

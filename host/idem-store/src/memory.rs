@@ -172,7 +172,7 @@ impl RecordBackend for MemoryStore {
                 .cmp(&a.updated_ms)
                 .then_with(|| a.key.cmp(&b.key))
         });
-        let limit = filter.limit.map_or(usize::MAX, |l| l as usize);
+        let limit = filter.backend_limit().map_or(usize::MAX, |l| l as usize);
         Ok((out.into_iter().take(limit).cloned().collect(), now))
     }
 

@@ -31,12 +31,26 @@ pub struct InspectArgs {
     /// failed-permanent, outcome-unknown).
     #[arg(long)]
     pub state: Option<RecordState>,
+    /// Only records whose operation has this field with this value, as
+    /// the policy reads it: `--field invoice_id=R-189` (a number in its
+    /// canonical spelling, a boolean as true or false). Repeat it for
+    /// several fields, all of which must match.
+    #[arg(long, value_name = "NAME=VALUE", value_parser = field_filter)]
+    pub field: Vec<(String, String)>,
     /// At most this many records.
     #[arg(long, default_value_t = 100)]
     pub limit: u32,
     /// JSON instead of a table.
     #[arg(long)]
     pub json: bool,
+}
+
+/// `NAME=VALUE`, split at the first `=`.
+fn field_filter(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((name, value)) if !name.is_empty() => Ok((name.to_string(), value.to_string())),
+        _ => Err(format!("`{text}` is not NAME=VALUE (say invoice_id=R-189)")),
+    }
 }
 
 fn record_json(v: &RecordView) -> serde_json::Value {
@@ -85,6 +99,7 @@ pub fn run(args: InspectArgs) -> Result<u8, Failure> {
         let filter = ListFilter {
             namespace: key_namespace.or_else(|| args.namespace.clone()),
             state: args.state,
+            fields: args.field.clone(),
             limit: if wanted.is_some() {
                 None
             } else {

@@ -169,8 +169,11 @@ impl<B: RecordBackend> Records for B {
 
     async fn list(&self, filter: ListFilter) -> Result<Vec<RecordView>, StoreError> {
         let (records, now) = self.read_many(&filter).await?;
+        let limit = filter.limit.map_or(usize::MAX, |l| l as usize);
         Ok(records
             .into_iter()
+            .filter(|r| filter.keeps(r))
+            .take(limit)
             .map(|r| RecordView::at(r, now))
             .collect())
     }

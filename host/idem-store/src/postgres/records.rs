@@ -340,8 +340,9 @@ impl RecordBackend for PostgresStore {
     async fn read_many(&self, filter: &ListFilter) -> Result<(Vec<Record>, u64), StoreError> {
         let inner = &self.inner;
         let (manual, offset) = inner.clock();
-        let limit = filter.limit.map(i64::from);
+        let limit = filter.backend_limit().map(i64::from);
         let state = filter.state.map(RecordState::as_str);
+        let needle = filter.needle();
         let rows = inner
             .query(
                 "listing records",
@@ -353,6 +354,7 @@ impl RecordBackend for PostgresStore {
                     &filter.partition,
                     &state,
                     &limit,
+                    &needle,
                 ],
             )
             .await?;

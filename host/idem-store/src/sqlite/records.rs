@@ -231,19 +231,21 @@ impl RecordBackend for SqliteStore {
                 let sql = format!(
                     "SELECT {} FROM records WHERE NOT {EXPIRED} \
                      AND (?2 IS NULL OR namespace = ?2) AND (?3 IS NULL OR partition = ?3) AND (?4 IS NULL OR state = ?4) \
+                     AND (?6 IS NULL OR instr(operation, ?6) > 0) \
                      ORDER BY updated DESC, namespace, key LIMIT ?5",
                     codec::column_list("")
                 );
                 let fail = |e| inner.err("listing records", e);
                 let mut stmt = conn.prepare(&sql).map_err(fail)?;
-                let limit = filter.limit.map_or(-1, i64::from);
+                let limit = filter.backend_limit().map_or(-1, i64::from);
                 let mut rows = stmt
                     .query(rusqlite::params![
                         int(now),
                         filter.namespace,
                         filter.partition,
                         filter.state.map(RecordState::as_str),
-                        limit
+                        limit,
+                        filter.needle()
                     ])
                     .map_err(fail)?;
                 let mut out = Vec::new();

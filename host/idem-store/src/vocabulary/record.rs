@@ -298,4 +298,50 @@ pub struct ListFilter {
     pub state: Option<RecordState>,
     /// At most this many records (all when `None`).
     pub limit: Option<u32>,
+    /// Only records whose kept operation has each of these fields with
+    /// this value, as the policy reads it (`invoice_id` = `R-189`; a
+    /// number in its canonical spelling, a boolean as `true` or `false`).
+    /// A record that kept no operation matches none.
+    pub fields: Vec<(String, String)>,
+}
+
+impl ListFilter {
+    /// Text the kept operation of every record this filter keeps holds
+    /// (the first field's value as its JSON spells it, less any quotes):
+    /// a backend passes over the rest without decoding them.
+    pub(crate) fn needle(&self) -> Option<String> {
+        let (_, value) = self.fields.first()?;
+        let json = serde_json::to_string(value).expect("a string always serialises");
+        Some(json[1..json.len() - 1].to_string())
+    }
+
+    /// How many records a backend returns: all that match the rest when
+    /// fields are asked for, since only [`ListFilter::keeps`] can count
+    /// those.
+    pub(crate) fn backend_limit(&self) -> Option<u32> {
+        if self.fields.is_empty() {
+            self.limit
+        } else {
+            None
+        }
+    }
+
+    /// Whether `record`'s kept operation has every field asked for.
+    pub(crate) fn keeps(&self, record: &Record) -> bool {
+        if self.fields.is_empty() {
+            return true;
+        }
+        let Some(KeptOperation::Kept(text)) = &record.operation else {
+            return false;
+        };
+        let Ok(op) = idem_core::Operation::from_json(text, &idem_core::OperationLimits::default())
+        else {
+            return false;
+        };
+        self.fields.iter().all(|(name, value)| {
+            op.fields
+                .get(name)
+                .is_some_and(|v| v.as_material() == value.as_str())
+        })
+    }
 }

@@ -181,6 +181,7 @@ impl Sql {
                    SELECT r.* FROM {s}.records r WHERE NOT {EXPIRED} \
                    AND ($3::text IS NULL OR r.namespace = $3) AND ($4::text IS NULL OR r.partition = $4) \
                    AND ($5::text IS NULL OR r.state = $5) \
+                   AND ($7::text IS NULL OR strpos(r.operation, $7) > 0) \
                    ORDER BY r.updated DESC, r.namespace COLLATE \"C\", r.key LIMIT $6::int8 \
                  ) r ON true ORDER BY r.updated DESC, r.namespace COLLATE \"C\", r.key"
             ),
