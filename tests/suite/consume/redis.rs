@@ -22,16 +22,28 @@ struct Stream {
     url: String,
     name: String,
     client: redis::Client,
+    /// Every reader's claim threshold.
+    claim_idle: &'static str,
 }
 
 impl Stream {
     fn create(url: &str, test: &str, readers: &[&str]) -> Stream {
+        Stream::with_claim_idle(url, test, readers, CLAIM_IDLE)
+    }
+
+    fn with_claim_idle(
+        url: &str,
+        test: &str,
+        readers: &[&str],
+        claim_idle: &'static str,
+    ) -> Stream {
         let client = redis::Client::open(url).expect("a Redis URL");
         let name = super::unique(test);
         let stream = Stream {
             url: url.to_string(),
             name,
             client,
+            claim_idle,
         };
         for reader in readers {
             let _: () = redis::cmd("XGROUP")
@@ -87,7 +99,7 @@ impl Broker for Stream {
             "--consumer",
             reader,
             "--ack-wait",
-            CLAIM_IDLE,
+            self.claim_idle,
             "--dead-letter",
             &self.dead_letter(reader),
         ]
@@ -317,10 +329,12 @@ fn a_consumer_paused_past_the_claim_threshold_is_fenced_when_it_resumes() {
 fn an_effect_longer_than_the_claim_threshold_is_not_taken_over() {
     let test = "consume::redis::an_effect_longer_than_the_claim_threshold_is_not_taken_over";
     let Some(url) = redis_url(test) else { return };
-    let stream = Stream::create(&url, "long", &["billing"]);
+    // A 6 s threshold, reset every 2 s: room for a loaded machine's
+    // stalls, and still well under the effect's 20 s.
+    let stream = Stream::with_claim_idle(&url, "long", &["billing"], "6s");
     let dir = tempfile::tempdir().unwrap();
     stream.publish(&[charge("long")]);
-    let slow = r#"op=$(cat); touch "$LEDGER.started"; sleep 12; printf '%s\n' "$op" >> "$LEDGER""#;
+    let slow = r#"op=$(cat); touch "$LEDGER.started"; sleep 20; printf '%s\n' "$op" >> "$LEDGER""#;
     let first = spawn_group(consume(
         &stream,
         dir.path(),
@@ -333,8 +347,8 @@ fn an_effect_longer_than_the_claim_threshold_is_not_taken_over() {
         assert!(Instant::now() < deadline, "the effect never started");
         std::thread::sleep(Duration::from_millis(20));
     }
-    // A second consumer of the group, for longer than the 3 s threshold
-    // while the effect runs: it gets nothing.
+    // A second consumer of the group, for longer than the threshold while
+    // the effect runs: it gets nothing.
     let second = consume(
         &stream,
         dir.path(),
@@ -356,4 +370,55 @@ fn an_effect_longer_than_the_claim_threshold_is_not_taken_over() {
     assert!(status.success(), "the first consumer finished");
     assert_eq!(effects_of(dir.path(), "long"), 1);
     assert_eq!(stream.unsettled("billing"), 0);
+}
+
+/// Redis acknowledges for anyone: a consumer deposed while paused, whose
+/// entry another consumer took over and still holds, must not acknowledge
+/// it (the holder may have put it off after a retryable failure: it would
+/// never be delivered again), nor keep it alive, nor copy it.
+#[test]
+fn a_deposed_consumer_leaves_the_takers_entry_alone() {
+    use idem::broker::MessageSource;
+    use idem::broker::redis::{DEFAULT_FIELD, RedisStreamSource};
+    let test = "consume::redis::a_deposed_consumer_leaves_the_takers_entry_alone";
+    let Some(url) = redis_url(test) else { return };
+    let stream = Stream::create(&url, "deposed", &["billing"]);
+    stream.publish(&[charge("d1")]);
+    let pending = || stream.unsettled("billing");
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let threshold = Duration::from_millis(300);
+        let connect = || {
+            RedisStreamSource::connect(
+                &url,
+                &stream.name,
+                "billing",
+                DEFAULT_FIELD,
+                threshold,
+                None,
+            )
+        };
+        let (mut first, mut second) = (connect().await.unwrap(), connect().await.unwrap());
+        let wait = Duration::from_secs(1);
+        let held = first.fetch(1, wait).await.unwrap();
+        assert_eq!(held.len(), 1, "the first consumer reads the entry");
+        // Past the threshold, the second takes it over (no reset came).
+        tokio::time::sleep(threshold * 2).await;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let taken = loop {
+            let got = second.fetch(1, Duration::from_millis(100)).await.unwrap();
+            if !got.is_empty() {
+                break got;
+            }
+            assert!(Instant::now() < deadline, "never taken over");
+        };
+        assert_eq!(taken[0].body(), held[0].body());
+        // The first, resumed: refused everything, and the entry stays.
+        assert!(held[0].in_progress().await.is_err(), "not kept alive");
+        assert!(held[0].ack().await.is_err(), "not acknowledged");
+        assert!(held[0].term().await.is_err(), "not terminated");
+        assert_eq!(pending(), 1, "still pending, with its taker");
+        taken[0].ack().await.expect("the taker acknowledges");
+        assert_eq!(pending(), 0);
+    });
 }

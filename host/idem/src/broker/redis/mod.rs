@@ -9,48 +9,42 @@
 //! acknowledges too (redis/redis#13956; dapr components-contrib #4599).
 //! Here the store decides instead: the taker's claim fences the paused
 //! consumer's late end, and the policy decides what the taker does with a
-//! claim still live or lapsed. Two things keep Redis from making it worse:
-//! an entry whose effect runs is kept from being claimed away by resetting
-//! its idle time while it is still this consumer's (`XCLAIM … JUSTID` in
-//! one script, never taking it from another consumer); and this consumer
-//! itself takes over abandoned entries, so a crashed peer's are run.
+//! claim still live or lapsed. Three things keep Redis from making it
+//! worse: an entry is acknowledged, copied or kept alive (its idle time
+//! reset, `XCLAIM … JUSTID`) only while it is still this consumer's, in
+//! one script (`delivery.rs`), so a consumer deposed while paused neither
+//! acknowledges what another now holds nor takes it back; and this
+//! consumer itself takes over abandoned entries, so a crashed peer's are
+//! run. `reply.rs` reads entries from Redis's raw replies, as bytes.
 //!
-//! Each process reads as a consumer of its own name (host and process id)
-//! within the group; the group is the consumer name given (`--consumer`),
+//! Each process reads as a consumer of its own name (host, process id and
+//! a random part) within the group; the group is the consumer name given (`--consumer`),
 //! created at the start of the stream if it does not exist. An entry's
 //! operation is one of its fields (`operation` unless told otherwise); an
 //! entry without it is refused like any other poison. A refused entry is
 //! copied to a dead-letter stream when one is given, then acknowledged.
 //! Redis has no delayed redelivery: an entry put off stays pending here
-//! and is read again (`XCLAIM`) once its delay has passed, unless another
-//! consumer took it meanwhile.
+//! and is read again (`XCLAIM`) once its delay has passed, or sooner by a
+//! scan that finds it idle past the claim threshold.
+
+mod delivery;
+mod reply;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use idem_core::text::escaped;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::streams::{
-    StreamAutoClaimReply, StreamClaimReply, StreamId, StreamInfoGroupsReply, StreamReadReply,
-};
+use redis::streams::StreamInfoGroupsReply;
 use redis::{Script, Value};
 
 use super::{Delivery, MessageSource, SourceError, without_password};
+use delivery::{IF_MINE, RedisDelivery};
+use reply::Entry;
 
 /// The field an entry's operation is in, unless told otherwise.
 pub const DEFAULT_FIELD: &str = "operation";
-
-/// Resets an entry's idle time only while it is still `ARGV[3]`'s: a
-/// consumer whose entry was taken over while it was paused must not take
-/// it back (it keeps running its effect; the store fences its end).
-const KEEP_IF_MINE: &str = r"
-local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[2], ARGV[2], 1)
-if p[1] == nil or p[1][2] ~= ARGV[3] then return 0 end
-redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[3], 0, ARGV[2], 'JUSTID')
-return 1
-";
 
 /// Where one consumer reads: what its deliveries need to settle.
 struct Place {
@@ -62,7 +56,7 @@ struct Place {
     consumer: String,
     field: String,
     dead_letter: Option<String>,
-    keep_if_mine: Script,
+    if_mine: Script,
     /// Entries put off, still pending here: when each is due, and for how
     /// long it was put off.
     put_off: Mutex<HashMap<String, (Instant, Duration)>>,
@@ -132,8 +126,15 @@ impl RedisStreamSource {
                 ));
             }
         }
+        // Host and process, and a random part: two containers whose
+        // processes are each pid 1 on hosts of one name, or a pid used
+        // again, are two consumers, never one sharing a pending list.
+        // (std's RandomState is keyed afresh from the system's random
+        // source for each source made.)
+        use std::hash::BuildHasher;
         let me = idem_store::Holder::this_process();
-        let consumer = format!("{}-{}", me.host, me.pid);
+        let random = std::collections::hash_map::RandomState::new().hash_one(me.pid) as u32;
+        let consumer = format!("{}-{}-{random:08x}", me.host, me.pid);
         let described = format!("{shown} stream {stream} group {group} consumer {consumer}");
         Ok(RedisStreamSource {
             place: Arc::new(Place {
@@ -143,7 +144,7 @@ impl RedisStreamSource {
                 consumer,
                 field: field.to_string(),
                 dead_letter: dead_letter.map(str::to_string),
-                keep_if_mine: Script::new(KEEP_IF_MINE),
+                if_mine: Script::new(IF_MINE),
                 put_off: Mutex::new(HashMap::new()),
             }),
             reader,
@@ -160,10 +161,11 @@ impl RedisStreamSource {
 
     /// The entries put off whose delay has passed, read again (`XCLAIM`
     /// by this consumer, only if still idle since: one another consumer
-    /// took meanwhile is its now).
-    async fn due(&mut self, max: usize) -> Result<Vec<StreamId>, SourceError> {
+    /// took meanwhile is its now). On a failure, what was read again is
+    /// kept and the rest put back.
+    async fn due(&mut self, max: usize, out: &mut Vec<Entry>) -> Result<(), SourceError> {
         let now = Instant::now();
-        let due: Vec<(String, Duration)> = {
+        let mut due: Vec<(String, (Instant, Duration))> = {
             let mut put_off = self.place.put_off();
             let ids: Vec<String> = put_off
                 .iter()
@@ -172,34 +174,40 @@ impl RedisStreamSource {
                 .take(max)
                 .collect();
             ids.into_iter()
-                .filter_map(|id| put_off.remove(&id).map(|(_, delay)| (id, delay)))
+                .filter_map(|id| put_off.remove(&id).map(|when| (id, when)))
                 .collect()
         };
-        let mut out = Vec::new();
-        for (id, delay) in due {
+        while let Some((id, (at, delay))) = due.pop() {
             let idle = delay.saturating_sub(Duration::from_millis(50));
-            let reply: StreamClaimReply = redis::cmd("XCLAIM")
+            let claimed: Result<Value, _> = redis::cmd("XCLAIM")
                 .arg(&self.place.stream)
                 .arg(&self.place.group)
                 .arg(&self.place.consumer)
                 .arg(idle.as_millis() as u64)
                 .arg(&id)
                 .query_async(&mut self.reader)
-                .await
-                .map_err(|e| self.failed(e))?;
-            out.extend(reply.ids);
+                .await;
+            match claimed {
+                Ok(reply) => out.extend(reply::entries(reply)),
+                Err(e) => {
+                    let mut put_off = self.place.put_off();
+                    put_off.insert(id, (at, delay));
+                    put_off.extend(due);
+                    return Err(self.failed(e));
+                }
+            }
         }
-        Ok(out)
+        Ok(())
     }
 
     /// Entries pending past the claim threshold, whoever holds them, taken
     /// over (`XAUTOCLAIM`), at most every quarter of it.
-    async fn abandoned(&mut self, max: usize) -> Result<Vec<StreamId>, SourceError> {
+    async fn abandoned(&mut self, max: usize) -> Result<Vec<Entry>, SourceError> {
         let now = Instant::now();
         if now < self.next_claim {
             return Ok(Vec::new());
         }
-        let reply: StreamAutoClaimReply = redis::cmd("XAUTOCLAIM")
+        let claimed: Value = redis::cmd("XAUTOCLAIM")
             .arg(&self.place.stream)
             .arg(&self.place.group)
             .arg(&self.place.consumer)
@@ -210,28 +218,34 @@ impl RedisStreamSource {
             .query_async(&mut self.reader)
             .await
             .map_err(|e| self.failed(e))?;
-        self.claim_cursor = reply.next_stream_id;
+        let (cursor, claimed) = reply::autoclaim(claimed);
+        self.claim_cursor = cursor;
         // A scan that wrapped waits a while; one with more to go goes on
         // at the next fetch.
         if self.claim_cursor == "0-0" {
-            self.next_claim = now + (self.claim_idle / 4).max(Duration::from_millis(100));
+            self.next_claim = now + self.scan_every();
         }
         // One of this consumer's own, put off past the threshold, comes
         // back this way: not read again when its delay ends too.
         let mut put_off = self.place.put_off();
-        for entry in &reply.claimed {
+        for entry in &claimed {
             put_off.remove(&entry.id);
         }
-        Ok(reply.claimed)
+        Ok(claimed)
+    }
+
+    /// How often the pending entries are scanned for abandoned ones.
+    fn scan_every(&self) -> Duration {
+        (self.claim_idle / 4).max(Duration::from_millis(100))
     }
 
     /// New entries for the group, waiting up to `wait` for the first when
-    /// `block`.
+    /// given.
     async fn new_entries(
         &mut self,
         max: usize,
         wait: Option<Duration>,
-    ) -> Result<Vec<StreamId>, SourceError> {
+    ) -> Result<Vec<Entry>, SourceError> {
         let mut read = redis::cmd("XREADGROUP");
         read.arg("GROUP")
             .arg(&self.place.group)
@@ -241,18 +255,74 @@ impl RedisStreamSource {
         if let Some(wait) = wait {
             read.arg("BLOCK").arg(wait.as_millis().max(1) as u64);
         }
-        let reply: Option<StreamReadReply> = read
+        let reply: Value = read
             .arg("STREAMS")
             .arg(&self.place.stream)
             .arg(">")
             .query_async(&mut self.reader)
             .await
             .map_err(|e| self.failed(e))?;
-        Ok(reply
+        Ok(reply::read(reply))
+    }
+
+    /// Up to `max` entries into `out`: those put off and due, then those
+    /// abandoned by other consumers, then new ones (waiting up to `wait`
+    /// when nothing else came).
+    async fn read_into(
+        &mut self,
+        max: usize,
+        wait: Duration,
+        out: &mut Vec<Entry>,
+    ) -> Result<(), SourceError> {
+        self.due(max, out).await?;
+        if out.len() < max {
+            let more = self.abandoned(max - out.len()).await?;
+            out.extend(more);
+        }
+        if out.len() < max {
+            let block = out.is_empty().then_some(wait);
+            let more = self.new_entries(max - out.len(), block).await?;
+            out.extend(more);
+        }
+        Ok(())
+    }
+
+    /// Forgets the entries put off that are no longer pending with this
+    /// consumer (another took them over): nothing of them is to wait for.
+    async fn forget_taken(&mut self) -> Result<(), SourceError> {
+        if self.place.put_off().is_empty() {
+            return Ok(());
+        }
+        // An id put off and not listed is forgotten: one listed past this
+        // count (this consumer holding that many) comes back by a scan.
+        const LISTED: usize = 10_000;
+        let pending: Value = redis::cmd("XPENDING")
+            .arg(&self.place.stream)
+            .arg(&self.place.group)
+            .arg("-")
+            .arg("+")
+            .arg(LISTED)
+            .arg(&self.place.consumer)
+            .query_async(&mut self.reader)
+            .await
+            .map_err(|e| self.failed(e))?;
+        let Value::Array(rows) = pending else {
+            return Ok(());
+        };
+        let mine: std::collections::HashSet<Vec<u8>> = rows
             .into_iter()
-            .flat_map(|r| r.keys)
-            .flat_map(|k| k.ids)
-            .collect())
+            .filter_map(|row| match row {
+                Value::Array(mut row) if !row.is_empty() => match row.swap_remove(0) {
+                    Value::BulkString(id) => Some(id),
+                    _ => None,
+                },
+                _ => None,
+            })
+            .collect();
+        self.place
+            .put_off()
+            .retain(|id, _| mine.contains(id.as_bytes()));
+        Ok(())
     }
 }
 
@@ -263,15 +333,17 @@ impl MessageSource for RedisStreamSource {
         max: usize,
         wait: Duration,
     ) -> Result<Vec<Box<dyn Delivery>>, SourceError> {
-        let mut entries = self.due(max).await?;
-        if entries.len() < max {
-            let more = self.abandoned(max - entries.len()).await?;
-            entries.extend(more);
-        }
-        if entries.len() < max {
-            let block = entries.is_empty().then_some(wait);
-            let more = self.new_entries(max - entries.len(), block).await?;
-            entries.extend(more);
+        let mut entries = Vec::new();
+        // What one step read is delivered even when a later one fails: it
+        // is pending here already.
+        let read = self.read_into(max, wait, &mut entries).await;
+        if entries.is_empty() {
+            read?;
+            // Idle: what was put off and taken over by another is not
+            // waited for.
+            self.forget_taken().await?;
+        } else if let Err(e) = read {
+            tracing::warn!(error = %e, "reading the rest of a fetch; delivering what came");
         }
         Ok(entries
             .into_iter()
@@ -313,9 +385,12 @@ impl MessageSource for RedisStreamSource {
         })))
     }
 
-    /// The claim threshold: an entry left pending comes back after it.
+    /// How long an entry left pending by a consumer that crashed may take
+    /// to come back: the claim threshold, counted from its last reset
+    /// (up to a third of it after this consumer went idle), and the next
+    /// scan of the pending entries.
     fn redelivery_wait(&self) -> Duration {
-        self.claim_idle
+        self.claim_idle + self.claim_idle / 3 + self.scan_every()
     }
 }
 
@@ -323,146 +398,5 @@ impl Place {
     fn put_off(&self) -> std::sync::MutexGuard<'_, HashMap<String, (Instant, Duration)>> {
         // A map of ids, never left half-changed.
         self.put_off.lock().unwrap_or_else(|p| p.into_inner())
-    }
-}
-
-/// One entry as delivered to this consumer.
-struct RedisDelivery {
-    place: Arc<Place>,
-    id: String,
-    /// The entry's fields, as stored (copied whole by a forward).
-    fields: Vec<(String, Vec<u8>)>,
-    /// The operation field's value, if the entry has one.
-    body: Option<usize>,
-}
-
-impl RedisDelivery {
-    fn of(entry: StreamId, place: &Arc<Place>) -> Self {
-        let fields: Vec<(String, Vec<u8>)> = entry
-            .map
-            .into_iter()
-            .map(|(name, value)| (name, bytes(value)))
-            .collect();
-        let body = fields.iter().position(|(name, _)| *name == place.field);
-        RedisDelivery {
-            place: place.clone(),
-            id: entry.id,
-            fields,
-            body,
-        }
-    }
-
-    fn error(&self, what: &str, e: impl std::fmt::Display) -> SourceError {
-        SourceError::new(format!("{what} {}", self.describe()), e)
-    }
-
-    async fn ack_now(&self) -> Result<(), SourceError> {
-        let mut control = self.place.control.clone();
-        redis::cmd("XACK")
-            .arg(&self.place.stream)
-            .arg(&self.place.group)
-            .arg(&self.id)
-            .query_async::<u64>(&mut control)
-            .await
-            .map(drop)
-            .map_err(|e| self.error("acknowledging", e))
-    }
-
-    /// Appends a copy of the entry, with `extra` fields, to `to`.
-    async fn copy_to(&self, to: &str, extra: &[(&str, String)]) -> Result<(), SourceError> {
-        let mut add = redis::cmd("XADD");
-        add.arg(to).arg("*");
-        for (name, value) in &self.fields {
-            add.arg(name).arg(value);
-        }
-        for (name, value) in extra {
-            add.arg(*name).arg(value);
-        }
-        let mut control = self.place.control.clone();
-        add.query_async::<String>(&mut control)
-            .await
-            .map(drop)
-            .map_err(|e| self.error(&format!("copying to {to}"), e))
-    }
-}
-
-/// A field's value as bytes (a number as its digits).
-fn bytes(value: Value) -> Vec<u8> {
-    redis::from_redis_value::<Vec<u8>>(value).unwrap_or_default()
-}
-
-#[async_trait]
-impl Delivery for RedisDelivery {
-    fn body(&self) -> &[u8] {
-        self.body.map_or(&[][..], |i| self.fields[i].1.as_slice())
-    }
-
-    fn describe(&self) -> String {
-        let missing = match self.body {
-            Some(_) => String::new(),
-            None => format!(" (no field {})", escaped(&self.place.field)),
-        };
-        format!(
-            "{} entry {}{missing}",
-            escaped(&self.place.stream),
-            escaped(&self.id)
-        )
-    }
-
-    /// Not counted by a read of new entries; a take-over's is at least 2.
-    fn delivered(&self) -> u64 {
-        1
-    }
-
-    async fn ack(&self) -> Result<(), SourceError> {
-        self.ack_now().await
-    }
-
-    /// Kept pending here and read again once `delay` has passed (Redis has
-    /// no delayed redelivery); another consumer may take it meanwhile
-    /// after the claim threshold.
-    async fn nack(&self, delay: Duration) -> Result<(), SourceError> {
-        let due = Instant::now() + delay;
-        self.place.put_off().insert(self.id.clone(), (due, delay));
-        Ok(())
-    }
-
-    /// Copied to the dead-letter stream when there is one (with the field
-    /// `idem-delivery` naming where it came from), then acknowledged.
-    async fn term(&self) -> Result<(), SourceError> {
-        if let Some(dead) = &self.place.dead_letter {
-            self.copy_to(dead, &[("idem-delivery", self.describe())])
-                .await?;
-        }
-        self.ack_now().await
-    }
-
-    /// Appended to the stream `to`, its fields with `headers` added.
-    async fn forward(&self, to: &str, headers: &[(&str, String)]) -> Result<(), SourceError> {
-        self.copy_to(to, headers).await
-    }
-
-    /// The entry's idle time reset while it is still this consumer's, so
-    /// that no other takes it over meanwhile.
-    async fn in_progress(&self) -> Result<(), SourceError> {
-        let mut control = self.place.control.clone();
-        let kept: u64 = self
-            .place
-            .keep_if_mine
-            .key(&self.place.stream)
-            .arg(&self.place.group)
-            .arg(&self.id)
-            .arg(&self.place.consumer)
-            .invoke_async(&mut control)
-            .await
-            .map_err(|e| self.error("extending", e))?;
-        if kept == 0 {
-            return Err(self.error(
-                "extending",
-                "another consumer of the group took it over (pending past the claim threshold): \
-                 the store fences this consumer's end if the taker's claim came first",
-            ));
-        }
-        Ok(())
     }
 }
