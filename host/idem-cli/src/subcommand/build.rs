@@ -4,7 +4,8 @@
 //! runtime: the wasm target, componentize-js or componentize-py is
 //! installed on first use (`idem_guest_build`). The component is then
 //! loaded here as any host would load it, so what this command prints is a
-//! policy the host accepts, already compiled into the cache.
+//! policy the host accepts, already compiled into the cache; one the host
+//! refuses is removed.
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -57,7 +58,16 @@ pub fn run(args: BuildArgs) -> Result<u8, Failure> {
             .runtime()?
             .load(&built.component)
             .map_err(|e| {
-                Failure::input(format!("the host refuses what was built: {}", e.message))
+                // What the host refuses is no policy: leave none behind to
+                // be deployed by mistake.
+                let removed = match std::fs::remove_file(&built.component) {
+                    Ok(()) => "; nothing was written".to_string(),
+                    Err(why) => format!("; {} is left ({why})", built.component.display()),
+                };
+                Failure::input(format!(
+                    "the host refuses what was built: {}{removed}",
+                    e.message
+                ))
             })?;
         let bytes = std::fs::metadata(&built.component)
             .map(|m| m.len())
