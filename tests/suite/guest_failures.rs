@@ -63,8 +63,9 @@ fn built(root: &Path, name: &str) -> String {
     stdout
 }
 
-/// `idem key` of an operation of `kind`, failing as the policy fails
-/// (exit 4), and `idem test` of a case with it: both say `expected`.
+/// `idem key` and `idem run` of an operation of `kind`, failing as the
+/// policy fails (exit 4), and `idem test` of a case with it: all three say
+/// `expected`.
 fn key_and_test_say(root: &Path, component: &str, kind: &str, expected: &[String]) {
     let op = root.join(format!("{kind}.json"));
     std::fs::write(
@@ -74,6 +75,23 @@ fn key_and_test_say(root: &Path, component: &str, kind: &str, expected: &[String
     .unwrap();
     let said = failed(
         &idem(root, &["key", "--policy", component, op.to_str().unwrap()]),
+        4,
+    );
+    let ran = failed(
+        &idem(
+            root,
+            &[
+                "run",
+                "--policy",
+                component,
+                "--store",
+                "memory:",
+                "--ops",
+                op.to_str().unwrap(),
+                "--",
+                "true",
+            ],
+        ),
         4,
     );
     let cases = root.join(format!("{kind}-cases.json"));
@@ -95,6 +113,10 @@ fn key_and_test_say(root: &Path, component: &str, kind: &str, expected: &[String
         assert!(
             said.contains(text.as_str()),
             "idem key: no `{text}` in:\n{said}"
+        );
+        assert!(
+            ran.contains(text.as_str()),
+            "idem run: no `{text}` in:\n{ran}"
         );
         assert!(
             tested.contains(text.as_str()),

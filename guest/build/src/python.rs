@@ -152,7 +152,7 @@ impl PyProject {
         // A Python traceback names each `-p` directory by its place in the
         // list (`/0/app.py`); the author knows the originals.
         run(&mut componentize, "componentize-py").map_err(|e| {
-            let text = format!("{e:#}")
+            let text = without_wrapper(&format!("{e:#}"))
                 .replace("File \"/0/", &format!("File \"{}/", self.dir.display()))
                 .replace("File \"/1/", &format!("File \"{}/", self.sdk.display()));
             anyhow::anyhow!(text)
@@ -164,6 +164,22 @@ impl PyProject {
             self.cases.as_deref(),
             out_dir,
         )
+    }
+}
+
+/// `text` without componentize-py's own traceback: its script re-raises a
+/// failed build from its entry point (`Traceback … bin/componentize-py …
+/// AssertionError: <the build's error>`), which says nothing of the policy.
+fn without_wrapper(text: &str) -> String {
+    const RERAISED: &str = "AssertionError: ";
+    match (
+        text.find("Traceback (most recent call last):"),
+        text.find(RERAISED),
+    ) {
+        (Some(start), Some(end)) if start < end && text[start..end].contains("componentize-py") => {
+            format!("{}{}", &text[..start], &text[end + RERAISED.len()..])
+        }
+        _ => text.to_string(),
     }
 }
 

@@ -87,7 +87,7 @@ impl Toolchains {
         let bin = home.join("node_modules").join(".bin");
         Ok(JsTools {
             componentize_js: bin.join("componentize-js"),
-            esbuild: bin.join("esbuild"),
+            esbuild: native_esbuild(&home).unwrap_or_else(|| bin.join("esbuild")),
         })
     }
 
@@ -152,6 +152,17 @@ impl Toolchains {
             .with_context(|| format!("cannot write into {}", home.display()))?;
         Ok(home)
     }
+}
+
+/// esbuild's own binary for this platform (`@esbuild/<platform>`), when
+/// npm installed it: the `esbuild` command is a Node.js script that runs it
+/// and, when it fails, adds its own stack trace to esbuild's message.
+fn native_esbuild(home: &Path) -> Option<PathBuf> {
+    let platforms = std::fs::read_dir(home.join("node_modules").join("@esbuild")).ok()?;
+    platforms
+        .filter_map(Result::ok)
+        .map(|p| p.path().join("bin").join("esbuild"))
+        .find(|binary| binary.is_file())
 }
 
 /// Runs `cmd`, failing with what it printed.

@@ -67,8 +67,9 @@ def _bound(policy_class: type[Policy]) -> type:
     # (`app.py`, `idem_policy/operation.py`).
     module = sys.modules.get(policy_class.__module__)
     roots = [os.path.dirname(os.path.dirname(os.path.abspath(__file__)))]
-    if module is not None and getattr(module, "__file__", None):
-        roots.insert(0, os.path.dirname(os.path.abspath(module.__file__)))
+    module_file = getattr(module, "__file__", None)
+    if isinstance(module_file, str):
+        roots.insert(0, os.path.dirname(os.path.abspath(module_file)))
 
     T = TypeVar("T")
 

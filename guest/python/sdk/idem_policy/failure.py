@@ -41,7 +41,7 @@ def describe_failure(error: BaseException, roots: Sequence[str]) -> str:
     what = f"{type(error).__name__}: {text}" if text else type(error).__name__
     # The frames' own attributes, not the traceback module: it reads source
     # lines from files, and inside the component a file access traps.
-    entries = []
+    entries: list[tuple[str, int, str]] = []
     tb = error.__traceback__
     while tb is not None:
         code = tb.tb_frame.f_code
@@ -101,14 +101,16 @@ class _NoLoading:
     """A meta path finder placed before the one that reads files: a module
     not loaded when the component was built cannot be found at call time."""
 
-    @staticmethod
-    def find_spec(name: str, _path: Any = None, _target: Any = None) -> NoReturn:
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> NoReturn:
         raise ImportError(
-            f"`import {name}` while the policy runs: inside the component there are no files "
+            f"`import {fullname}` while the policy runs: inside the component there are no files "
             "to load a module from; import it at the top of the policy's module, so it is "
             "loaded when the policy is built",
-            name=name,
+            name=fullname,
         )
+
+
+_NO_LOADING = _NoLoading()
 
 
 CLOCKS = (
@@ -129,7 +131,7 @@ def guard_sandbox() -> None:
     :class:`SandboxError` (or an ``ImportError``) that says why. Called by
     the export glue as a call starts, inside the component only; once is
     enough."""
-    if _NoLoading in sys.meta_path:
+    if _NO_LOADING in sys.meta_path:
         return
     no_clock = "a policy has no clock (the operation's logical time is op.now_ms)"
     for name in CLOCKS:
@@ -141,4 +143,4 @@ def guard_sandbox() -> None:
     builtins.input = _refuse("input()", "a policy has no input")
     finders = [f for f in sys.meta_path if getattr(f, "__name__", "") == "PathFinder"]
     at = sys.meta_path.index(finders[0]) if finders else len(sys.meta_path)
-    sys.meta_path.insert(at, _NoLoading)
+    sys.meta_path.insert(at, _NO_LOADING)

@@ -16,6 +16,7 @@ use idem_guest_build::{Language, Toolchains, find_project};
 
 use crate::exit::{Failure, SUCCESS};
 use crate::policy_args::RuntimeArgs;
+use crate::shown::tell;
 
 /// `idem build`'s flags.
 #[derive(Args, Debug)]
@@ -50,7 +51,7 @@ pub fn run(args: BuildArgs) -> Result<u8, Failure> {
     );
     let toolchains = Toolchains::from_env(default_cache_dir().as_deref()).map_err(cannot)?;
     let (_, built) = idem_guest_build::build_project(&args.path, args.out.as_deref(), &toolchains)
-        .map_err(cannot)?;
+        .map_err(|e| cannot(told(e)))?;
     if !args.no_check {
         let started = Instant::now();
         let policy = args
@@ -84,6 +85,21 @@ pub fn run(args: BuildArgs) -> Result<u8, Failure> {
     }
     println!("{}", built.component.display());
     Ok(SUCCESS)
+}
+
+/// A failed build's error, its tool's output (the lines after the first)
+/// printed first, a line at a time, indented: a compiler's message keeps its
+/// shape (esbuild's caret under the column, Python's traceback) and each line
+/// is escaped on its own. What is left is the headline, printed last.
+fn told(e: anyhow::Error) -> anyhow::Error {
+    let text = format!("{e:#}");
+    let Some((head, output)) = text.split_once('\n') else {
+        return e;
+    };
+    for line in output.lines() {
+        tell!("    {line}");
+    }
+    anyhow::anyhow!("{}; its output is above", head.trim_end_matches(':'))
 }
 
 /// What the build runs, in a few words.
