@@ -125,6 +125,15 @@ CLOCKS = (
     "sleep",
 )
 
+_NO_CLOCK = "a policy has no clock (the operation's logical time is op.now_ms)"
+# Made when the module is loaded (at build time, into the component's
+# snapshot): a call then only swaps them in.
+_REFUSED_CLOCKS = {name: _refuse(f"time.{name}()", _NO_CLOCK) for name in CLOCKS if hasattr(time, name)}
+_NO_STDOUT = _NoOutput("sys.stdout")
+_NO_STDERR = _NoOutput("sys.stderr")
+_NO_OPEN = _refuse("open()", "a policy has no files")
+_NO_INPUT = _refuse("input()", "a policy has no input")
+
 
 def guard_sandbox() -> None:
     """Replaces what traps silently inside the component with a
@@ -133,14 +142,12 @@ def guard_sandbox() -> None:
     enough."""
     if _NO_LOADING in sys.meta_path:
         return
-    no_clock = "a policy has no clock (the operation's logical time is op.now_ms)"
-    for name in CLOCKS:
-        if hasattr(time, name):
-            setattr(time, name, _refuse(f"time.{name}()", no_clock))
-    sys.stdout = _NoOutput("sys.stdout")
-    sys.stderr = _NoOutput("sys.stderr")
-    builtins.open = _refuse("open()", "a policy has no files")
-    builtins.input = _refuse("input()", "a policy has no input")
+    for name, refused in _REFUSED_CLOCKS.items():
+        setattr(time, name, refused)
+    sys.stdout = _NO_STDOUT
+    sys.stderr = _NO_STDERR
+    builtins.open = _NO_OPEN
+    builtins.input = _NO_INPUT
     finders = [f for f in sys.meta_path if getattr(f, "__name__", "") == "PathFinder"]
     at = sys.meta_path.index(finders[0]) if finders else len(sys.meta_path)
     sys.meta_path.insert(at, _NO_LOADING)
