@@ -14,6 +14,7 @@ mod faults;
 mod fleet;
 mod forensics;
 mod gate;
+mod guest_failures;
 mod guest_languages;
 mod guest_types;
 mod hardening;

@@ -2,7 +2,9 @@
 //! `policy` (made with `definePolicy` of the `@idem/policy` SDK). esbuild
 //! bundles it with its imports into one module; componentize-js turns that
 //! into a component with every WASI feature disabled, so it imports
-//! nothing.
+//! nothing but the contract's `diagnostics`, through which the SDK reports
+//! an uncaught exception with the author's file and line
+//! ([`crate::source_map`]).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -10,11 +12,21 @@ use std::process::Command;
 use anyhow::{Context, Result, bail};
 
 use crate::sections::finish_component;
+use crate::source_map::line_table;
 use crate::toolchain::{JsTools, run};
 use crate::{BuiltGuest, POLICY_WIT, WORLD};
 
 /// The SDK package's name.
 pub const SDK_PACKAGE: &str = "@idem/policy";
+
+/// The contract's diagnostics import, as the bundle imports it.
+const DIAGNOSTICS: &str = "idem:policy/diagnostics@0.1.0";
+/// The global symbols the SDK reads (`Symbol.for`), as in
+/// guest/js/sdk/failure.js.
+const FAILING: &str = "idem.policy.failing";
+const SOURCE_LINES: &str = "idem.policy.sourceLines";
+/// The bundle's file name, as the component's stack traces name it.
+const BUNDLE: &str = "policy.bundle.js";
 
 /// The SDK of the source tree this crate was built from, for a project that
 /// names no other.
@@ -111,26 +123,46 @@ impl JsProject {
             .context("cannot make a scratch directory")?;
         let wit = scratch.path().join("policy.wit");
         std::fs::write(&wit, POLICY_WIT).context("cannot write the contract")?;
-        let bundle = scratch.path().join("policy.bundle.js");
+        let bundle = scratch.path().join(BUNDLE);
+        let metafile = scratch.path().join("meta.json");
+        // The entry binds the host's `failing` where the SDK looks for it
+        // (guest/js/sdk/failure.js) and re-exports the policy module.
+        let entry = scratch.path().join("entry.js");
+        std::fs::write(
+            &entry,
+            format!(
+                "import {{ failing }} from {DIAGNOSTICS:?};\nexport * from {};\nglobalThis[Symbol.for({FAILING:?})] = failing;\n",
+                serde_json::to_string(&self.main.display().to_string())?
+            ),
+        )
+        .context("cannot write the bundle's entry")?;
         let mut esbuild = Command::new(&tools.esbuild);
         esbuild
             .current_dir(&self.dir)
-            .arg(&self.main)
+            .arg(&entry)
             .args([
                 "--bundle",
                 "--format=esm",
                 "--platform=neutral",
                 "--main-fields=module,main",
                 "--log-level=warning",
+                "--sourcemap",
+                "--color=false",
             ])
+            .arg(format!("--external:{DIAGNOSTICS}"))
+            .arg(format!("--metafile={}", metafile.display()))
             .arg(format!("--outfile={}", bundle.display()));
         if let Some(sdk) = &self.sdk {
             esbuild.arg(format!("--alias:{SDK_PACKAGE}={}", sdk.display()));
         }
+        // esbuild's own words (file, line, column and the line itself) are
+        // the whole message.
         run(
             &mut esbuild,
             "esbuild (bundling the policy and its imports)",
         )?;
+        self.check_exports(&metafile)?;
+        self.add_line_table(&bundle)?;
         let component = scratch.path().join("policy.wasm");
         let mut componentize = Command::new(&tools.componentize_js);
         // Its working directory is where it resolves relative imports; the
@@ -152,9 +184,7 @@ impl JsProject {
             ])
             .arg("--out")
             .arg(&component);
-        run(&mut componentize, "componentize-js").context(
-            "the policy module must export `policy` (made with definePolicy) and use no Node.js API",
-        )?;
+        run(&mut componentize, "componentize-js")?;
         finish_component(
             &component,
             &self.name,
@@ -162,5 +192,74 @@ impl JsProject {
             self.cases.as_deref(),
             out_dir,
         )
+    }
+
+    /// Refuses a bundle without the `policy` export, by name: componentize-js
+    /// would fail later with a message about the world.
+    fn check_exports(&self, metafile: &Path) -> Result<()> {
+        let text = std::fs::read_to_string(metafile).context("cannot read esbuild's metafile")?;
+        let meta: serde_json::Value =
+            serde_json::from_str(&text).context("esbuild's metafile is not JSON")?;
+        let exports: Vec<&str> = meta["outputs"]
+            .as_object()
+            .into_iter()
+            .flat_map(|outputs| outputs.values())
+            .filter_map(|output| output["exports"].as_array())
+            .flatten()
+            .filter_map(serde_json::Value::as_str)
+            .collect();
+        if !exports.contains(&"policy") {
+            bail!(
+                "{} does not export `policy` (it exports {}): end it with `export const policy = definePolicy({{ describe, derive, onDuplicate }})`",
+                self.main.display(),
+                if exports.is_empty() {
+                    "nothing".to_string()
+                } else {
+                    exports
+                        .iter()
+                        .map(|e| format!("`{e}`"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                }
+            );
+        }
+        Ok(())
+    }
+
+    /// Appends the bundle's line table (see [`crate::source_map`]), so that
+    /// a failure names the author's file and line, not the bundle's.
+    fn add_line_table(&self, bundle: &Path) -> Result<()> {
+        let map_path = bundle.with_extension("js.map");
+        let map = std::fs::read_to_string(&map_path)
+            .with_context(|| format!("cannot read {}", map_path.display()))?;
+        let map_dir = bundle.parent().context("the bundle has no directory")?;
+        let project = self.dir.canonicalize().unwrap_or_else(|_| self.dir.clone());
+        let sdk = self.sdk.as_ref().and_then(|s| s.canonicalize().ok());
+        let table = line_table(&map, map_dir, |source| {
+            let source = source
+                .canonicalize()
+                .unwrap_or_else(|_| source.to_path_buf());
+            if let Some(rel) = sdk.as_ref().and_then(|sdk| source.strip_prefix(sdk).ok()) {
+                return format!("{SDK_PACKAGE}/{}", rel.display());
+            }
+            let shown = source
+                .strip_prefix(&project)
+                .map(Path::to_path_buf)
+                .unwrap_or_else(|_| source.clone());
+            let shown = shown.display().to_string();
+            // An installed package, the SDK among them, by its own name.
+            match shown.rsplit_once("node_modules/") {
+                Some((_, package)) => package.to_string(),
+                None => shown,
+            }
+        })?;
+        let mut text = std::fs::read_to_string(bundle)
+            .with_context(|| format!("cannot read {}", bundle.display()))?;
+        // After the last line: the lines above keep their numbers.
+        if !text.ends_with('\n') {
+            text.push('\n');
+        }
+        text.push_str(&table.to_js(SOURCE_LINES, BUNDLE));
+        std::fs::write(bundle, text).with_context(|| format!("cannot write {}", bundle.display()))
     }
 }

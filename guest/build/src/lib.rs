@@ -24,6 +24,7 @@ pub mod javascript;
 pub mod python;
 pub mod rust;
 pub mod sections;
+pub mod source_map;
 pub mod toolchain;
 
 pub use rust::{

@@ -12,8 +12,23 @@ use crate::sections::finish_component;
 use crate::toolchain::run;
 use crate::{BuiltGuest, POLICY_WIT, WORLD};
 
-/// The policy's module: componentize-py's `app`.
+/// The policy's module: `app.py`.
 pub const APP_MODULE: &str = "app";
+
+/// The module componentize-py is given: it imports the policy's module and
+/// checks its export while the component is built (componentize-py itself
+/// would build a component without `Policy`, which fails only when called).
+const ENTRY_MODULE: &str = "idem_entry";
+const ENTRY: &str = r#"# Built by idem: the policy's module, its export checked at build time.
+import app
+
+Policy = getattr(app, "Policy", None)
+if getattr(Policy, "__idem_policy__", None) is None:
+    raise ImportError(
+        "app.py does not bind `Policy = export(YourPolicy)`: componentize-py exports "
+        "the module's `Policy`, made by idem_policy.export"
+    )
+"#;
 
 /// The SDK's distribution name, as a project depends on it.
 pub const SDK_DISTRIBUTION: &str = "idem-policy";
@@ -108,6 +123,10 @@ impl PyProject {
             &sdk.join("idem_policy"),
             NATIVE_ONLY,
         )?;
+        let entry = scratch.path().join("entry");
+        std::fs::create_dir_all(&entry).context("cannot make a scratch directory")?;
+        std::fs::write(entry.join(format!("{ENTRY_MODULE}.py")), ENTRY)
+            .context("cannot write the build's entry module")?;
         let component = scratch.path().join("policy.wasm");
         let mut componentize = Command::new(componentize_py);
         componentize
@@ -123,11 +142,21 @@ impl PyProject {
             .arg(&app)
             .arg("-p")
             .arg(&sdk)
-            .arg(APP_MODULE)
+            .arg("-p")
+            .arg(&entry)
+            .arg(ENTRY_MODULE)
             .arg("-o")
-            .arg(&component);
-        run(&mut componentize, "componentize-py")
-            .context("app.py must bind `Policy = export(YourPolicy)` and import only the standard library and idem_policy")?;
+            .arg(&component)
+            // Its own backtrace says nothing about the policy.
+            .env("RUST_LIB_BACKTRACE", "0");
+        // A Python traceback names each `-p` directory by its place in the
+        // list (`/0/app.py`); the author knows the originals.
+        run(&mut componentize, "componentize-py").map_err(|e| {
+            let text = without_wrapper(&format!("{e:#}"))
+                .replace("File \"/0/", &format!("File \"{}/", self.dir.display()))
+                .replace("File \"/1/", &format!("File \"{}/", self.sdk.display()));
+            anyhow::anyhow!(text)
+        })?;
         finish_component(
             &component,
             &self.name,
@@ -135,6 +164,22 @@ impl PyProject {
             self.cases.as_deref(),
             out_dir,
         )
+    }
+}
+
+/// `text` without componentize-py's own traceback: its script re-raises a
+/// failed build from its entry point (`Traceback … bin/componentize-py …
+/// AssertionError: <the build's error>`), which says nothing of the policy.
+fn without_wrapper(text: &str) -> String {
+    const RERAISED: &str = "AssertionError: ";
+    match (
+        text.find("Traceback (most recent call last):"),
+        text.find(RERAISED),
+    ) {
+        (Some(start), Some(end)) if start < end && text[start..end].contains("componentize-py") => {
+            format!("{}{}", &text[..start], &text[end + RERAISED.len()..])
+        }
+        _ => text.to_string(),
     }
 }
 

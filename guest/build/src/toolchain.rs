@@ -87,7 +87,7 @@ impl Toolchains {
         let bin = home.join("node_modules").join(".bin");
         Ok(JsTools {
             componentize_js: bin.join("componentize-js"),
-            esbuild: bin.join("esbuild"),
+            esbuild: native_esbuild(&home).unwrap_or_else(|| bin.join("esbuild")),
         })
     }
 
@@ -154,30 +154,62 @@ impl Toolchains {
     }
 }
 
+/// esbuild's own binary for this platform (`@esbuild/<platform>`), when
+/// npm installed it: the `esbuild` command is a Node.js script that runs it
+/// and, when it fails, adds its own stack trace to esbuild's message.
+fn native_esbuild(home: &Path) -> Option<PathBuf> {
+    let platforms = std::fs::read_dir(home.join("node_modules").join("@esbuild")).ok()?;
+    platforms
+        .filter_map(Result::ok)
+        .map(|p| p.path().join("bin").join("esbuild"))
+        .find(|binary| binary.is_file())
+}
+
 /// Runs `cmd`, failing with what it printed.
 pub(crate) fn run(cmd: &mut Command, what: &str) -> Result<()> {
     let out: Output = cmd.output().with_context(|| format!("cannot run {what}"))?;
     if !out.status.success() {
         bail!(
-            "{what} failed ({}): {}",
+            "{what} failed ({}):\n{}",
             out.status,
-            tail(&out.stderr, &out.stdout)
+            printed(&out.stderr, &out.stdout)
         );
     }
     Ok(())
 }
 
-/// The last lines a tool printed, its errors first (enough to say why,
-/// short enough to read).
-pub(crate) fn tail(stderr: &[u8], stdout: &[u8]) -> String {
-    let text = String::from_utf8_lossy(if stderr.iter().all(u8::is_ascii_whitespace) {
-        stdout
-    } else {
-        stderr
-    });
-    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
-    let start = lines.len().saturating_sub(20);
-    lines[start..].join("\n")
+/// The most lines of a tool's output a failure shows.
+const MAX_LINES: usize = 200;
+
+/// What a tool printed, its errors first, from the top: a compiler's first
+/// error is the one to read (esbuild's file, line and column come first),
+/// and only a flood is cut, saying how much.
+pub(crate) fn printed(stderr: &[u8], stdout: &[u8]) -> String {
+    let stderr = String::from_utf8_lossy(stderr);
+    let stdout = String::from_utf8_lossy(stdout);
+    let lines: Vec<&str> = stderr
+        .lines()
+        .chain(stdout.lines())
+        .map(str::trim_end)
+        .collect();
+    // Blank lines at either end say nothing; those between are layout.
+    let start = lines
+        .iter()
+        .position(|l| !l.is_empty())
+        .unwrap_or(lines.len());
+    let end = lines
+        .iter()
+        .rposition(|l| !l.is_empty())
+        .map_or(start, |i| i + 1);
+    let lines = &lines[start..end];
+    if lines.len() <= MAX_LINES {
+        return lines.join("\n");
+    }
+    format!(
+        "{}\n… ({} more lines)",
+        lines[..MAX_LINES].join("\n"),
+        lines.len() - MAX_LINES
+    )
 }
 
 /// Node.js must be there, and new enough.
@@ -216,4 +248,18 @@ fn python3() -> Result<String> {
         );
     }
     Ok(python)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failure_shows_the_first_lines_whole() {
+        let errors: String = (1..=250).map(|i| format!("line {i}\n")).collect();
+        let shown = printed(errors.as_bytes(), b"");
+        assert!(shown.starts_with("line 1\nline 2\n"), "{shown}");
+        assert!(shown.ends_with("line 200\n… (50 more lines)"), "{shown}");
+        assert_eq!(printed(b"\n  x\n\n  y\n\n", b"out\n"), "  x\n\n  y\n\nout");
+    }
 }

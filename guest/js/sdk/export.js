@@ -4,11 +4,13 @@
 // camelCase (`onDuplicate`), and a `result` error is whatever the export
 // throws, provided it is not an `Error` (an `Error` traps). The glue wraps the
 // host's records in the SDK's helpers on the way in and unwraps the SDK's
-// builders and errors on the way out.
+// builders and errors on the way out; an exception that escapes is reported to
+// the host first (see failure.js), since the trap that follows carries no text.
 
 import { Operation } from './operation.js';
 import { Derivation } from './derivation.js';
 import { PolicyError } from './errors.js';
+import { reportFailure } from './failure.js';
 
 /** @typedef {{ name: string, version: string, namespace: string, description: string }} PolicyInfo */
 /**
@@ -44,7 +46,7 @@ export function definePolicy(definition) {
   }
   return Object.freeze({
     describe() {
-      const { name, version, namespace, description } = definition.describe();
+      const { name, version, namespace, description } = reported(() => definition.describe());
       return { name, version, namespace, description };
     },
     derive(op) {
@@ -53,14 +55,31 @@ export function definePolicy(definition) {
         derived = definition.derive(new Operation(op));
       } catch (e) {
         // A typed refusal becomes `result`'s error; anything else stays an
-        // exception: a bug, which the host sees as a trap (as a Rust panic).
+        // exception: a bug, which the host sees as a failure with this
+        // message (as a Rust panic, a trap).
         if (PolicyError.is(e)) throw e.toRecord();
+        reportFailure(e);
         throw e;
       }
       return derived instanceof Derivation ? derived.toRecord() : derived;
     },
     onDuplicate(ctx) {
-      return definition.onDuplicate({ ...ctx, operation: new Operation(ctx.operation) });
+      return reported(() => definition.onDuplicate({ ...ctx, operation: new Operation(ctx.operation) }));
     },
   });
+}
+
+/**
+ * `f()`, reporting an exception to the host before it escapes.
+ * @template T
+ * @param {() => T} f
+ * @returns {T}
+ */
+function reported(f) {
+  try {
+    return f();
+  } catch (e) {
+    reportFailure(e);
+    throw e;
+  }
 }

@@ -3,8 +3,10 @@ behind the SDK's ``Policy`` interface, so the native cases runner can run a
 cases file against the ``.wasm`` itself (as testing.rs's
 ``assert_cases_in_host`` does with ``idem test``).
 
-Every call gets a fresh instance, as the host gives every evaluation one. No
-imports are linked: a component that imports anything fails to instantiate.
+Every call gets a fresh instance, as the host gives every evaluation one. The
+one import the host provides, ``idem:policy/diagnostics``, is linked as the
+host links it: a failing call's trap carries what the policy said. Any other
+import fails to instantiate.
 Needs ``wasmtime`` (not the standard library): the tests skip without it.
 """
 
@@ -22,6 +24,7 @@ from idem_policy import (
 from idem_policy.operation import Boolean, Number, Text
 
 INTERFACE = "idem:policy/policy@0.1.0"
+DIAGNOSTICS = "idem:policy/diagnostics@0.1.0"
 
 
 def _record(**members):
@@ -56,14 +59,23 @@ def component_policy(path: str, engine: "wasmtime.Engine | None" = None) -> type
     engine = engine or wasmtime.Engine()
     component = wc.Component.from_file(engine, path)
     linker = wc.Linker(engine)
+    said: list[str] = []
+    with linker.root() as root:
+        with root.add_instance(DIAGNOSTICS) as diagnostics:
+            diagnostics.add_func("failing", lambda _store, message: said.append(message))
 
     def call(name: str, *args):
+        said.clear()
         store = wasmtime.Store(engine)
         instance = linker.instantiate(store, component)
         iface = instance.get_export_index(store, INTERFACE)
         func = instance.get_func(store, instance.get_export_index(store, name, iface))
-        result = func(store, *args)
-        return result
+        try:
+            return func(store, *args)
+        except (wasmtime.Trap, wasmtime.WasmtimeError) as trap:
+            if said:
+                raise RuntimeError(f"uncaught in the policy: {said[0]}") from trap
+            raise
 
     class ComponentPolicy:
         wasm = path

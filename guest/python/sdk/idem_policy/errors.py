@@ -3,8 +3,9 @@
 In Rust ``derive`` returns ``Err(PolicyError)``; in Python it raises one. The
 export glue turns it into the contract's ``result`` error, and the cases
 runner reads it as the host would. Any *other* exception is a bug in the
-policy: in the component it is a trap (the host reports it, the message is
-lost), so refuse with a ``PolicyError`` instead.
+policy: in the component it fails the evaluation (the host shows its last
+traceback line and the policy's line), so refuse with a ``PolicyError``
+instead.
 """
 
 from enum import Enum

@@ -11,12 +11,18 @@ In the component (``sys.platform == "wasi"``) the bindings are imported
 unconditionally, so a broken build fails loudly instead of exporting nothing.
 Natively there are usually no bindings; ``export`` then returns a class that
 only names the policy (``__idem_policy__``) for the cases runner.
+
+In the component an exception that escapes the policy is reported to the host
+before it traps, and the calls that would trap silently raise instead (see
+:mod:`idem_policy.failure`).
 """
 
+import os
 import sys
-from typing import Any, NoReturn
+from collections.abc import Callable
+from typing import Any, NoReturn, TypeVar
 
-from . import contract
+from . import contract, failure
 from .decision import DuplicateContext, OutcomeSummary, RecordState
 from .derivation import Part
 from .errors import PolicyError
@@ -55,6 +61,29 @@ def _bound(policy_class: type[Policy]) -> type:
     from componentize_py_types import Err
     from wit_world import exports
     from wit_world.exports import policy as wit
+    from wit_world.imports import diagnostics
+
+    # Frames are named relative to the policy's directory, then the SDK's
+    # (`app.py`, `idem_policy/operation.py`).
+    module = sys.modules.get(policy_class.__module__)
+    roots = [os.path.dirname(os.path.dirname(os.path.abspath(__file__)))]
+    module_file = getattr(module, "__file__", None)
+    if isinstance(module_file, str):
+        roots.insert(0, os.path.dirname(os.path.abspath(module_file)))
+
+    T = TypeVar("T")
+
+    def reported(call: Callable[[], T]) -> T:
+        # At call time, not when the module is loaded: componentize-py's own
+        # start-up, after the policy's module, still imports and prints.
+        failure.guard_sandbox()
+        try:
+            return call()
+        except Err:
+            raise
+        except BaseException as e:
+            failure.reporting(diagnostics.failing, roots, e)
+            raise
 
     value_types = {wit.Value_Text: Text, wit.Value_Number: Number, wit.Value_Boolean: Boolean}
 
@@ -87,10 +116,19 @@ def _bound(policy_class: type[Policy]) -> type:
         __idem_policy__ = policy_class
 
         def describe(self) -> Any:
+            return reported(self._describe)
+
+        def derive(self, op: Any) -> Any:
+            return reported(lambda: self._derive(op))
+
+        def on_duplicate(self, ctx: Any) -> Any:
+            return reported(lambda: self._on_duplicate(ctx))
+
+        def _describe(self) -> Any:
             i = contract.check_info(policy_class().describe())
             return wit.PolicyInfo(i.name, i.version, i.namespace, i.description)
 
-        def derive(self, op: Any) -> Any:
+        def _derive(self, op: Any) -> Any:
             try:
                 d = policy_class().derive(operation(op))
             except PolicyError as e:
@@ -109,7 +147,7 @@ def _bound(policy_class: type[Policy]) -> type:
                 d.lease_seconds,
             )
 
-        def on_duplicate(self, ctx: Any) -> Any:
+        def _on_duplicate(self, ctx: Any) -> Any:
             d = contract.check_decision(policy_class().on_duplicate(context(ctx)))
             if d.name == "replay":
                 return wit.Decision_Replay()

@@ -4,7 +4,8 @@
 //! runtime: the wasm target, componentize-js or componentize-py is
 //! installed on first use (`idem_guest_build`). The component is then
 //! loaded here as any host would load it, so what this command prints is a
-//! policy the host accepts, already compiled into the cache.
+//! policy the host accepts, already compiled into the cache; one the host
+//! refuses is removed.
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -15,6 +16,7 @@ use idem_guest_build::{Language, Toolchains, find_project};
 
 use crate::exit::{Failure, SUCCESS};
 use crate::policy_args::RuntimeArgs;
+use crate::shown::tell;
 
 /// `idem build`'s flags.
 #[derive(Args, Debug)]
@@ -49,7 +51,7 @@ pub fn run(args: BuildArgs) -> Result<u8, Failure> {
     );
     let toolchains = Toolchains::from_env(default_cache_dir().as_deref()).map_err(cannot)?;
     let (_, built) = idem_guest_build::build_project(&args.path, args.out.as_deref(), &toolchains)
-        .map_err(cannot)?;
+        .map_err(|e| cannot(told(e)))?;
     if !args.no_check {
         let started = Instant::now();
         let policy = args
@@ -57,7 +59,16 @@ pub fn run(args: BuildArgs) -> Result<u8, Failure> {
             .runtime()?
             .load(&built.component)
             .map_err(|e| {
-                Failure::input(format!("the host refuses what was built: {}", e.message))
+                // What the host refuses is no policy: leave none behind to
+                // be deployed by mistake.
+                let removed = match std::fs::remove_file(&built.component) {
+                    Ok(()) => "; nothing was written".to_string(),
+                    Err(why) => format!("; {} is left ({why})", built.component.display()),
+                };
+                Failure::input(format!(
+                    "the host refuses what was built: {}{removed}",
+                    e.message
+                ))
             })?;
         let bytes = std::fs::metadata(&built.component)
             .map(|m| m.len())
@@ -74,6 +85,21 @@ pub fn run(args: BuildArgs) -> Result<u8, Failure> {
     }
     println!("{}", built.component.display());
     Ok(SUCCESS)
+}
+
+/// A failed build's error, its tool's output (the lines after the first)
+/// printed first, a line at a time, indented: a compiler's message keeps its
+/// shape (esbuild's caret under the column, Python's traceback) and each line
+/// is escaped on its own. What is left is the headline, printed last.
+fn told(e: anyhow::Error) -> anyhow::Error {
+    let text = format!("{e:#}");
+    let Some((head, output)) = text.split_once('\n') else {
+        return e;
+    };
+    for line in output.lines() {
+        tell!("    {line}");
+    }
+    anyhow::anyhow!("{}; its output is above", head.trim_end_matches(':'))
 }
 
 /// What the build runs, in a few words.

@@ -47,9 +47,10 @@ pub enum LoadError {
     /// compile it; the message says why.
     #[error("the component is invalid: {0}")]
     Invalid(String),
-    /// The component imports something. A policy imports nothing.
+    /// The component imports something. A policy imports nothing but the
+    /// contract's `diagnostics`, which the host provides.
     #[error(
-        "policy imports {}; policies may import nothing (no WASI: no clock, randomness, environment, files or network)",
+        "policy imports {}; policies may import nothing but `idem:policy/diagnostics` (no WASI: no clock, randomness, environment, files or network)",
         imports.iter().map(|i| format!("`{i}`")).collect::<Vec<_>>().join(", ")
     )]
     ForbiddenImport {
@@ -110,9 +111,21 @@ pub enum EvalError {
     /// another wasm fault.
     #[error("policy trapped: {message}")]
     Trap {
-        /// What trapped, as far as the host can tell (a panic's own message
-        /// is lost).
+        /// What trapped, as far as the host can tell (a policy that said why
+        /// first is [`EvalError::Failed`] instead).
         message: String,
+    },
+    /// The policy failed and said why before it trapped (through the
+    /// contract's `diagnostics` import): a JavaScript or Python policy's
+    /// uncaught exception, with its file and line.
+    #[error("uncaught in the policy: {message}")]
+    Failed {
+        /// The policy's own words, cut to
+        /// [`MAX_SAID_BYTES`](super::MAX_SAID_BYTES) and escaped (control
+        /// and bidirectional characters spelt `\u{…}`).
+        message: String,
+        /// The trap that followed, as [`EvalError::Trap`] would say it.
+        trap: String,
     },
     /// The evaluation used up its fuel.
     #[error(

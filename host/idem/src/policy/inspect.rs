@@ -1,11 +1,12 @@
 //! What a file is, and whether it is a policy this host will run: a
 //! component (not a core module, not a precompiled artifact, not garbage)
-//! that imports nothing and exports `idem:policy/policy` at a compatible
-//! version.
+//! that imports nothing but the contract's own `diagnostics` and exports
+//! `idem:policy/policy` at a compatible version.
 
 use wasmtime::Engine;
 use wasmtime::component::Component;
 
+use super::diagnostics;
 use super::error::LoadError;
 
 /// The interface every policy exports, as this host speaks it.
@@ -42,7 +43,8 @@ pub(crate) fn classify(bytes: &[u8]) -> Result<(), LoadError> {
     }
 }
 
-/// Refuses any import and any export set that is not the policy world.
+/// Refuses any import but `diagnostics`, and any export set that is not the
+/// policy world.
 pub(crate) fn check_world(engine: &Engine, component: &Component) -> Result<(), LoadError> {
     let ty = component.component_type();
     // Every import, not the first: a policy built against WASI imports a
@@ -50,6 +52,7 @@ pub(crate) fn check_world(engine: &Engine, component: &Component) -> Result<(), 
     let imports: Vec<String> = ty
         .imports(engine)
         .map(|(name, _)| name.to_string())
+        .filter(|name| !name.starts_with(diagnostics::COMPATIBLE_PREFIX))
         .collect();
     if !imports.is_empty() {
         return Err(LoadError::ForbiddenImport { imports });

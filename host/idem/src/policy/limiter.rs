@@ -17,6 +17,9 @@ pub(crate) struct EvalState {
     pub max_memory: usize,
     pub max_table_elements: usize,
     pub peak_memory: usize,
+    /// What the policy said through `diagnostics.failing`, bounded and
+    /// escaped: the cause shown if the call fails.
+    pub said: Option<String>,
 }
 
 impl ResourceLimiter for EvalState {

@@ -10,6 +10,7 @@
 mod cache;
 mod config;
 mod convert;
+mod diagnostics;
 mod error;
 mod inspect;
 mod limiter;
@@ -30,6 +31,7 @@ use wasmtime::component::{Component, Linker};
 use wasmtime::{Engine, Store, Trap};
 
 pub use config::{DEFAULT_CACHE_MAX_BYTES, Limits, RuntimeConfig, default_cache_dir};
+pub use diagnostics::MAX_SAID_BYTES;
 pub use error::{EvalError, LoadError};
 pub use inspect::POLICY_INTERFACE;
 pub use memo::MemoStats;
@@ -153,7 +155,8 @@ impl PolicyRuntime {
         {
             cache.store(&digest.to_hex(), &component);
         }
-        let linker: Linker<EvalState> = Linker::new(&inner.wasm_engine);
+        let mut linker: Linker<EvalState> = Linker::new(&inner.wasm_engine);
+        diagnostics::add_to_linker(&mut linker)?;
         let pre = linker
             .instantiate_pre(&component)
             .map_err(|e| LoadError::Instantiate(format!("{e:#}")))?;
@@ -399,6 +402,7 @@ impl LoadedPolicy {
                 max_memory: limits.memory_bytes,
                 max_table_elements: limits.table_elements,
                 peak_memory: 0,
+                said: None,
             },
         );
         store.limiter(|s| s);
@@ -418,7 +422,18 @@ impl LoadedPolicy {
                 EvalError::Instantiate(format!("{e:#}"))
             }
         })?;
-        let value = f(&bindings, &mut store).map_err(|e| classify_failure(e, limits, started))?;
+        let value = f(&bindings, &mut store).map_err(|e| {
+            let failure = classify_failure(e, limits, started);
+            // A trap after the policy said why is its own failure, told in
+            // its own words; a limit stays the limit, whatever it said.
+            match (failure, store.data_mut().said.take()) {
+                (EvalError::Trap { message }, Some(said)) => EvalError::Failed {
+                    message: said,
+                    trap: message,
+                },
+                (failure, _) => failure,
+            }
+        })?;
         let remaining = store.get_fuel().unwrap_or(0);
         Ok(Evaluated {
             value,
