@@ -69,6 +69,23 @@ impl Env {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         self.idem(&args)
     }
+    /// `idem run` of charges for invoices i1 to i`n`, each executed.
+    fn run_invoices(&self, n: usize) {
+        let ops: String = (1..=n).map(|i| op(&format!("i{i}")) + "\n").collect();
+        let ops = self.write("ops.jsonl", &ops);
+        let policy = policy_path("billing-charge");
+        succeed(&mut self.idem(&[
+            "run",
+            "--policy",
+            policy.to_str().unwrap(),
+            "--store",
+            &self.store(),
+            "--ops",
+            ops.to_str().unwrap(),
+            "--",
+            "true",
+        ]));
+    }
     fn inspect(&self, args: &[&str]) -> Output {
         let store = self.store();
         let mut all = vec!["inspect", "--store", &store];
@@ -241,20 +258,7 @@ fn a_run_id_alone_is_recorded_as_scheduled_and_a_printed_key_prefix_finds_it() {
 fn inspect_says_when_the_listing_is_cut_and_refuses_an_ambiguous_prefix() {
     let env = Env::new();
     // Seventeen keys: two of them share their first hex digit.
-    let ops: String = (1..=17).map(|i| op(&format!("i{i}")) + "\n").collect();
-    let ops = env.write("ops.jsonl", &ops);
-    let policy = policy_path("billing-charge");
-    succeed(&mut env.idem(&[
-        "run",
-        "--policy",
-        policy.to_str().unwrap(),
-        "--store",
-        &env.store(),
-        "--ops",
-        ops.to_str().unwrap(),
-        "--",
-        "true",
-    ]));
+    env.run_invoices(17);
     let cut = env.inspect(&["--limit", "5"]);
     let table = text(&cut.stdout);
     assert_eq!(table.lines().count(), 1 + 5 + 1, "{table}");
@@ -293,20 +297,7 @@ fn inspect_says_when_the_listing_is_cut_and_refuses_an_ambiguous_prefix() {
 #[test]
 fn inspect_finds_a_record_by_its_operations_fields() {
     let env = Env::new();
-    let ops: String = (1..=17).map(|i| op(&format!("i{i}")) + "\n").collect();
-    let ops = env.write("ops.jsonl", &ops);
-    let policy = policy_path("billing-charge");
-    succeed(&mut env.idem(&[
-        "run",
-        "--policy",
-        policy.to_str().unwrap(),
-        "--store",
-        &env.store(),
-        "--ops",
-        ops.to_str().unwrap(),
-        "--",
-        "true",
-    ]));
+    env.run_invoices(17);
     let invoices = |args: &[&str]| -> Vec<String> {
         let mut all = vec!["--json"];
         all.extend_from_slice(args);
