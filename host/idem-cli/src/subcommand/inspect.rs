@@ -49,7 +49,11 @@ pub struct InspectArgs {
 fn field_filter(text: &str) -> Result<(String, String), String> {
     match text.split_once('=') {
         Some((name, value)) if !name.is_empty() => Ok((name.to_string(), value.to_string())),
-        _ => Err(format!("`{text}` is not NAME=VALUE (say invoice_id=R-189)")),
+        // What a person typed, shown back escaped.
+        _ => Err(format!(
+            "`{}` is not NAME=VALUE (say invoice_id=R-189)",
+            idem_core::text::escaped(text)
+        )),
     }
 }
 
