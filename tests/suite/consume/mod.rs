@@ -1,6 +1,7 @@
 //! `idem consume` against the real brokers of the machine: NATS JetStream
 //! (`IDEM_TEST_NATS_URL`, `nats.rs`), RabbitMQ (`IDEM_TEST_AMQP_URL`,
-//! `amqp.rs`) and Redis Streams (`IDEM_TEST_REDIS_URL`, `redis.rs`), each
+//! `amqp.rs`) and Redis Streams (`IDEM_TEST_REDIS_URL`, `redis.rs`), and
+//! Kafka (`kafka.rs`: librdkafka's mock cluster, started by each test), each
 //! running the same checks (this file) through a [`Broker`] of its own:
 //! - messages published several times (a publisher retrying) and delivered
 //!   again run each effect once, and every message ends acknowledged;
@@ -16,6 +17,7 @@
 //!   operation the same end, each source settling it its own way.
 
 mod amqp;
+mod kafka;
 mod nats;
 mod poison;
 mod redis;
@@ -456,6 +458,49 @@ fn a_broker_flag_that_does_not_fit_is_refused_before_anything_opens() {
         (
             &["--from", "redis://127.0.0.1:6379", "--queue", "q"][..],
             "--queue is not a flag for Redis",
+        ),
+        (
+            &["--from", "kafka://127.0.0.1:9092", "--topic", "t"][..],
+            "needs --topic and --consumer",
+        ),
+        (
+            &[
+                "--from",
+                "kafka://127.0.0.1:9092",
+                "--topic",
+                "t",
+                "--consumer",
+                "g",
+                "--stream",
+                "s",
+            ][..],
+            "--stream is not a flag for Kafka",
+        ),
+        (
+            &[
+                "--from",
+                "kafka://127.0.0.1:9092",
+                "--topic",
+                "t",
+                "--consumer",
+                "g",
+                "--shard",
+                "0/2",
+            ][..],
+            "--shard and --members are for NATS",
+        ),
+        (
+            &[
+                "--from",
+                "nats://127.0.0.1:4222",
+                "--stream",
+                "S",
+                "--consumer",
+                "c",
+                "--topic",
+                "t",
+            ][..],
+            "--topic is not a flag for NATS",
         ),
         (
             &["--from", "redis://127.0.0.1:6379", "--stream", "s"][..],

@@ -2,13 +2,16 @@
 //! (what a broker gives a consumer: deliveries, each to be acknowledged,
 //! put off or terminated) and one client per broker behind a cargo
 //! feature: `nats.rs` (feature `nats`) JetStream's, `amqp.rs` (feature
-//! `amqp`) RabbitMQ's, `redis.rs` (feature `redis`) Redis Streams'. A broker knows nothing of the engine or the run
+//! `amqp`) RabbitMQ's, `redis/` (feature `redis`) Redis Streams', `kafka/`
+//! (feature `kafka`) Kafka's. A broker knows nothing of the engine or the run
 //! loop, as a store knows nothing of wasm: the consumer maps an
 //! operation's end onto [`Delivery`]'s verbs, and the next broker is one
 //! more file here.
 
 #[cfg(feature = "amqp")]
 pub mod amqp;
+#[cfg(feature = "kafka")]
+pub mod kafka;
 #[cfg(feature = "nats")]
 pub mod nats;
 #[cfg(feature = "redis")]

@@ -1,5 +1,5 @@
 //! `idem consume`: exactly-once effects for the messages of a broker
-//! (NATS JetStream, RabbitMQ or Redis Streams). Each message is an operation in idem's
+//! (NATS JetStream, RabbitMQ, Redis Streams or Kafka). Each message is an operation in idem's
 //! operation JSON, run through the policy and the store exactly as `idem
 //! run` runs a line, by a command per message or by long-lived workers
 //! (`--worker`); a delivery is acknowledged only once its end is recorded
@@ -18,9 +18,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Args;
-use idem::broker::amqp::AmqpSource;
-use idem::broker::redis::RedisStreamSource;
-use idem::broker::{MessageSource, SourceError, nats::JetStreamSource};
+use idem::broker::MessageSource;
 use idem::consume::{ConsumeOptions, consume};
 use idem::engine::Engine;
 use idem::job::{Effect, End, JobError, JobEvent, Summary};
@@ -35,6 +33,9 @@ use crate::policy_args::PolicyArgs;
 use crate::run_flags::{PartitionFlags, RunFlags};
 use crate::shown::tell;
 use crate::store_args::{StoreArgs, runtime};
+use broker::Broker;
+
+mod broker;
 
 /// `idem consume`'s flags.
 #[derive(Args, Debug)]
@@ -45,7 +46,8 @@ pub struct ConsumeArgs {
     pub store: StoreArgs,
     /// The broker: `nats://HOST:PORT` (NATS with JetStream; --stream and
     /// --consumer), `amqp://USER:PASS@HOST:PORT/VHOST` (RabbitMQ; --queue)
-    /// or `redis://[USER:PASS@]HOST:PORT[/DB]` (Redis Streams; --stream and
+    /// `redis://[USER:PASS@]HOST:PORT[/DB]` (Redis Streams; --stream and
+    /// --consumer) or `kafka://HOST:PORT[,HOST:PORT…]` (Kafka; --topic and
     /// --consumer).
     #[arg(long, value_name = "URL")]
     pub from: String,
@@ -53,11 +55,16 @@ pub struct ConsumeArgs {
     /// (created with the group when it does not exist).
     #[arg(long, value_name = "NAME")]
     pub stream: Option<String>,
+    /// Kafka: the topic to read (the group starts at its beginning when it
+    /// has committed nothing).
+    #[arg(long, value_name = "NAME")]
+    pub topic: Option<String>,
     /// JetStream: the durable pull consumer to read through; created
     /// (explicit acknowledgement) when it does not exist. Redis: the
     /// consumer group, created at the start of the stream when it does not
     /// exist (each process reads as a consumer of its own within it).
-    /// Consumers sharing one name share its messages.
+    /// Kafka: the consumer group. Consumers sharing one name share its
+    /// messages.
     #[arg(long, value_name = "NAME")]
     pub consumer: Option<String>,
     /// JetStream: only the subjects matching this filter (when the consumer
@@ -67,9 +74,11 @@ pub struct ConsumeArgs {
     /// JetStream: how long a delivery not acknowledged waits before the
     /// broker gives it to another consumer (when the consumer is created),
     /// e.g. `30s`. Redis: how long an entry stays pending before another
-    /// consumer of the group takes it over (`XAUTOCLAIM`). A running effect
-    /// is reported in progress every third of it, so an effect may take
-    /// longer.
+    /// consumer of the group takes it over (`XAUTOCLAIM`); a running effect
+    /// keeps its entry by resetting that every third of it. Kafka: the
+    /// session timeout, after which a consumer not heard from (crashed,
+    /// paused) loses its partitions to the others; a live consumer keeps
+    /// them however long an effect runs.
     #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration, default_value = "30s")]
     pub ack_wait: Duration,
     /// Redis: the entry field that holds the operation JSON (an entry
@@ -78,8 +87,10 @@ pub struct ConsumeArgs {
     pub operation_field: Option<String>,
     /// Redis: copy each entry refused for good to this stream (with the
     /// field `idem-delivery` naming where it came from) before
-    /// acknowledging it.
-    #[arg(long, value_name = "STREAM")]
+    /// acknowledging it. Kafka: produce each message refused for good to
+    /// this topic (with the header `idem-delivery`) before committing past
+    /// it.
+    #[arg(long, value_name = "STREAM|TOPIC")]
     pub dead_letter: Option<String>,
     /// RabbitMQ: the queue to consume (it must exist). Consumers of one
     /// queue share its messages.
@@ -92,11 +103,11 @@ pub struct ConsumeArgs {
     pub prefetch: Option<u16>,
     /// Forward a message whose lapsed claim the policy sends to review to
     /// this subject (NATS; a stream must capture it), queue (RabbitMQ; it
-    /// must exist) or stream (Redis) before acknowledging it, with headers naming its record
+    /// must exist), stream (Redis) or topic (Kafka) before acknowledging it, with headers naming its record
     /// (idem-namespace, idem-key), why (idem-reason) and where it came from
     /// (idem-delivery). Without it the message is acknowledged; its record
     /// waits in `idem review` either way.
-    #[arg(long, value_name = "SUBJECT|QUEUE|STREAM")]
+    #[arg(long, value_name = "SUBJECT|QUEUE|STREAM|TOPIC")]
     pub review_to: Option<String>,
     /// How many messages' effects run at once.
     #[arg(long, value_name = "N", default_value_t = 1)]
@@ -215,148 +226,6 @@ pub fn run(args: ConsumeArgs) -> Result<u8, Failure> {
             exit::SUCCESS
         })
     })
-}
-
-/// The broker `--from` names, its own flags checked.
-enum Broker {
-    JetStream { stream: String, consumer: String },
-    Rabbit { queue: String, prefetch: u16 },
-    Redis { stream: String, group: String },
-}
-
-impl Broker {
-    fn of(args: &ConsumeArgs) -> Result<Broker, Failure> {
-        let scheme = args.from.split_once("://").map(|(s, _)| s);
-        let jetstream = [("--subject", args.subject.is_some())];
-        let streams = [
-            ("--stream", args.stream.is_some()),
-            ("--consumer", args.consumer.is_some()),
-        ];
-        let rabbit = [
-            ("--queue", args.queue.is_some()),
-            ("--prefetch", args.prefetch.is_some()),
-        ];
-        let redis = [
-            ("--operation-field", args.operation_field.is_some()),
-            ("--dead-letter", args.dead_letter.is_some()),
-        ];
-        let refuse = |flags: &[(&str, bool)], broker: &str| match flags
-            .iter()
-            .find(|(_, given)| *given)
-        {
-            Some((flag, _)) => Err(Failure::input(format!("{flag} is not a flag for {broker}"))),
-            None => Ok(()),
-        };
-        match scheme {
-            Some("nats" | "tls") => {
-                refuse(&rabbit, "NATS (--from nats://…)")?;
-                refuse(&redis, "NATS (--from nats://…)")?;
-                let (Some(stream), Some(consumer)) = (&args.stream, &args.consumer) else {
-                    return Err(Failure::input(
-                        "reading NATS JetStream needs --stream and --consumer",
-                    ));
-                };
-                Ok(Broker::JetStream {
-                    stream: stream.clone(),
-                    consumer: consumer.clone(),
-                })
-            }
-            Some("amqp") => {
-                refuse(&jetstream, "RabbitMQ (--from amqp://…)")?;
-                refuse(&streams, "RabbitMQ (--from amqp://…)")?;
-                refuse(&redis, "RabbitMQ (--from amqp://…)")?;
-                let Some(queue) = &args.queue else {
-                    return Err(Failure::input("reading RabbitMQ needs --queue"));
-                };
-                // Measured: a message put back on a shared queue comes back
-                // to the consumer that returned it, so another member's
-                // message never reaches its owner.
-                if args.partition.shard.is_some() || args.partition.members.is_some() {
-                    return Err(Failure::input(
-                        "--shard and --members are for NATS: RabbitMQ hands a message put back \
-                         on a queue to the consumer that returned it, so it would never reach its \
-                         owner. Give each shard a queue of its own instead",
-                    ));
-                }
-                let twice = u16::try_from(args.concurrency.saturating_mul(2)).unwrap_or(u16::MAX);
-                let prefetch = args.prefetch.unwrap_or(twice);
-                if prefetch == 0 {
-                    return Err(Failure::input("--prefetch must be at least 1"));
-                }
-                Ok(Broker::Rabbit {
-                    queue: queue.clone(),
-                    prefetch,
-                })
-            }
-            Some("redis") => {
-                refuse(&jetstream, "Redis (--from redis://…)")?;
-                refuse(&rabbit, "Redis (--from redis://…)")?;
-                let (Some(stream), Some(group)) = (&args.stream, &args.consumer) else {
-                    return Err(Failure::input(
-                        "reading Redis Streams needs --stream and --consumer (the group)",
-                    ));
-                };
-                // An entry put off stays pending with the consumer that put
-                // it off, which reads it again: another member's would
-                // never reach its owner.
-                if args.partition.shard.is_some() || args.partition.members.is_some() {
-                    return Err(Failure::input(
-                        "--shard and --members are for NATS: a Redis entry put off comes back to \
-                         the consumer that put it off, so it would never reach its owner. Give \
-                         each shard a stream of its own instead",
-                    ));
-                }
-                if args.operation_field.as_deref().is_some_and(str::is_empty) {
-                    return Err(Failure::input("--operation-field needs a field name"));
-                }
-                Ok(Broker::Redis {
-                    stream: stream.clone(),
-                    group: group.clone(),
-                })
-            }
-            Some(tls @ ("amqps" | "rediss")) => Err(Failure::input(format!(
-                "--from {}: {tls}:// (TLS) is not supported yet; use {}:// on a trusted network",
-                args.from,
-                tls.trim_end_matches('s')
-            ))),
-            _ => Err(Failure::input(format!(
-                "--from {}: not a broker idem reads; expected nats://HOST:PORT, amqp://HOST:PORT or redis://HOST:PORT",
-                args.from
-            ))),
-        }
-    }
-
-    async fn connect(&self, args: &ConsumeArgs) -> Result<Box<dyn MessageSource>, SourceError> {
-        Ok(match self {
-            Broker::JetStream { stream, consumer } => Box::new(
-                JetStreamSource::connect(
-                    &args.from,
-                    stream,
-                    consumer,
-                    args.subject.as_deref(),
-                    args.ack_wait,
-                )
-                .await?
-                .read_ahead(args.concurrency),
-            ),
-            Broker::Rabbit { queue, prefetch } => {
-                Box::new(AmqpSource::connect(&args.from, queue, *prefetch).await?)
-            }
-            Broker::Redis { stream, group } => Box::new(
-                RedisStreamSource::connect(
-                    &args.from,
-                    stream,
-                    group,
-                    args.operation_field
-                        .as_deref()
-                        .unwrap_or(idem::broker::redis::DEFAULT_FIELD),
-                    args.ack_wait,
-                    args.dead_letter.as_deref(),
-                )
-                .await?,
-            ),
-        })
-    }
 }
 
 async fn consume_with<E: Effect>(
