@@ -96,63 +96,6 @@ fn failures_say_what_happened() {
     );
 }
 
-/// A policy that answers "wait" for a duplicate in progress, every time:
-/// the engine waits what the first wait said, in all, then says the
-/// operation is still in progress (not that the record kept changing).
-#[test]
-fn a_repeated_wait_ends_still_in_progress() {
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
-    std::fs::write(
-        d.join("op.json"),
-        r#"{"kind":"wait","tenant":"t","fields":{}}"#,
-    )
-    .unwrap();
-    let store = format!("sqlite:{}", d.join("idem.db").display());
-    let policy = policy_path("fixture-misbehaving");
-    let exec = |cmd: &str| {
-        let mut c = Command::new(idem_bin());
-        c.args([
-            "exec",
-            "--policy",
-            policy.to_str().unwrap(),
-            "--store",
-            &store,
-        ])
-        .arg("--op")
-        .arg(d.join("op.json"))
-        .args(["--", "sh", "-c", cmd])
-        .current_dir(d)
-        .env("IDEM_CACHE_DIR", d.join("cache"))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-        c
-    };
-    let holder = exec("touch started; while [ ! -e go ]; do sleep 0.05; done")
-        .spawn()
-        .unwrap();
-    while !d.join("started").exists() {
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    let waiter = exec("echo ran").output().unwrap();
-    std::fs::write(d.join("go"), "").unwrap();
-    let held = holder.wait_with_output().unwrap();
-    assert!(held.status.success(), "{}", text(&held.stderr));
-    let stderr = text(&waiter.stderr);
-    assert_eq!(waiter.status.code(), Some(75), "{stderr}");
-    assert!(
-        stderr.contains("the operation is still in progress"),
-        "{stderr}"
-    );
-    // `wait(20)` is 20 ms in all: asked again once it is spent, the engine
-    // does not wait another 20 ms per round.
-    assert!(
-        stderr.contains("waited 1 time as the policy asked (at most 20 ms in all)"),
-        "{stderr}"
-    );
-    assert_eq!(text(&waiter.stdout), "", "the waiter never ran its command");
-}
-
 #[cfg(unix)]
 #[test]
 fn a_cache_another_user_could_write_is_not_used() {
