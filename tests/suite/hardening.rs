@@ -170,3 +170,58 @@ fn a_cache_another_user_could_write_is_not_used() {
         Err(e) => eprintln!("not checking a foreign owner: cannot chown here ({e})"),
     }
 }
+
+/// The compiled-policy cache keeps to its bound (`$IDEM_CACHE_MAX_SIZE`):
+/// the least recently used artifacts go after each write, the one just
+/// written stays; `idem cache prune` empties it on demand; a bound that is
+/// not a size is refused, not ignored.
+#[test]
+fn the_cache_keeps_to_its_bound_and_is_pruned_on_demand() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("cache");
+    let artifacts = || {
+        std::fs::read_dir(&cache)
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().ends_with(".cwasm"))
+            .count()
+    };
+    let describe = |policy: &str, bound: Option<&str>| {
+        let mut c = Command::new(idem_bin());
+        c.args(["describe", "--policy"])
+            .arg(policy_path(policy))
+            .env("IDEM_CACHE_DIR", &cache);
+        match bound {
+            Some(b) => c.env("IDEM_CACHE_MAX_SIZE", b),
+            None => c.env_remove("IDEM_CACHE_MAX_SIZE"),
+        };
+        c.output().unwrap()
+    };
+    for policy in ["billing-charge", "http-idempotency-key"] {
+        let out = describe(policy, Some("1"));
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        assert_eq!(artifacts(), 1, "only the artifact just written stays");
+    }
+    let out = describe("provider-charge", None);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(artifacts(), 2, "1 GiB by default");
+
+    let out = Command::new(idem_bin())
+        .args(["cache", "prune", "--max-size", "0", "--cache-dir"])
+        .arg(&cache)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let said = text(&out.stdout);
+    assert!(said.starts_with("removed 2 compiled policies ("), "{said}");
+    assert!(said.contains("; kept 0 (0 B) in "), "{said}");
+    assert_eq!(artifacts(), 0);
+
+    let out = describe("billing-charge", Some("lots"));
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("$IDEM_CACHE_MAX_SIZE: `lots` is not a size"),
+        "{}",
+        text(&out.stderr)
+    );
+}
