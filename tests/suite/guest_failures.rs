@@ -1,15 +1,15 @@
-//! What a JavaScript or Python policy's author sees when the policy fails:
-//! its own message, always. A thrown error, a typo, a call the sandbox
-//! cannot serve (a clock, `print`, a lazy `import`), a syntax error and a
-//! missing export each come out of `idem build`, `idem key` and `idem test`
-//! naming the cause and the author's file and line (the lines are found in
-//! the sources below, not written down twice). A build the host would
-//! refuse leaves no component behind.
+//! What a policy's author sees when the policy fails: its own message,
+//! always. A Rust panic; a thrown error, a typo, a call the sandbox cannot
+//! serve (a clock, `print`, a lazy `import`), a syntax error and a missing
+//! export in JavaScript or Python: each comes out of `idem build`, `idem
+//! key` and `idem test` naming the cause and the author's file and line (the
+//! lines are found in the sources, not written down twice). A build the
+//! host would refuse leaves no component behind.
 
 use std::path::Path;
 use std::process::{Command, Output};
 
-use idem_tests::{idem_bin, ports, tool_available};
+use idem_tests::{idem_bin, policy_path, ports, tool_available};
 
 /// `idem` in `dir`, with the toolchains the suite keeps.
 fn idem(dir: &Path, args: &[&str]) -> Output {
@@ -123,6 +123,36 @@ fn key_and_test_say(root: &Path, component: &str, kind: &str, expected: &[String
             "idem test: no `{text}` in:\n{tested}"
         );
     }
+}
+
+/// The misbehaving fixture, built by the suite's build script: its `trap`
+/// kind panics.
+const MISBEHAVING: &str = include_str!("../fixtures/misbehaving/src/lib.rs");
+
+#[test]
+fn a_rust_policy_panics_in_its_own_words() {
+    let root = tempfile::tempdir().unwrap();
+    let root = root.path();
+    let component = policy_path("fixture-misbehaving");
+    let marker = "panic!(\"asked to trap\")";
+    let line = line_of(MISBEHAVING, marker);
+    let column = MISBEHAVING
+        .lines()
+        .nth(line - 1)
+        .unwrap()
+        .find(marker)
+        .unwrap()
+        + 1;
+    // The place is the macro's, relative to the workspace the guest was
+    // built in (as rustc was handed the file).
+    key_and_test_say(
+        root,
+        component.to_str().unwrap(),
+        "trap",
+        &[format!(
+            "uncaught in the policy: panic: asked to trap at tests/fixtures/misbehaving/src/lib.rs:{line}:{column}"
+        )],
+    );
 }
 
 const JS_POLICY: &str = r#"import { definePolicy, Derivation, Decision } from '@idem/policy';

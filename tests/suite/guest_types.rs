@@ -12,6 +12,10 @@
 //! `clients/mod.rs` does for pytest: never into the work tree, where `npm
 //! ci` would also wipe an author's own `node_modules`. Without Node.js or
 //! CPython the test says it skipped; under `CI=true` that is a failure.
+//!
+//! And `pip install` of the Python SDK, plain and editable, as an author
+//! runs it from a checkout: into a virtual environment, leaving the
+//! checkout's SDK folder as it was.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -190,4 +194,82 @@ fn the_python_sdk_passes_mypy_strict_and_its_tests_under_pytest() {
         (tested - installed).as_secs_f64(),
         (started.elapsed() - tested).as_secs_f64()
     );
+}
+
+/// Every file under `dir` but Python's byte-code caches (another test's
+/// interpreter may write those at any time), with its length.
+fn files_under(dir: &Path) -> Vec<(PathBuf, u64)> {
+    let mut out = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for entry in std::fs::read_dir(&d).unwrap().flatten() {
+            let path = entry.path();
+            if entry.file_name() == "__pycache__" {
+                continue;
+            }
+            if path.is_dir() {
+                todo.push(path);
+            } else {
+                let len = entry.metadata().unwrap().len();
+                out.push((path.strip_prefix(dir).unwrap().to_path_buf(), len));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn installing_the_python_sdk_leaves_the_checkout_as_it_was() {
+    let test = "installing_the_python_sdk_leaves_the_checkout_as_it_was";
+    if !tool_available(test, "python3") {
+        return;
+    }
+    let sdk = workspace_root().join("guest/python/sdk");
+    let before = files_under(&sdk);
+    let venv = tempfile::tempdir().unwrap();
+    passes(
+        "python3 -m venv",
+        Command::new("python3")
+            .args(["-m", "venv"])
+            .arg(venv.path()),
+    );
+    let python = venv.path().join("bin/python");
+    for editable in [false, true] {
+        let mut pip = Command::new(&python);
+        pip.args([
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+        ]);
+        if editable {
+            pip.arg("--editable");
+        }
+        passes(
+            &format!("pip install (editable: {editable}) of the SDK (PyPI must be reachable)"),
+            pip.arg(&sdk).env("PYTHONDONTWRITEBYTECODE", "1"),
+        );
+        // Installed whole: the package, its subpackage and its annotations.
+        let found = passes(
+            "import idem_policy from the virtual environment",
+            Command::new(&python)
+                .args([
+                    "-c",
+                    "import idem_policy, idem_policy._host, importlib.resources as r; \
+                     print(r.files('idem_policy').joinpath('py.typed').is_file())",
+                ])
+                .env("PYTHONDONTWRITEBYTECODE", "1")
+                .env_remove("PYTHONPATH")
+                .current_dir(venv.path()),
+        );
+        assert_eq!(found.trim(), "True", "editable: {editable}");
+        assert_eq!(
+            files_under(&sdk),
+            before,
+            "pip install (editable: {editable}) wrote into {}",
+            sdk.display()
+        );
+    }
 }

@@ -96,63 +96,6 @@ fn failures_say_what_happened() {
     );
 }
 
-/// A policy that answers "wait" for a duplicate in progress, every time:
-/// the engine waits what the first wait said, in all, then says the
-/// operation is still in progress (not that the record kept changing).
-#[test]
-fn a_repeated_wait_ends_still_in_progress() {
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
-    std::fs::write(
-        d.join("op.json"),
-        r#"{"kind":"wait","tenant":"t","fields":{}}"#,
-    )
-    .unwrap();
-    let store = format!("sqlite:{}", d.join("idem.db").display());
-    let policy = policy_path("fixture-misbehaving");
-    let exec = |cmd: &str| {
-        let mut c = Command::new(idem_bin());
-        c.args([
-            "exec",
-            "--policy",
-            policy.to_str().unwrap(),
-            "--store",
-            &store,
-        ])
-        .arg("--op")
-        .arg(d.join("op.json"))
-        .args(["--", "sh", "-c", cmd])
-        .current_dir(d)
-        .env("IDEM_CACHE_DIR", d.join("cache"))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-        c
-    };
-    let holder = exec("touch started; while [ ! -e go ]; do sleep 0.05; done")
-        .spawn()
-        .unwrap();
-    while !d.join("started").exists() {
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    let waiter = exec("echo ran").output().unwrap();
-    std::fs::write(d.join("go"), "").unwrap();
-    let held = holder.wait_with_output().unwrap();
-    assert!(held.status.success(), "{}", text(&held.stderr));
-    let stderr = text(&waiter.stderr);
-    assert_eq!(waiter.status.code(), Some(75), "{stderr}");
-    assert!(
-        stderr.contains("the operation is still in progress"),
-        "{stderr}"
-    );
-    // `wait(20)` is 20 ms in all: asked again once it is spent, the engine
-    // does not wait another 20 ms per round.
-    assert!(
-        stderr.contains("waited 1 time as the policy asked (at most 20 ms in all)"),
-        "{stderr}"
-    );
-    assert_eq!(text(&waiter.stdout), "", "the waiter never ran its command");
-}
-
 #[cfg(unix)]
 #[test]
 fn a_cache_another_user_could_write_is_not_used() {
@@ -226,4 +169,59 @@ fn a_cache_another_user_could_write_is_not_used() {
         }
         Err(e) => eprintln!("not checking a foreign owner: cannot chown here ({e})"),
     }
+}
+
+/// The compiled-policy cache keeps to its bound (`$IDEM_CACHE_MAX_SIZE`):
+/// the least recently used artifacts go after each write, the one just
+/// written stays; `idem cache prune` empties it on demand; a bound that is
+/// not a size is refused, not ignored.
+#[test]
+fn the_cache_keeps_to_its_bound_and_is_pruned_on_demand() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("cache");
+    let artifacts = || {
+        std::fs::read_dir(&cache)
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().ends_with(".cwasm"))
+            .count()
+    };
+    let describe = |policy: &str, bound: Option<&str>| {
+        let mut c = Command::new(idem_bin());
+        c.args(["describe", "--policy"])
+            .arg(policy_path(policy))
+            .env("IDEM_CACHE_DIR", &cache);
+        match bound {
+            Some(b) => c.env("IDEM_CACHE_MAX_SIZE", b),
+            None => c.env_remove("IDEM_CACHE_MAX_SIZE"),
+        };
+        c.output().unwrap()
+    };
+    for policy in ["billing-charge", "http-idempotency-key"] {
+        let out = describe(policy, Some("1"));
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        assert_eq!(artifacts(), 1, "only the artifact just written stays");
+    }
+    let out = describe("provider-charge", None);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(artifacts(), 2, "1 GiB by default");
+
+    let out = Command::new(idem_bin())
+        .args(["cache", "prune", "--max-size", "0", "--cache-dir"])
+        .arg(&cache)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let said = text(&out.stdout);
+    assert!(said.starts_with("removed 2 compiled policies ("), "{said}");
+    assert!(said.contains("; kept 0 (0 B) in "), "{said}");
+    assert_eq!(artifacts(), 0);
+
+    let out = describe("billing-charge", Some("lots"));
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("$IDEM_CACHE_MAX_SIZE: `lots` is not a size"),
+        "{}",
+        text(&out.stderr)
+    );
 }

@@ -6,7 +6,8 @@
 // has none: a file that checks nothing proves nothing), 2 on a usage error or
 // a file that is not a cases file.
 
-import { runCasesFile, formatReport } from './testing/index.js';
+import { loadPolicy, readCasesFile, runCases, formatReport } from './testing/index.js';
+import { describeLoadFailure } from './testing/frames.js';
 
 const [policyPath, casesPath, ...rest] = process.argv.slice(2);
 if (!policyPath || !casesPath || rest.length > 0) {
@@ -14,13 +15,24 @@ if (!policyPath || !casesPath || rest.length > 0) {
   process.exit(2);
 }
 
-let report;
+// Each file's fault is told under its own name: a policy that does not load
+// (a syntax error, a throw at its top level, no `policy` export) is not the
+// cases file's fault, and its message names the policy's file and line.
+let policy;
 try {
-  report = await runCasesFile(policyPath, casesPath);
+  policy = await loadPolicy(policyPath);
+} catch (e) {
+  console.error(`${policyPath}: the policy does not load: ${describeLoadFailure(policyPath, e)}`);
+  process.exit(2);
+}
+let file;
+try {
+  file = await readCasesFile(casesPath);
 } catch (e) {
   console.error(`${casesPath}: ${e.message}`);
   process.exit(2);
 }
+const report = runCases(policy, file);
 console.log(formatReport(casesPath, report));
 const failed = report.results.some((r) => !r.passed) || report.results.length === 0;
 process.exit(failed ? 1 : 0);

@@ -62,7 +62,7 @@ export const Decision = Object.freeze({
   replay: () => ({ tag: 'replay' }),
   /** Refuse this duplicate. @param {number} status @param {string} reason @param {number | bigint} [retryAfterMs] @returns {DecisionValue} */
   reject: (status, reason, retryAfterMs) => ({ tag: 'reject', val: rejection(status, reason, retryAfterMs) }),
-  /** Wait up to `ms` for an in-progress record. @param {number | bigint} ms @returns {DecisionValue} */
+  /** Wait up to `ms` in all for an in-progress record (the host may cap it, never extend it). @param {number | bigint} ms @returns {DecisionValue} */
   wait: (ms) => ({ tag: 'wait', val: toU64(ms, 'wait') }),
   /** Run the effect again under the same key. @returns {DecisionValue} */
   reExecute: () => ({ tag: 're-execute' }),

@@ -221,7 +221,7 @@ export interface Rejection {
 export interface Replay { readonly tag: 'replay' }
 /** Refuse this duplicate. */
 export interface Reject { readonly tag: 'reject'; readonly val: Rejection }
-/** Wait up to `val` ms for an in-progress record, then decide again. */
+/** Wait up to `val` ms in all for an in-progress record, then decide again (a wait decided again gets what is left). */
 export interface Wait { readonly tag: 'wait'; readonly val: bigint }
 /** Run the effect again under the same key. */
 export interface ReExecute { readonly tag: 're-execute' }
@@ -239,7 +239,7 @@ export declare const Decision: Readonly<{
   replay(): Replay;
   /** Refuse this duplicate with `status` (400 to 599) and `reason`. */
   reject(status: number, reason: string, retryAfterMs?: number | bigint): Reject;
-  /** Wait up to `ms` (1 to 60000) for an in-progress record with a live lease. */
+  /** Wait up to `ms` (1 to 60000) in all for an in-progress record with a live lease; the host may cap it (`--max-wait`). */
   wait(ms: number | bigint): Wait;
   /** Run the effect again under the same key (never for a completed record). */
   reExecute(): ReExecute;

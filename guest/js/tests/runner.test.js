@@ -4,8 +4,11 @@
 
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { execFileSync } from 'node:child_process';
-import { fileURLToPath } from 'node:url';
+import { execFileSync, spawnSync } from 'node:child_process';
+import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath, pathToFileURL } from 'node:url';
 import { runCasesFile, runCases, parseCasesFile, loadPolicy } from '../sdk/testing/index.js';
 
 const here = (p) => fileURLToPath(new URL(p, import.meta.url));
@@ -66,9 +69,16 @@ test('a throw or a wrong expectation fails one case only (testing.rs)', async ()
     ['invalid op', false],
   ]);
   const detail = (i) => report.results[i].detail;
-  assert.match(detail(2), /threw in derive \(in the host: a trap\): invoice boom is not supported/);
+  // The exception's type and the policy's own file and line, as the host
+  // names them (the path relative to the working directory when inside it).
+  const fragile = readFileSync(here('fixtures/fragile-policy.js'), 'utf8').split('\n');
+  const lineOf = (marker) => fragile.findIndex((l) => l.includes(marker)) + 1;
+  const at = (fn, marker) => new RegExp(`at ${fn} \\((?:.*/)?fixtures/fragile-policy\\.js:${lineOf(marker)}\\)$`);
+  assert.match(detail(2), /threw in derive \(in the host: a trap\): Error: invoice boom is not supported at /);
+  assert.match(detail(2), at('derive', "'invoice boom is not supported'"));
   assert.match(detail(4), /failed without deriving a key/);
-  assert.match(detail(5), /threw in on-duplicate/);
+  assert.match(detail(5), /threw in on-duplicate \(in the host: a trap\): Error: no duplicates here at /);
+  assert.match(detail(5), at('onDuplicate', "'no duplicates here'"));
   assert.match(detail(6), /1\.5 \(number\) as leaseS, which the contract cannot carry/);
   assert.match(detail(7), /checks nothing/);
   assert.match(detail(8), /the case's op is invalid: .*unknown field `colour`/);
@@ -104,4 +114,45 @@ test('a repeated field inside a case\'s op is collapsed (last wins), as the host
 test('a cases file with an unknown member is not a cases file', () => {
   assert.throws(() => parseCasesFile('{"cases":[],"colour":1}'), /unknown field `colour`/);
   assert.throws(() => parseCasesFile('{"cases":[{"name":"a","op":{},"expect":{"keys":"x"}}]}'), /unknown field `keys`/);
+});
+
+// The CLI, run where an author runs `npm test`: the policy's own faults are
+// told under the policy's name with its file and line, never blamed on
+// cases.json.
+test('the CLI names the policy\'s file and line for its own faults, not the cases file', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'idem-js-cases-'));
+  const sdk = pathToFileURL(here('../sdk/index.js')).href;
+  const source = (body) => `import { definePolicy, Derivation, Decision } from ${JSON.stringify(sdk)};
+export const policy = definePolicy({
+  describe: () => ({ name: 'p', version: '1.0.0', namespace: 'p', description: 'p' }),
+  derive(op) {
+    ${body}
+  },
+  onDuplicate: (ctx) => Decision.standard(ctx),
+});
+`;
+  writeFileSync(join(dir, 'cases.json'), JSON.stringify({ cases: [{ name: 'one', op: { kind: 'k', tenant: 't', fields: { id: '1' } }, expect: { partition: 't' } }] }));
+  const run = (name, body) => {
+    writeFileSync(join(dir, name), body);
+    return spawnSync(process.execPath, [here('../sdk/cases.js'), name, 'cases.json'], { cwd: dir, encoding: 'utf8' });
+  };
+
+  // A throw while a case runs: the case fails with the policy's line.
+  const thrown = run('thrown.js', source("return op.txt('id'); // TYPO"));
+  assert.equal(thrown.status, 1, thrown.stderr);
+  assert.match(thrown.stdout, /FAIL one: the policy threw in derive \(in the host: a trap\): TypeError: op\.txt is not a function at derive \(thrown\.js:5\)$/m);
+
+  // A syntax error: Node.js's message under the policy's name, with its line.
+  const broken = run('broken.js', source("return op.text('id') +; // TYPO"));
+  assert.equal(broken.status, 2, broken.stderr);
+  assert.match(broken.stderr, /^broken\.js: the policy does not load: SyntaxError: Unexpected token ';' at broken\.js:5\n/);
+  assert.doesNotMatch(broken.stderr, /cases\.json/);
+
+  // A throw at the module's top level, and no `policy` export.
+  const top = run('top.js', `${source("return new Derivation('t');")}process.env.X.trim(); // TOP\n`);
+  assert.equal(top.status, 2, top.stderr);
+  assert.match(top.stderr, /^top\.js: the policy does not load: TypeError: .* at <module> \(top\.js:9\)$/m);
+  const unexported = run('unexported.js', source("return new Derivation('t');").replace('export const policy', 'const policy'));
+  assert.equal(unexported.status, 2, unexported.stderr);
+  assert.match(unexported.stderr, /^unexported\.js: the policy does not load: Error: unexported\.js has no `policy` export/);
 });

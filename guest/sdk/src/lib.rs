@@ -37,9 +37,12 @@
 //! `idem-guest-build` crate); test it natively with a cases file through
 //! [`testing::assert_cases`] and as the built `.wasm` with `idem test`.
 //!
-//! The policy is pure: it imports nothing (no clock, randomness or I/O) and
-//! must return the same answer for the same input. A panic is a trap: the host
-//! reports it but the message is lost, so return a [`PolicyError`] instead.
+//! The policy is pure: it imports nothing (no clock, randomness or I/O) but the
+//! contract's `diagnostics`, and must return the same answer for the same
+//! input. A panic is a trap: the evaluation fails, and the host shows the
+//! panic's message and `file:line:column` (the export glue tells it through
+//! `diagnostics` before the trap). Return a [`PolicyError`] to refuse an
+//! operation: a panic is a bug, not a refusal.
 
 #![warn(missing_docs)]
 
@@ -47,6 +50,8 @@
 mod arena;
 mod decimal;
 mod helpers;
+#[cfg(all(target_arch = "wasm32", feature = "panic-message"))]
+mod panic;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod testing;
 
@@ -91,8 +96,22 @@ pub trait Policy {
     fn on_duplicate(ctx: &DuplicateContext) -> Decision;
 }
 
+/// Called by [`export_policy!`]'s glue before each call: on wasm, a panic's
+/// message and place then reach the host before the trap (feature
+/// `panic-message`, on by default; natively the cases runner catches a
+/// panic itself, so nothing is installed).
+#[doc(hidden)]
+pub fn __report_panics() {
+    #[cfg(all(target_arch = "wasm32", feature = "panic-message"))]
+    panic::report_panics();
+}
+
 /// Exports a [`Policy`] implementation as the component's `idem:policy/policy`
 /// interface. Use it once per policy crate.
+///
+/// The glue also makes a panic in the policy reach the host with its message
+/// and `file:line:column` ("uncaught in the policy: panic: … at src/lib.rs:…")
+/// instead of a bare trap.
 #[macro_export]
 macro_rules! export_policy {
     ($policy:ty) => {
@@ -101,12 +120,15 @@ macro_rules! export_policy {
 
         impl $crate::bindings::exports::idem::policy::policy::Guest for __IdemPolicyExport {
             fn describe() -> $crate::PolicyInfo {
+                $crate::__report_panics();
                 <$policy as $crate::Policy>::describe()
             }
             fn derive(op: $crate::Operation) -> ::core::result::Result<$crate::Derivation, $crate::PolicyError> {
+                $crate::__report_panics();
                 <$policy as $crate::Policy>::derive(&op)
             }
             fn on_duplicate(ctx: $crate::DuplicateContext) -> $crate::Decision {
+                $crate::__report_panics();
                 <$policy as $crate::Policy>::on_duplicate(&ctx)
             }
         }

@@ -90,6 +90,8 @@ enum Command {
     Policy(subcommand::policy::PolicyArgs),
     /// Create a store or bring its schema up to date.
     Migrate(subcommand::migrate::MigrateArgs),
+    /// The cache of compiled policies: prune it to a size.
+    Cache(subcommand::cache::CacheArgs),
     /// Serve a JSON API over HTTP (derive, begin, complete, fail, heartbeat, resolve, report) for services in any language.
     Serve(subcommand::serve::ServeArgs),
 }
@@ -125,6 +127,7 @@ fn main() -> ExitCode {
         Command::Serve(args) => subcommand::serve::run(args),
         Command::Diff(args) => subcommand::diff::run(args),
         Command::Policy(args) => subcommand::policy::run(args),
+        Command::Cache(args) => subcommand::cache::run(args),
     };
     match result {
         Ok(code) => ExitCode::from(code),

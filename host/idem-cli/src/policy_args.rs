@@ -81,6 +81,7 @@ impl RuntimeArgs {
         } else {
             self.cache_dir.clone().or_else(default_cache_dir)
         };
+        config.cache_max_bytes = crate::subcommand::cache::max_bytes_from_env()?;
         // A CLI run evaluates one thing at a time; a small pool starts faster.
         config.max_concurrent_evaluations = 4;
         Ok(Runtime(PolicyRuntime::new(config).map_err(Failure::input)?))

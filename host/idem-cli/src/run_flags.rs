@@ -35,6 +35,32 @@ pub struct RunFlags {
     /// exits 69. `0` gives up at the first failure.
     #[arg(long, value_name = "DURATION", value_parser = parse_outage, default_value = "60s")]
     pub store_outage: Duration,
+    /// The longest a duplicate waits for a live holder in all, whatever the
+    /// policy's `wait` asks (the shorter of the two), e.g. `2s`, `500ms`;
+    /// `0`: a duplicate is answered in progress at once [default: the
+    /// policy's wait, at most 60s].
+    #[arg(long, value_name = "DURATION", value_parser = parse_max_wait)]
+    pub max_wait: Option<Duration>,
+}
+
+/// The longest wait a policy may ask for (`wait`'s 60000 ms): a larger
+/// `--max-wait` would cap nothing.
+pub const MAX_WAIT: Duration = Duration::from_secs(60);
+
+/// `--max-wait DURATION`: `0`, or up to [`MAX_WAIT`].
+pub fn parse_max_wait(text: &str) -> Result<Duration, String> {
+    let wait = if text.trim() == "0" {
+        Duration::ZERO
+    } else {
+        humantime::parse_duration(text)
+            .map_err(|e| format!("`{text}`: {e} (e.g. `2s`, `500ms`, or `0`)"))?
+    };
+    if wait > MAX_WAIT {
+        return Err(format!(
+            "`{text}` is longer than any wait a policy may ask for (60s)"
+        ));
+    }
+    Ok(wait)
 }
 
 /// `--store-outage`: a duration (`90s`, `5m`), or `0` for none.
@@ -107,6 +133,7 @@ impl RunFlags {
     pub fn engine_options(&self) -> EngineOptions {
         EngineOptions {
             lease: self.lease,
+            max_wait: self.max_wait,
             ..EngineOptions::default()
         }
     }
@@ -268,6 +295,17 @@ mod tests {
     }
 
     #[test]
+    fn a_max_wait_is_zero_or_up_to_a_policy_s_longest() {
+        assert_eq!(parse_max_wait("0"), Ok(Duration::ZERO));
+        assert_eq!(parse_max_wait("0s"), Ok(Duration::ZERO));
+        assert_eq!(parse_max_wait("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_max_wait("60s"), Ok(MAX_WAIT));
+        for bad in ["61s", "1h", "soon", "-1s"] {
+            assert!(parse_max_wait(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
     fn a_run_id_alone_keeps_the_trigger_scheduled() {
         let flags = RunFlags {
             run_id: Some("nightly-7".into()),
@@ -276,6 +314,7 @@ mod tests {
             lease: None,
             permanent_exit_codes: Vec::new(),
             store_outage: Duration::from_secs(60),
+            max_wait: None,
         };
         let mut op = Operation::from_json(
             r#"{"kind":"k","tenant":"t","fields":{}}"#,
@@ -299,6 +338,7 @@ mod tests {
             lease: None,
             permanent_exit_codes: Vec::new(),
             store_outage: Duration::from_secs(60),
+            max_wait: None,
         };
         let limits = OperationLimits::default();
         assert_eq!(flags("nightly-7").check(&limits), Ok(()));

@@ -7,6 +7,8 @@
 // a thrown `Error` traps; a thrown non-Error object, or an Error with an own
 // `payload`, is `result`'s error; a u64 may be returned as a Number.
 
+import { describeThrown } from './frames.js';
+
 const U64_MAX = (1n << 64n) - 1n;
 const ERROR_CODES = ['missing-field', 'invalid-value', 'unsupported-kind'];
 export const DECISIONS = ['replay', 'reject', 'wait', 're-execute', 'mark-unknown'];
@@ -77,7 +79,7 @@ export function liftDerivation(v) {
 export function liftThrown(e) {
   let payload = e;
   if (e !== null && typeof e === 'object' && Object.hasOwn(e, 'payload')) payload = e.payload;
-  else if (e instanceof Error) throw new TrapError(`the policy threw in derive (in the host: a trap): ${e.message}`);
+  else if (e instanceof Error) throw new TrapError(`the policy threw in derive (in the host: a trap): ${describeThrown(e)}`);
   if (typeof payload !== 'object' || payload === null || !ERROR_CODES.includes(payload.code)) {
     throw bad('derive', `an error that is not a policy-error record (${String(payload?.code ?? payload)})`);
   }

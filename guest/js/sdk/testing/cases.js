@@ -7,6 +7,7 @@ import { struct, string, boolean, integer, optional, oneOf, ShapeError } from '.
 import { canonicalOperation } from './operation.js';
 import { validatePolicyInfo, finish, MalformedError } from './derivation.js';
 import { checkDecision } from './duplicate.js';
+import { describeThrown } from './frames.js';
 import { toGuestOperation, toGuestContext, liftPolicyInfo, liftDerivation, liftThrown, liftDecision, debugDecision, TrapError, DECISIONS } from './boundary.js';
 
 const STATES = ['in-progress', 'completed', 'failed-retryable', 'failed-permanent', 'outcome-unknown'];
@@ -86,7 +87,10 @@ function call(what, fn) {
     return fn();
   } catch (e) {
     if (e instanceof TrapError) throw e;
-    throw new TrapError(`the policy threw in ${what} (in the host: a trap): ${e?.message ?? String(e)}`);
+    // The exception's type and the policy's own file and line, as the host
+    // names them: the report's header names the cases file, which is not
+    // where the fault is.
+    throw new TrapError(`the policy threw in ${what} (in the host: a trap): ${describeThrown(e)}`);
   }
 }
 

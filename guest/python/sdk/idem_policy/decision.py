@@ -81,7 +81,9 @@ class Decision:
 
     @classmethod
     def wait(cls, max_ms: int) -> "Decision":
-        """Wait up to ``max_ms`` for an in-progress record."""
+        """Wait up to ``max_ms`` in all for an in-progress record, then
+        decide again (a wait decided again gets what is left of the first
+        one's bound); the host may cap it (``--max-wait``), never extend it."""
         return cls("wait", wait_ms=max_ms)
 
     @classmethod

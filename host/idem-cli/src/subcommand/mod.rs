@@ -3,6 +3,7 @@
 //! [`Failure`](crate::exit::Failure).
 
 pub mod build;
+pub mod cache;
 pub mod consume;
 pub mod demo;
 pub mod describe;

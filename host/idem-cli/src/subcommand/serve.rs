@@ -14,7 +14,7 @@ use idem_serve::{
 
 use crate::exit::{Failure, INCOMPLETE, SUCCESS};
 use crate::policy_args::PolicyArgs;
-use crate::run_flags::parse_lease;
+use crate::run_flags::{parse_lease, parse_max_wait};
 use crate::store_args::{StoreArgs, runtime};
 
 /// The environment variable a token may come from.
@@ -38,6 +38,12 @@ pub struct ServeArgs {
     /// Overrides the policy's lease for every claim, from 1s to 24h.
     #[arg(long, value_parser = parse_lease)]
     pub lease: Option<Duration>,
+    /// The longest a `begin` waits for a live holder in all, whatever the
+    /// policy's `wait` asks (the shorter of the two), e.g. `2s`; `0`: a
+    /// duplicate is answered in progress at once [default: the policy's
+    /// wait, at most 60s].
+    #[arg(long, value_name = "DURATION", value_parser = parse_max_wait)]
+    pub max_wait: Option<Duration>,
     /// The largest request body accepted, in bytes (413 past it).
     #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_BODY_LIMIT)]
     pub body_limit: usize,
@@ -147,6 +153,7 @@ pub fn run(args: ServeArgs) -> Result<u8, Failure> {
         let store = args.store.open().await?;
         let options = EngineOptions {
             lease: args.lease,
+            max_wait: args.max_wait,
             ..EngineOptions::default()
         };
         let engine = Engine::new(policy, store, options);

@@ -91,6 +91,13 @@ pub struct EngineOptions {
     /// How many times `begin` retries after losing a race (another holder
     /// took over or finished between our read and our write).
     pub max_rounds: u32,
+    /// The longest one `begin` waits for a live holder in all, whatever
+    /// the policy's `wait` asks (`idem exec`/`run`/`consume`/`serve
+    /// --max-wait`): the wait is the shorter of the two. `Some(ZERO)`:
+    /// a duplicate is never waited for, and is answered in progress at
+    /// once. `None` (the default): the policy's `wait` alone bounds it
+    /// (at most 60 s).
+    pub max_wait: Option<Duration>,
     /// Partitioned ownership: the membership epoch every claim and
     /// take-over carries, so that the store refuses them once the
     /// membership moved on (`StoreError::StaleEpoch`, surfaced as
@@ -117,6 +124,7 @@ impl Default for EngineOptions {
             lease: None,
             wait_poll: Duration::from_millis(25),
             max_rounds: 4,
+            max_wait: None,
             ownership: None,
             group_commit: GroupCommitOptions::default(),
             keep_operations: true,

@@ -29,8 +29,10 @@ impl Engine {
         let mut last_round_waited = false;
         // A `wait(T)` is at most T in all, from the first one: the policy is
         // asked again after each wait, and a wait it repeats gets only what
-        // is left (else `wait(2000)` waited once per round).
-        let mut wait_bound: Option<(tokio::time::Instant, u64)> = None;
+        // is left (else `wait(2000)` waited once per round). The operator's
+        // `max_wait` caps T: a sidecar or a job may not afford what a
+        // policy would wait.
+        let mut wait_bound: Option<WaitBound> = None;
         for _round in 0..self.options.max_rounds.max(1) {
             last_round_waited = false;
             let answer = match first.take() {
@@ -61,9 +63,10 @@ impl Engine {
                     let now = tokio::time::Instant::now();
                     last_round_waited = true;
                     last_in_progress = Some((existing.view.lease_remaining_ms, now));
-                    let (until, _) =
-                        *wait_bound.get_or_insert((now + Duration::from_millis(max_ms), max_ms));
-                    let left = until
+                    let bound = *wait_bound
+                        .get_or_insert_with(|| WaitBound::new(now, max_ms, self.options.max_wait));
+                    let left = bound
+                        .until
                         .saturating_duration_since(now)
                         .min(Duration::from_millis(max_ms));
                     if left.is_zero() {
@@ -123,12 +126,8 @@ impl Engine {
         }
         // Waited every round and the holder is still at it: say so, rather
         // than blame a record that did not change.
-        let reason = if let (true, Some((_, bound_ms))) = (last_round_waited, wait_bound) {
-            format!(
-                "waited {waits} time{} as the policy asked (at most {bound_ms} ms in all); the \
-                 operation is still in progress",
-                if waits == 1 { "" } else { "s" }
-            )
+        let reason = if let (true, Some(bound)) = (last_round_waited, wait_bound) {
+            bound.reason(waits)
         } else {
             "the record kept changing while we looked at it".into()
         };
@@ -171,5 +170,95 @@ impl Engine {
             }
             tokio::time::sleep(self.options.wait_poll.min(deadline - now)).await;
         }
+    }
+}
+
+/// How long one `begin` may wait for a live holder in all: fixed by the
+/// first `wait` the policy decides, capped by the engine's `max_wait`.
+#[derive(Debug, Clone, Copy)]
+struct WaitBound {
+    /// When waiting ends, whatever the policy decides after.
+    until: tokio::time::Instant,
+    /// What the first `wait` asked, in milliseconds.
+    asked_ms: u64,
+    /// The bound in force, in milliseconds: `asked_ms`, or the cap when
+    /// lower.
+    bound_ms: u64,
+}
+
+impl WaitBound {
+    fn new(now: tokio::time::Instant, asked_ms: u64, cap: Option<Duration>) -> WaitBound {
+        let cap_ms = cap.map_or(u64::MAX, |c| {
+            u64::try_from(c.as_millis()).unwrap_or(u64::MAX)
+        });
+        let bound_ms = asked_ms.min(cap_ms);
+        WaitBound {
+            until: now + Duration::from_millis(bound_ms),
+            asked_ms,
+            bound_ms,
+        }
+    }
+
+    /// Why a duplicate that waited `waits` times is answered in progress.
+    fn reason(&self, waits: u32) -> String {
+        let times = if waits == 1 { "time" } else { "times" };
+        if self.bound_ms == self.asked_ms {
+            return format!(
+                "waited {waits} {times} as the policy asked (at most {} ms in all); the operation \
+                 is still in progress",
+                self.bound_ms
+            );
+        }
+        if waits == 0 {
+            return format!(
+                "did not wait: the policy asked {} ms, the host waits at most {} ms; the \
+                 operation is still in progress",
+                self.asked_ms, self.bound_ms
+            );
+        }
+        format!(
+            "waited {waits} {times} (at most {} ms in all: the policy asked {} ms, the host waits \
+             at most {} ms); the operation is still in progress",
+            self.bound_ms, self.asked_ms, self.bound_ms
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_bound_is_the_policy_s_unless_the_host_caps_it() {
+        let now = tokio::time::Instant::now();
+        let asked = WaitBound::new(now, 2_000, None);
+        assert_eq!(
+            (asked.bound_ms, asked.until),
+            (2_000, now + Duration::from_secs(2))
+        );
+        assert_eq!(
+            asked.reason(1),
+            "waited 1 time as the policy asked (at most 2000 ms in all); the operation is still \
+             in progress"
+        );
+        let roomy = WaitBound::new(now, 2_000, Some(Duration::from_secs(5)));
+        assert_eq!(roomy.bound_ms, 2_000);
+        let capped = WaitBound::new(now, 2_000, Some(Duration::from_millis(500)));
+        assert_eq!(
+            (capped.bound_ms, capped.until),
+            (500, now + Duration::from_millis(500))
+        );
+        assert_eq!(
+            capped.reason(2),
+            "waited 2 times (at most 500 ms in all: the policy asked 2000 ms, the host waits at \
+             most 500 ms); the operation is still in progress"
+        );
+        let never = WaitBound::new(now, 2_000, Some(Duration::ZERO));
+        assert_eq!(never.until, now);
+        assert_eq!(
+            never.reason(0),
+            "did not wait: the policy asked 2000 ms, the host waits at most 0 ms; the operation \
+             is still in progress"
+        );
     }
 }

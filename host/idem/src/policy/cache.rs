@@ -129,24 +129,63 @@ impl ArtifactCache {
         tmp.1.sync_all()?;
         let path = self.path(digest_hex);
         std::fs::rename(&tmp.0, &path)?;
-        prune(&self.dir, self.max_bytes, &path);
+        prune(&self.dir, self.max_bytes, Some(&path));
         Ok(())
     }
+}
+
+/// What [`prune_cache`] did: how many compiled policies it removed and how
+/// many it kept, with their sizes in bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct CachePruned {
+    /// Artifacts removed.
+    pub removed: u64,
+    /// Their bytes.
+    pub removed_bytes: u64,
+    /// Artifacts left.
+    pub kept: u64,
+    /// Their bytes.
+    pub kept_bytes: u64,
+}
+
+/// Removes the least recently used compiled policies from the cache `dir`
+/// until the rest take at most `max_bytes` (`0` empties it), as the cache
+/// does itself after each artifact it writes (`RuntimeConfig::cache_max_bytes`);
+/// `idem cache prune` runs it. Only the cache's artifacts (`*.cwasm`) are
+/// touched. A directory that does not exist is an empty cache; one this
+/// user does not own, or that others can write, is refused (with why), as
+/// the cache itself refuses to use it.
+pub fn prune_cache(dir: &Path, max_bytes: u64) -> Result<CachePruned, String> {
+    match std::fs::metadata(dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(CachePruned::default()),
+        Err(e) => {
+            return Err(format!(
+                "cannot read the cache directory {}: {e}",
+                dir.display()
+            ));
+        }
+        Ok(meta) => {
+            if let Some(why) = untrusted(dir, &meta, "cache directory") {
+                return Err(why);
+            }
+        }
+    }
+    Ok(prune(dir, max_bytes, None))
 }
 
 /// Removes from `dir` the least recently used artifacts until they take
 /// at most `max_bytes`; `keep` (the artifact just written) stays. Best
 /// effort: a file that cannot be removed is left, and one another process
 /// is loading stays readable to it (it holds the file open).
-fn prune(dir: &Path, max_bytes: u64, keep: &Path) {
+fn prune(dir: &Path, max_bytes: u64, keep: Option<&Path>) -> CachePruned {
     let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
+        return CachePruned::default();
     };
     let mut ours = Vec::new();
     for entry in entries.flatten() {
         let path = entry.path();
         let name = entry.file_name().to_string_lossy().into_owned();
-        if !name.ends_with(".cwasm") || path == keep {
+        if !name.ends_with(".cwasm") || Some(path.as_path()) == keep {
             continue;
         }
         if let Ok(meta) = entry.metadata() {
@@ -154,18 +193,26 @@ fn prune(dir: &Path, max_bytes: u64, keep: &Path) {
             ours.push((used, meta.len(), path));
         }
     }
-    let kept = std::fs::metadata(keep).map_or(0, |m| m.len());
-    let mut total = kept + ours.iter().map(|(_, len, _)| len).sum::<u64>();
+    let kept = keep.map_or(0, |k| std::fs::metadata(k).map_or(0, |m| m.len()));
+    let mut done = CachePruned {
+        kept: ours.len() as u64 + u64::from(keep.is_some()),
+        kept_bytes: kept + ours.iter().map(|(_, len, _)| len).sum::<u64>(),
+        ..CachePruned::default()
+    };
     // Oldest use first.
     ours.sort();
     for (_, len, path) in ours {
-        if total <= max_bytes {
+        if done.kept_bytes <= max_bytes {
             break;
         }
         if std::fs::remove_file(&path).is_ok() {
-            total -= len;
+            done.kept -= 1;
+            done.kept_bytes -= len;
+            done.removed += 1;
+            done.removed_bytes += len;
         }
     }
+    done
 }
 
 /// What a cache lookup found.
@@ -242,7 +289,7 @@ fn tempfile_in(dir: &Path) -> std::io::Result<(PathBuf, std::fs::File)> {
 mod tests {
     use std::time::{Duration, SystemTime};
 
-    use super::prune;
+    use super::{CachePruned, prune, prune_cache};
 
     /// An artifact of `len` bytes, last used `age` ago.
     fn artifact(dir: &std::path::Path, name: &str, len: usize, age: u64) -> std::path::PathBuf {
@@ -263,12 +310,54 @@ mod tests {
         let recent = artifact(d, "d-ffffffffffffffff.cwasm", 100, 100);
         let other = artifact(d, "notes.txt", 1_000, 400);
         let new = artifact(d, "e-ffffffffffffffff.cwasm", 100, 0);
-        prune(d, 250, &new);
+        let pruned = prune(d, 250, Some(&new));
         assert!(!oldest.exists() && !older.exists(), "used longest ago");
         assert!(recent.exists() && new.exists(), "what fits stays");
         assert!(other.exists(), "only artifacts are the cache's to remove");
+        assert_eq!(
+            pruned,
+            CachePruned {
+                removed: 2,
+                removed_bytes: 200,
+                kept: 2,
+                kept_bytes: 200
+            }
+        );
         // The one just written stays, even alone past the bound.
-        prune(d, 10, &new);
+        prune(d, 10, Some(&new));
         assert!(new.exists() && !recent.exists());
+    }
+
+    #[test]
+    fn pruning_by_hand_may_empty_the_cache_and_refuses_a_foreign_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o700)).unwrap();
+        }
+        artifact(d, "a-ffffffffffffffff.cwasm", 100, 100);
+        artifact(d, "b-ffffffffffffffff.cwasm", 100, 0);
+        let pruned = prune_cache(d, 150).unwrap();
+        assert_eq!(
+            (pruned.removed, pruned.kept, pruned.kept_bytes),
+            (1, 1, 100)
+        );
+        assert!(
+            d.join("b-ffffffffffffffff.cwasm").exists(),
+            "the last used stays"
+        );
+        let pruned = prune_cache(d, 0).unwrap();
+        assert_eq!((pruned.removed, pruned.kept), (1, 0));
+        // No cache yet: nothing to do.
+        assert_eq!(prune_cache(&d.join("none"), 0), Ok(CachePruned::default()));
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o777)).unwrap();
+            let refused = prune_cache(d, 0).unwrap_err();
+            assert!(refused.contains("writable by other users"), "{refused}");
+        }
     }
 }

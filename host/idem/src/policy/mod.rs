@@ -30,6 +30,7 @@ use idem_core::{
 use wasmtime::component::{Component, Linker};
 use wasmtime::{Engine, Store, Trap};
 
+pub use cache::{CachePruned, prune_cache};
 pub use config::{DEFAULT_CACHE_MAX_BYTES, Limits, RuntimeConfig, default_cache_dir};
 pub use diagnostics::MAX_SAID_BYTES;
 pub use error::{EvalError, LoadError};
