@@ -3,7 +3,7 @@
 //! consumer figures in docs/benchmarks.md.
 //!
 //! ```text
-//! cargo run --release -p idem-host --features nats,amqp,redis --example consume_throughput -- \
+//! cargo run --release -p idem-host --features nats,amqp,redis,kafka --example consume_throughput -- \
 //!     POLICY.wasm [MESSAGES] [CONCURRENCY] [ROUNDS]
 //! ```
 //!
@@ -11,7 +11,9 @@
 //! JetStream at `IDEM_BENCH_NATS_URL`, default `nats://127.0.0.1:4222`;
 //! RabbitMQ at `IDEM_BENCH_AMQP_URL`, default
 //! `amqp://guest:guest@127.0.0.1:5672/%2f`; Redis Streams at
-//! `IDEM_BENCH_REDIS_URL`, default `redis://127.0.0.1:6379`; any skipped
+//! `IDEM_BENCH_REDIS_URL`, default `redis://127.0.0.1:6379`; Kafka at
+//! `IDEM_BENCH_KAFKA_URL`, default `mock`: librdkafka's mock cluster of
+//! three brokers in this process, as no Kafka is packaged here; any skipped
 //! when set to `off`) and each round, MESSAGES distinct charges (default 10,000) are
 //! published twice, to a place of their own each time: one copy read by a
 //! bare consumer (fetch a batch of CONCURRENCY, default 8, acknowledge
@@ -33,6 +35,7 @@ use std::time::{Duration, Instant};
 use futures_util::future::join_all;
 use idem::broker::MessageSource;
 use idem::broker::amqp::AmqpSource;
+use idem::broker::kafka::KafkaSource;
 use idem::broker::nats::JetStreamSource;
 use idem::broker::redis::{DEFAULT_FIELD, RedisStreamSource};
 use idem::consume::{ConsumeOptions, consume};
@@ -59,6 +62,11 @@ async fn main() -> Result<(), Error> {
     let amqp = std::env::var("IDEM_BENCH_AMQP_URL")
         .unwrap_or("amqp://guest:guest@127.0.0.1:5672/%2f".into());
     let redis = std::env::var("IDEM_BENCH_REDIS_URL").unwrap_or("redis://127.0.0.1:6379".into());
+    let kafka = match std::env::var("IDEM_BENCH_KAFKA_URL").as_deref() {
+        Ok("off") => "off".to_string(),
+        Ok(url) if url != "mock" => url.to_string(),
+        _ => kafka::mock_cluster()?,
+    };
     println!(
         "{messages} messages, {concurrency} at once, {rounds} rounds, idem's store: {}",
         std::env::var("IDEM_BENCH_STORE").unwrap_or("sqlite (a fresh file per round)".into())
@@ -67,6 +75,7 @@ async fn main() -> Result<(), Error> {
         ("NATS JetStream", nats),
         ("RabbitMQ", amqp),
         ("Redis Streams", redis),
+        ("Kafka", kafka),
     ] {
         if url == "off" {
             continue;
@@ -217,6 +226,10 @@ enum Place {
         connection: redis::aio::MultiplexedConnection,
         name: String,
     },
+    Kafka {
+        url: String,
+        name: String,
+    },
 }
 
 impl Place {
@@ -255,6 +268,13 @@ impl Place {
             return Ok(Place::Nats {
                 url: url.to_string(),
                 context,
+                name,
+            });
+        }
+        if url.starts_with("kafka://") {
+            kafka::publish(url, &name, &bodies)?;
+            return Ok(Place::Kafka {
+                url: url.to_string(),
                 name,
             });
         }
@@ -355,6 +375,9 @@ impl Place {
                 )
                 .await?,
             ),
+            Place::Kafka { url, name } => Box::new(
+                KafkaSource::connect(url, name, "bench", Duration::from_secs(30), None).await?,
+            ),
         })
     }
 
@@ -378,6 +401,81 @@ impl Place {
                     .query_async(&mut connection)
                     .await;
             }
+            // A topic per round; the mock cluster goes with the process.
+            Place::Kafka { .. } => {}
         }
+    }
+}
+
+/// Kafka's side: librdkafka's mock cluster, and publishing to a topic.
+mod kafka {
+    use std::sync::OnceLock;
+    use std::time::Duration;
+
+    use rdkafka::ClientConfig;
+    use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
+
+    use super::Error;
+
+    type Publisher = ThreadedProducer<DefaultProducerContext>;
+
+    /// The mock cluster's host (it lives as long as this client) or a
+    /// producer to a real cluster, by URL.
+    static PUBLISHERS: OnceLock<std::sync::Mutex<Vec<(String, Publisher)>>> = OnceLock::new();
+
+    fn publishers() -> std::sync::MutexGuard<'static, Vec<(String, Publisher)>> {
+        PUBLISHERS
+            .get_or_init(Default::default)
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Starts a mock cluster of three brokers: its `kafka://` URL.
+    pub fn mock_cluster() -> Result<String, Error> {
+        let host: Publisher = ClientConfig::new()
+            .set("test.mock.num.brokers", "3")
+            .create()?;
+        let servers = host
+            .client()
+            .mock_cluster()
+            .ok_or("no mock cluster")?
+            .bootstrap_servers();
+        // SAFETY: the mock cluster's handle is valid while `host` lives
+        // (kept for the process's life below).
+        unsafe {
+            let handle =
+                rdkafka::bindings::rd_kafka_handle_mock_cluster(host.client().native_ptr());
+            rdkafka::bindings::rd_kafka_mock_group_initial_rebalance_delay_ms(handle, 0);
+        }
+        let url = format!("kafka://{servers}");
+        publishers().push((url.clone(), host));
+        Ok(url)
+    }
+
+    /// Publishes `bodies` to `topic` (four partitions on the mock cluster)
+    /// and waits until the cluster holds them.
+    pub fn publish(url: &str, topic: &str, bodies: &[String]) -> Result<(), Error> {
+        let mut publishers = publishers();
+        if !publishers.iter().any(|(u, _)| u == url) {
+            let servers = url.trim_start_matches("kafka://");
+            let producer: Publisher = ClientConfig::new()
+                .set("bootstrap.servers", servers)
+                .create()?;
+            publishers.push((url.to_string(), producer));
+        }
+        let (_, publisher) = publishers.iter().find(|(u, _)| u == url).expect("added");
+        if let Some(mock) = publisher.client().mock_cluster() {
+            mock.create_topic(topic, 4, 1)?;
+        }
+        for body in bodies {
+            let mut record = BaseRecord::<(), _>::to(topic).payload(body);
+            // A full queue empties as the cluster takes the messages.
+            while let Err((_, back)) = publisher.send(record) {
+                std::thread::sleep(Duration::from_millis(5));
+                record = back;
+            }
+        }
+        publisher.flush(Duration::from_secs(60))?;
+        Ok(())
     }
 }
