@@ -545,7 +545,7 @@ fn a_broker_flag_that_does_not_fit_is_refused_before_anything_opens() {
         ),
         (
             &["--from", "kafka://127.0.0.1:9092", "--queue", "q"][..],
-            "not a broker idem reads",
+            "--queue is not a flag for Kafka",
         ),
     ] {
         let out = Command::new(idem_bin())

@@ -30,8 +30,9 @@ struct CopyFailed {
 }
 
 /// Whether a copy's failure is the cluster refusing that copy for good
-/// (its size, its topic, the right to write there): trying again would
-/// fail again.
+/// (its size, a topic that does not exist, the right to write there, a
+/// producer failed for good): trying again would fail again, and the
+/// message would hold its partition back for ever.
 fn refused_for_good(e: &CopyFailed) -> bool {
     use rdkafka::types::RDKafkaErrorCode as Code;
     matches!(
@@ -45,6 +46,10 @@ fn refused_for_good(e: &CopyFailed) -> bool {
                 | Code::InvalidTopic
                 | Code::TopicAuthorizationFailed
                 | Code::ClusterAuthorizationFailed
+                | Code::PolicyViolation
+                | Code::UnknownTopicOrPartition
+                | Code::UnknownTopic
+                | Code::Fatal
         )
     )
 }

@@ -31,6 +31,7 @@ mod offsets;
 mod poller;
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -86,6 +87,9 @@ struct Shared {
     down: Mutex<Option<(Instant, String)>>,
     producer: FutureProducer,
     dead_letter: Option<String>,
+    /// The consumer is closing: nothing more is fetched (its partitions
+    /// stay paused) while the effects under way finish and are committed.
+    closing: AtomicBool,
 }
 
 fn locked<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -161,7 +165,7 @@ impl ConsumerContext for Context {
         // without this consumer) commits nothing; Kafka would refuse it.
         if commit.count() > 0
             && !consumer.assignment_lost()
-            && let Err(e) = consumer.commit(&commit, CommitMode::Sync)
+            && let Err(e) = blocking(|| consumer.commit(&commit, CommitMode::Sync))
         {
             // Its new owner reads from the last position committed: what
             // was settled since is answered again from the store.
@@ -169,29 +173,37 @@ impl ConsumerContext for Context {
         }
     }
 
-    fn post_rebalance(&self, _: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+    /// A partition assigned is read from now: librdkafka keeps an
+    /// application's pause across assignments, so one paused before it
+    /// was revoked (the poller over its bound) would come back paused and
+    /// never be read. Paused instead when the consumer is closing; the
+    /// poller pauses it again if it is over its bound.
+    fn post_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
         if let Rebalance::Assign(assigned) = rebalance {
-            let mut offsets = self.shared.offsets();
-            for element in assigned.elements() {
-                offsets.assign((element.topic().to_string(), element.partition()));
+            {
+                let mut offsets = self.shared.offsets();
+                for element in assigned.elements() {
+                    offsets.assign((element.topic().to_string(), element.partition()));
+                }
             }
+            let _ = match self.shared.closing.load(Ordering::Relaxed) {
+                true => consumer.pause(assigned),
+                false => consumer.resume(assigned),
+            };
         }
     }
+}
 
-    fn commit_callback(&self, result: KafkaResult<()>, committed: &TopicPartitionList) {
-        if result.is_err() {
-            // Committed again at the next tick.
-            return;
+/// Runs `f`, which waits on the cluster, letting the runtime's other tasks
+/// move to another worker meanwhile (librdkafka calls the rebalance
+/// callbacks inside a poll, on the poller's task).
+fn blocking<T>(f: impl FnOnce() -> T) -> T {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    match Handle::try_current() {
+        Ok(runtime) if runtime.runtime_flavor() == RuntimeFlavor::MultiThread => {
+            tokio::task::block_in_place(f)
         }
-        let mut offsets = self.shared.offsets();
-        for element in committed.elements() {
-            if let Offset::Offset(position) = element.offset() {
-                offsets.committed(
-                    &(element.topic().to_string(), element.partition()),
-                    position,
-                );
-            }
-        }
+        _ => f(),
     }
 }
 
@@ -250,6 +262,7 @@ impl KafkaSource {
             down: Mutex::new(None),
             producer,
             dead_letter: dead_letter.map(str::to_string),
+            closing: AtomicBool::new(false),
         });
         let consumer: Consumed = ClientConfig::new()
             .set("bootstrap.servers", &servers)
@@ -400,9 +413,15 @@ impl MessageSource for KafkaSource {
             .count()
     }
 
+    /// Stops fetching: the partitions are paused, and the poller goes on
+    /// polling (the group still hears from this consumer, a rebalance
+    /// meanwhile is answered) and committing while the effects under way
+    /// finish; what is settled so far is committed now, the rest when the
+    /// consumer closes (its partitions revoked, in `pre_rebalance`).
     async fn give_back(&mut self) {
-        if let Some(poller) = self.poller.take() {
-            poller.stop().await;
+        self.shared.closing.store(true, Ordering::Relaxed);
+        if let Ok(assigned) = self.consumer.assignment() {
+            let _ = self.consumer.pause(&assigned);
         }
         let commit = positions(&self.shared.offsets().to_commit());
         if commit.count() > 0 {

@@ -24,7 +24,7 @@ struct Held {
     outstanding: BTreeSet<i64>,
     /// One past the highest offset given out, once one has been.
     next: Option<i64>,
-    /// The position last committed (as the broker confirmed it).
+    /// The position last sent to be committed.
     committed: Option<i64>,
 }
 
@@ -60,11 +60,11 @@ impl Offsets {
     }
 
     /// `partition` is revoked: what its settled messages let it commit
-    /// (to be committed now, before it goes), and nothing more of it is
+    /// (to be committed now, before it goes, even if a commit of it was
+    /// sent already: that one may have failed), and nothing more of it is
     /// settled here.
     pub(super) fn revoke(&mut self, partition: &Partition) -> Option<i64> {
-        let held = self.held.remove(partition)?;
-        held.position().filter(|p| Some(*p) > held.committed)
+        self.held.remove(partition)?.position()
     }
 
     /// The serial `partition` is held under, if it is assigned here.
@@ -115,7 +115,10 @@ impl Offsets {
             .collect()
     }
 
-    /// The broker confirmed `position` committed for `partition`.
+    /// A commit of `position` for `partition` was sent (librdkafka tells an
+    /// application nothing of an asynchronous commit's answer: one that
+    /// fails is sent again at the next progress, or when the partition is
+    /// revoked or the consumer closes).
     pub(super) fn committed(&mut self, partition: &Partition, position: i64) {
         if let Some(held) = self.held.get_mut(partition) {
             held.committed = Some(held.committed.map_or(position, |c| c.max(position)));

@@ -10,6 +10,7 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use rdkafka::Message;
 use rdkafka::consumer::{CommitMode, Consumer};
@@ -18,9 +19,10 @@ use tokio::task::JoinHandle;
 
 use super::{COMMIT_EVERY, Consumed, Inbound, Shared, positions};
 
-/// The running poller.
+/// The running poller; it polls until the source is dropped.
 pub(super) struct Poller {
-    stop: oneshot::Sender<()>,
+    /// Dropped with the poller, which ends the loop if it is between polls.
+    _stop: oneshot::Sender<()>,
     task: JoinHandle<()>,
 }
 
@@ -35,16 +37,11 @@ impl Poller {
         let (tx, rx) = mpsc::channel(read_ahead);
         let (stop, stopped) = oneshot::channel();
         let task = tokio::spawn(poll(consumer, shared, tx, stopped, read_ahead));
-        (Poller { stop, task }, rx)
+        (Poller { _stop: stop, task }, rx)
     }
 
-    /// Stops polling, once the task has seen the stop.
-    pub(super) async fn stop(self) {
-        let _ = self.stop.send(());
-        let _ = self.task.await;
-    }
-
-    /// Stops polling now (the source is dropped without being closed).
+    /// Stops polling now: the source is dropped, and the consumer closes
+    /// once the task has let it go.
     pub(super) fn abort(self) {
         self.task.abort();
     }
@@ -88,14 +85,23 @@ async fn poll(
                 Err(_) => break,
             },
             _ = tick.tick() => {
-                let commit = positions(&shared.offsets().to_commit());
-                if commit.count() > 0 && let Err(e) = consumer.commit(&commit, CommitMode::Async) {
-                    tracing::warn!(error = %e, "kafka: committing positions");
+                let sent = shared.offsets().to_commit();
+                let commit = positions(&sent);
+                match consumer.commit(&commit, CommitMode::Async) {
+                    _ if commit.count() == 0 => {}
+                    Ok(()) => {
+                        let mut offsets = shared.offsets();
+                        for (partition, position) in &sent {
+                            offsets.committed(partition, *position);
+                        }
+                    }
+                    Err(e) => tracing::warn!(error = %e, "kafka: committing positions"),
                 }
             }
         }
+        let closing = shared.closing.load(Ordering::Relaxed);
         // Paused again after each read while over: a rebalance's new
-        // assignment starts unpaused.
+        // assignment is resumed by `post_rebalance`.
         if ahead.len() >= read_ahead {
             if let Ok(assigned) = consumer.assignment()
                 && consumer.pause(&assigned).is_ok()
@@ -103,6 +109,7 @@ async fn poll(
                 paused = true;
             }
         } else if paused
+            && !closing
             && ahead.len() <= read_ahead / 2
             && let Ok(assigned) = consumer.assignment()
             && consumer.resume(&assigned).is_ok()
