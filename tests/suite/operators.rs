@@ -1,8 +1,8 @@
-//! What an operator runs into with `idem exec` and `idem inspect`: lease
-//! bounds, read-only commands that never create a store, a policy failure
-//! that leaves no file, run labels, a listing cut at `--limit`, key
-//! prefixes, and what a wrapper reading stdout sees when the outcome is
-//! fenced.
+//! What an operator runs into with `idem exec`, `idem inspect`, `idem
+//! review` and `idem report`: lease bounds, read-only commands that never
+//! create a store, a policy failure that leaves no file, run labels, a
+//! listing cut at `--limit`, key prefixes, records found by their fields,
+//! and what a wrapper reading stdout sees when the outcome is fenced.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -323,6 +323,130 @@ fn inspect_finds_a_record_by_its_operations_fields() {
     assert_eq!(invoices(&["--field", "currency=EUR"]).len(), 17);
     fails_with(
         &env.inspect(&["--field", "invoice_id"]),
+        2,
+        "is not NAME=VALUE",
+    );
+}
+
+/// `idem review` and `idem report` take the filter `inspect` takes: among
+/// five completed invoices and two whose holder was killed mid-effect,
+/// `--field invoice_id=w2` finds the one waiting, `--state` narrows to a
+/// state (review refuses one that never waits), and the report is about
+/// the selected keys only, pointing at the review that lists them.
+#[test]
+fn review_and_report_find_records_by_their_fields_and_state() {
+    let env = Env::new();
+    env.run_invoices(5);
+    for invoice in ["w1", "w2"] {
+        let op = env.write(&format!("{invoice}.json"), &op(invoice));
+        let killed = env
+            .exec(
+                "billing-charge",
+                &op,
+                &["--lease", "1s"],
+                "kill -9 $PPID; sleep 1",
+            )
+            .output()
+            .unwrap();
+        assert_eq!(killed.status.code(), None, "{}", text(&killed.stderr));
+    }
+    let store = env.store();
+    let json = |args: &[&str]| -> serde_json::Value {
+        let out = env.idem(args).output().unwrap();
+        assert!(out.status.success(), "{args:?}: {}", text(&out.stderr));
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let review = |extra: &[&str]| -> Vec<String> {
+        let mut args = vec!["review", "--store", &store, "--json"];
+        args.extend_from_slice(extra);
+        let listed = json(&args);
+        listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|w| {
+                w["operation"]["fields"]["invoice_id"]
+                    .as_str()
+                    .unwrap()
+                    .to_string()
+            })
+            .collect()
+    };
+    // Both wait once their one-second leases have run out (the store's
+    // clock decides; polled, no time assumed).
+    let mut tries = 0;
+    while review(&[]).len() < 2 {
+        tries += 1;
+        assert!(
+            tries < 600,
+            "the killed holders' records never waited: {:?}",
+            review(&[])
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert_eq!(review(&["--field", "invoice_id=w2"]), ["w2"]);
+    assert_eq!(
+        review(&["--state", "in-progress", "--field", "invoice_id=w1"]),
+        ["w1"]
+    );
+    assert!(review(&["--state", "outcome-unknown"]).is_empty());
+    assert!(
+        review(&["--field", "invoice_id=i3"]).is_empty(),
+        "completed: nothing waits"
+    );
+    let said = env
+        .idem(&["review", "--store", &store, "--field", "invoice_id=i3"])
+        .output()
+        .unwrap();
+    assert!(
+        text(&said.stdout).contains("nothing that matches waits for review"),
+        "{}",
+        text(&said.stdout)
+    );
+    fails_with(
+        &env.idem(&["review", "--store", &store, "--state", "completed"])
+            .output()
+            .unwrap(),
+        2,
+        "no record in that state waits for review",
+    );
+
+    let report = json(&[
+        "report",
+        "--store",
+        &store,
+        "--json",
+        "--field",
+        "invoice_id=w2",
+    ]);
+    assert_eq!(report["keys"], 1, "{report:#}");
+    let waiting = &report["waiting_for_review"];
+    assert_eq!(waiting["total"], 1, "{report:#}");
+    assert_eq!(
+        waiting["first"][0]["operation"]["fields"]["invoice_id"],
+        "w2"
+    );
+    assert!(
+        waiting["command"]
+            .as_str()
+            .unwrap()
+            .ends_with("--field invoice_id=w2"),
+        "{report:#}"
+    );
+    let completed = json(&[
+        "report",
+        "--store",
+        &store,
+        "--json",
+        "--state",
+        "completed",
+    ]);
+    assert_eq!(completed["keys"], 5, "{completed:#}");
+    assert_eq!(completed["waiting_for_review"]["total"], 0, "{completed:#}");
+    fails_with(
+        &env.idem(&["report", "--store", &store, "--field", "invoice_id"])
+            .output()
+            .unwrap(),
         2,
         "is not NAME=VALUE",
     );
