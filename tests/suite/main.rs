@@ -40,3 +40,4 @@ mod serve_schema;
 mod serve_unstorable;
 mod store_tx;
 mod untrusted_text;
+mod webdriver;
