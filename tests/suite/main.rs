@@ -22,6 +22,7 @@ mod job;
 mod lifecycle;
 mod monitoring;
 mod operator_console;
+mod operator_lookup;
 mod operators;
 mod outage;
 mod ownership;
