@@ -433,6 +433,25 @@ fn review_and_report_find_records_by_their_fields_and_state() {
             .ends_with("--field invoice_id=w2"),
         "{report:#}"
     );
+    let said = env
+        .idem(&[
+            "report",
+            "--store",
+            &store,
+            "--field",
+            "invoice_id=w2",
+            "--state",
+            "in-progress",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        text(&said.stdout).contains(
+            "(records with invoice_id=w2, state in-progress): 1 attempt-log entries about 1 keys"
+        ),
+        "{}",
+        text(&said.stdout)
+    );
     let completed = json(&[
         "report",
         "--store",

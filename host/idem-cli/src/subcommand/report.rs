@@ -231,7 +231,18 @@ pub fn run(args: ReportArgs) -> Result<u8, Failure> {
                 &entries,
             );
         } else {
-            print_report(&args.store.shown(), since, until, &analysis, &waiting);
+            // Said on the report's own line when records were selected, so
+            // a narrowed report never reads as the whole store's.
+            let mut about = args.store.shown();
+            let mut terms: Vec<String> =
+                args.field.iter().map(|(n, v)| format!("{n}={v}")).collect();
+            if let Some(state) = args.state {
+                terms.push(format!("state {}", state.as_str()));
+            }
+            if !terms.is_empty() {
+                about.push_str(&format!(" (records with {})", terms.join(", ")));
+            }
+            print_report(&about, since, until, &analysis, &waiting);
         }
         if let Some(path) = &args.html {
             tell!("idem: wrote {}", path.display());

@@ -412,7 +412,7 @@ fn rows(out: &mut String, asked: &Asked, listing: &Listing) {
         };
         let _ = write!(
             out,
-            "<tr><td><a class=\"key\" href=\"{}\">{}</a></td><td>{state}</td><td>{}</td><td>{updated}</td><td>{fence}</td><td>{}</td></tr>",
+            "<tr><td><a class=\"key\" href=\"{}\">{}</a></td><td>{state}</td><td>{}</td><td class=\"t\">{updated}</td><td>{fence}</td><td>{}</td></tr>",
             page::record_href(&hex),
             &hex[..16],
             esc(&operation),

@@ -56,7 +56,7 @@ form.settle label{color:#334155}textarea{height:3em}.notice{padding:8px 12px;bor
 .done{background:#dcfce7}.refused{background:#fee2e2}.cause{margin:2px 0}.n{font-weight:600;display:inline-block;min-width:2.5em}\
 nav a{margin-right:10px}button{padding:4px 12px}form.search{display:flex;gap:8px;align-items:center;margin:10px 0}\
 table.list{width:100%}table.list td{border-top:1px solid #e2e8f0;padding:4px 10px 4px 0}code,.key{font-family:ui-monospace,monospace}\
-.settled{background:#f1f5f9;padding:6px 10px;border-radius:4px}.pages{margin:10px 0}";
+.settled{background:#f1f5f9;padding:6px 10px;border-radius:4px}.pages{margin:10px 0}.t{white-space:nowrap}";
 
 /// The head of every page, and the `<body>` it opens.
 pub(crate) fn head(title: &str) -> String {

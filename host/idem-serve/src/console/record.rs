@@ -229,7 +229,7 @@ pub(crate) fn timeline_table(out: &mut String, entries: &[AttemptEntry]) {
         };
         let _ = write!(
             out,
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            "<tr><td class=\"t\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             utc(e.at_ms),
             shown.as_str(),
             e.fence,
