@@ -1,13 +1,15 @@
-//! What an operator runs into with `idem exec` and `idem inspect`: lease
-//! bounds, read-only commands that never create a store, a policy failure
-//! that leaves no file, run labels, a listing cut at `--limit`, key
-//! prefixes, and what a wrapper reading stdout sees when the outcome is
-//! fenced.
+//! What an operator runs into with `idem exec`, `idem inspect`, `idem
+//! review` and `idem report`: lease bounds, read-only commands that never
+//! create a store, a policy failure that leaves no file, run labels, a
+//! listing cut at `--limit`, key prefixes, records found by their fields,
+//! and what a wrapper reading stdout sees when the outcome is fenced.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
 use idem_tests::{idem_bin, policy_path, succeed};
+
+mod lookup;
 
 fn op(invoice: &str) -> String {
     format!(
@@ -288,43 +290,6 @@ fn inspect_says_when_the_listing_is_cut_and_refuses_an_ambiguous_prefix() {
         &env.inspect(&[&shared.to_string()]),
         2,
         &format!("records have keys starting with {shared}; give more of the key"),
-    );
-}
-
-/// An invoice found by its field: `--field invoice_id=i7` lists that one
-/// record among seventeen (not i17, whose id contains it), with another
-/// field too, and a malformed filter is refused naming the form.
-#[test]
-fn inspect_finds_a_record_by_its_operations_fields() {
-    let env = Env::new();
-    env.run_invoices(17);
-    let invoices = |args: &[&str]| -> Vec<String> {
-        let mut all = vec!["--json"];
-        all.extend_from_slice(args);
-        let out = env.inspect(&all);
-        assert!(out.status.success(), "{}", text(&out.stderr));
-        let listed: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
-        listed
-            .iter()
-            .map(|r| {
-                r["operation"]["fields"]["invoice_id"]
-                    .as_str()
-                    .unwrap()
-                    .to_string()
-            })
-            .collect()
-    };
-    assert_eq!(invoices(&["--field", "invoice_id=i7"]), ["i7"]);
-    assert_eq!(
-        invoices(&["--field", "invoice_id=i7", "--field", "currency=EUR"]),
-        ["i7"]
-    );
-    assert!(invoices(&["--field", "invoice_id=i7", "--field", "currency=USD"]).is_empty());
-    assert_eq!(invoices(&["--field", "currency=EUR"]).len(), 17);
-    fails_with(
-        &env.inspect(&["--field", "invoice_id"]),
-        2,
-        "is not NAME=VALUE",
     );
 }
 

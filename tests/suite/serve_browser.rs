@@ -187,7 +187,7 @@ fn the_console_checks_its_hmac_tokens_its_origin_and_its_input() {
     let page = crate::serve::request(
         &server.addr,
         "GET",
-        "/console",
+        &format!("/console/record/{key}"),
         &[("Cookie".into(), cookie.clone())],
         b"",
     )
@@ -306,18 +306,37 @@ fn bidi_overrides_are_spelt_out_in_the_console_and_the_report_page() {
     );
     let (key, fence) = lapsed(&server, &store, "\u{202e}RUE 0001");
     let bearer = [("Authorization".to_string(), format!("Bearer {TOKEN}"))];
-    let page = crate::serve::request(&server.addr, "GET", "/console", &bearer, b"").text();
-    assert!(page.contains("\\u{202e}RUE 0001"), "{page}");
-    assert!(
-        !page.contains('\u{202e}'),
-        "the override itself is on the page"
-    );
+    // The list, the record's page, and a search for the field as typed
+    // (percent-encoded in the URL): each shows it spelt out.
+    let search = "/console?state=all&q=invoice_id%3D%E2%80%AERUE%200001";
+    for path in ["/console", &format!("/console/record/{key}"), search] {
+        let page = crate::serve::request(&server.addr, "GET", path, &bearer, b"").text();
+        assert!(page.contains("\\u{202e}RUE 0001"), "{path}: {page}");
+        assert!(
+            !page.contains('\u{202e}'),
+            "{path}: the override itself is on the page"
+        );
+        assert!(
+            page.contains(&format!("/console/record/{key}")) || path.contains("/record/"),
+            "a list links to the record's page: {path}: {page}"
+        );
+    }
 
     server.ok(
         "/v1/resolve",
         &json!({"key": key, "fence": fence, "resolution": "release",
                 "by": "ana\u{202e}", "reason": "checked \u{202e}dlrow"}),
     );
+    // Who settled it and why, on the list of settled records and the
+    // record's page.
+    for path in ["/console?state=settled", &format!("/console/record/{key}")] {
+        let page = crate::serve::request(&server.addr, "GET", path, &bearer, b"").text();
+        assert!(
+            page.contains("ana\\u{202e}") && page.contains("checked \\u{202e}dlrow"),
+            "{path}: {page}"
+        );
+        assert!(!page.contains('\u{202e}'), "{path}: {page}");
+    }
     let html = store.dir.path().join("report.html");
     let out = std::process::Command::new(idem_tests::idem_bin())
         .args(["report", "--store", &store.url, "--html"])

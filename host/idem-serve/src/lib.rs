@@ -236,6 +236,7 @@ impl Sidecar {
         let router = if self.options.console {
             router
                 .route("/console", get(console::show))
+                .route("/console/record/{key}", get(console::show_record))
                 .route("/console/login", post(console::login))
                 .route("/console/logout", post(console::logout))
                 .route("/console/resolve", post(console::resolve))

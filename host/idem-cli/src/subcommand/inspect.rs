@@ -45,8 +45,9 @@ pub struct InspectArgs {
     pub json: bool,
 }
 
-/// `NAME=VALUE`, split at the first `=`.
-fn field_filter(text: &str) -> Result<(String, String), String> {
+/// `NAME=VALUE`, split at the first `=` (`inspect`, `review` and `report`
+/// read `--field` with it).
+pub(crate) fn field_filter(text: &str) -> Result<(String, String), String> {
     match text.split_once('=') {
         Some((name, value)) if !name.is_empty() => Ok((name.to_string(), value.to_string())),
         // What a person typed, shown back escaped.

@@ -6,14 +6,16 @@ use std::collections::BTreeSet;
 use std::path::PathBuf;
 
 use clap::Args;
-use idem::forensics::review::waiting_records;
+use idem::forensics::review::waiting_records_matching;
 use idem::forensics::{self, Analysis, ShownEvent, ShownOperation};
-use idem_store::{AttemptEntry, AttemptFilter, RecordView};
+use idem_core::RecordState;
+use idem_store::{AttemptEntry, AttemptFilter, ListFilter, RecordKey, RecordView};
 use serde_json::json;
 
 use crate::exit::{Failure, SUCCESS};
 use crate::shown::{say, tell};
 use crate::store_args::{StoreArgs, runtime};
+use crate::subcommand::inspect::field_filter;
 use crate::subcommand::review::OPERATION_CHARS;
 use crate::{record_key, report_page, when};
 
@@ -22,6 +24,11 @@ use crate::{record_key, report_page, when};
 const OPERATIONS_LOOKED_UP: usize = 10_000;
 /// How many waiting records a report names before pointing at `idem review`.
 const WAITING_NAMED: usize = 10;
+/// Up to this many records selected by `--field` or `--state`, a report
+/// reads each one's entries by its key; past it, the window's whole log
+/// once (a few keys among millions of entries must not cost a scan of
+/// the log, nor thousands of keys thousands of reads).
+const KEYS_READ_ONE_BY_ONE: usize = 1_000;
 
 /// The records waiting for a person, as a report leads with them.
 pub struct WaitingNow {
@@ -53,6 +60,16 @@ pub struct ReportArgs {
     /// Only this namespace.
     #[arg(long)]
     pub namespace: Option<String>,
+    /// Only the keys of records now in this state (in-progress, completed,
+    /// failed-retryable, failed-permanent, outcome-unknown).
+    #[arg(long)]
+    pub state: Option<RecordState>,
+    /// Only the keys of records whose operation has this field with this
+    /// value, as `idem inspect --field` reads it: `--field
+    /// invoice_id=R-189`. Repeat it for several fields, all of which must
+    /// match.
+    #[arg(long, value_name = "NAME=VALUE", value_parser = field_filter)]
+    pub field: Vec<(String, String)>,
     /// One key's whole timeline (its 64 hex characters or a prefix that
     /// names one record, optionally as NAMESPACE/KEY).
     #[arg(long, value_name = "KEY")]
@@ -97,9 +114,49 @@ pub fn run(args: ReportArgs) -> Result<u8, Failure> {
             }
             None => None,
         };
-        let mut entries = forensics::read_log(&store, filter)
-            .await
-            .map_err(read_err)?;
+        // `--state` and `--field` select records, as `idem inspect` does
+        // (the same filter); the report is then about their keys.
+        let scope = ListFilter {
+            namespace: args.namespace.clone(),
+            state: args.state,
+            fields: args.field.clone(),
+            ..ListFilter::default()
+        };
+        let selected: Option<BTreeSet<RecordKey>> =
+            if args.state.is_some() || !args.field.is_empty() {
+                let views = store
+                    .records()
+                    .list(scope.clone())
+                    .await
+                    .map_err(read_err)?;
+                Some(views.into_iter().map(|v| v.record.key).collect())
+            } else {
+                None
+            };
+        let mut entries = match &selected {
+            Some(keys) if focus.is_none() && keys.len() <= KEYS_READ_ONE_BY_ONE => {
+                let mut entries = Vec::new();
+                for key in keys {
+                    let by_key = AttemptFilter {
+                        key: Some(key.clone()),
+                        ..filter.clone()
+                    };
+                    entries.extend(
+                        forensics::read_log(&store, by_key)
+                            .await
+                            .map_err(read_err)?,
+                    );
+                }
+                entries.sort_by_key(|e| e.id);
+                entries
+            }
+            _ => forensics::read_log(&store, filter)
+                .await
+                .map_err(read_err)?,
+        };
+        if let Some(keys) = &selected {
+            entries.retain(|e| keys.contains(&e.key));
+        }
         if let Some(run) = &args.run_id {
             let keys: BTreeSet<_> = entries
                 .iter()
@@ -113,7 +170,7 @@ pub fn run(args: ReportArgs) -> Result<u8, Failure> {
             .look_up_operations(&store, OPERATIONS_LOOKED_UP)
             .await
             .map_err(read_err)?;
-        let waiting = waiting_records(&store, args.namespace.as_deref())
+        let waiting = waiting_records_matching(&store, &scope)
             .await
             .map_err(read_err)?;
         let waiting = WaitingNow {
@@ -126,14 +183,7 @@ pub fn run(args: ReportArgs) -> Result<u8, Failure> {
                     (view, why, operation)
                 })
                 .collect(),
-            command: format!(
-                "idem review --store {}{}",
-                args.store.shown(),
-                args.namespace
-                    .as_deref()
-                    .map(|ns| format!(" --namespace {ns}"))
-                    .unwrap_or_default()
-            ),
+            command: review_command(&args),
         };
         let title = format!("idem report: {}", args.store.shown());
         if let Some(path) = &args.html {
@@ -146,6 +196,12 @@ pub fn run(args: ReportArgs) -> Result<u8, Failure> {
             out["store"] = json!(args.store.shown());
             out["since_ms"] = json!(since);
             out["until_ms"] = json!(until);
+            out["state"] = json!(args.state.map(RecordState::as_str));
+            out["fields"] = args
+                .field
+                .iter()
+                .map(|(name, value)| json!({"name": name, "value": value}))
+                .collect();
             out["waiting_for_review"] = json!({
                 "total": waiting.total,
                 "command": waiting.command,
@@ -175,13 +231,49 @@ pub fn run(args: ReportArgs) -> Result<u8, Failure> {
                 &entries,
             );
         } else {
-            print_report(&args.store.shown(), since, until, &analysis, &waiting);
+            // Said on the report's own line when records were selected, so
+            // a narrowed report never reads as the whole store's.
+            let mut about = args.store.shown();
+            let mut terms: Vec<String> =
+                args.field.iter().map(|(n, v)| format!("{n}={v}")).collect();
+            if let Some(state) = args.state {
+                terms.push(format!("state {}", state.as_str()));
+            }
+            if !terms.is_empty() {
+                about.push_str(&format!(" (records with {})", terms.join(", ")));
+            }
+            print_report(&about, since, until, &analysis, &waiting);
         }
         if let Some(path) = &args.html {
             tell!("idem: wrote {}", path.display());
         }
         Ok(SUCCESS)
     })
+}
+
+/// The `idem review` that lists what waits among the records the report
+/// is about: the same store, namespace, state and fields (each value
+/// quoted for a shell when it needs to be, and escaped: a person's text).
+fn review_command(args: &ReportArgs) -> String {
+    let mut command = format!("idem review --store {}", args.store.shown());
+    if let Some(ns) = &args.namespace {
+        command.push_str(&format!(" --namespace {ns}"));
+    }
+    if let Some(state) = args.state {
+        command.push_str(&format!(" --state {}", state.as_str()));
+    }
+    for (name, value) in &args.field {
+        let term = idem_core::text::escaped(&format!("{name}={value}")).into_owned();
+        let plain = term
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.=:/@+,".contains(c));
+        if plain {
+            command.push_str(&format!(" --field {term}"));
+        } else {
+            command.push_str(&format!(" --field '{}'", term.replace('\'', "'\\''")));
+        }
+    }
+    command
 }
 
 /// One entry as JSON.

@@ -5,13 +5,16 @@
 use clap::Args;
 use idem::forensics::{
     self,
-    review::{re_executing_records, waiting_for_review},
+    review::{re_executing_records_matching, waiting_for_review_matching},
 };
+use idem_core::RecordState;
+use idem_store::ListFilter;
 use serde_json::json;
 
 use crate::exit::{Failure, SUCCESS};
 use crate::shown::say;
 use crate::store_args::{StoreArgs, runtime};
+use crate::subcommand::inspect::field_filter;
 use crate::subcommand::report::entry_json;
 use crate::when;
 
@@ -26,6 +29,15 @@ pub struct ReviewArgs {
     /// Only this namespace.
     #[arg(long)]
     pub namespace: Option<String>,
+    /// Only the records in this state: outcome-unknown, or in-progress
+    /// (past its lease); the states that wait for a person.
+    #[arg(long)]
+    pub state: Option<RecordState>,
+    /// Only records whose operation has this field with this value, as
+    /// `idem inspect --field` reads it: `--field invoice_id=R-189`.
+    /// Repeat it for several fields, all of which must match.
+    #[arg(long, value_name = "NAME=VALUE", value_parser = field_filter)]
+    pub field: Vec<(String, String)>,
     /// At most this many records.
     #[arg(long, default_value_t = 100)]
     pub limit: usize,
@@ -36,9 +48,26 @@ pub struct ReviewArgs {
 
 /// Runs `idem review`.
 pub fn run(args: ReviewArgs) -> Result<u8, Failure> {
+    if let Some(state) = args.state
+        && !matches!(state, RecordState::OutcomeUnknown | RecordState::InProgress)
+    {
+        return Err(Failure::input(format!(
+            "--state {}: no record in that state waits for review (outcome-unknown or \
+             in-progress); `idem inspect --state {}` lists them",
+            state.as_str(),
+            state.as_str()
+        )));
+    }
+    // The same filter `idem inspect` reads.
+    let scope = ListFilter {
+        namespace: args.namespace.clone(),
+        state: args.state,
+        fields: args.field.clone(),
+        ..ListFilter::default()
+    };
     runtime()?.block_on(async {
         let store = args.store.open_existing().await?;
-        let (waiting, total) = waiting_for_review(&store, args.namespace.as_deref(), args.limit)
+        let (waiting, total) = waiting_for_review_matching(&store, &scope, args.limit)
             .await
             .map_err(|e| Failure::input(format!("cannot read {}: {e}", args.store.shown())))?;
         if args.json {
@@ -65,18 +94,25 @@ pub fn run(args: ReviewArgs) -> Result<u8, Failure> {
             println!("{:#}", serde_json::Value::Array(out));
             return Ok(SUCCESS);
         }
-        let re_executing = re_executing_records(&store, args.namespace.as_deref())
+        let re_executing = re_executing_records_matching(&store, &scope)
             .await
             .map_err(|e| Failure::input(format!("cannot read {}: {e}", args.store.shown())))?
             .len();
+        let narrowed = args.state.is_some() || !args.field.is_empty();
+        let that_match = |n: usize| match (narrowed, n) {
+            (false, _) => "",
+            (true, 1) => " that matches",
+            (true, _) => " that match",
+        };
         if waiting.is_empty() {
-            say!("nothing waits for review in {}", args.store.shown());
+            say!("nothing{} waits for review in {}", that_match(1), args.store.shown());
             say_re_executing(re_executing);
             return Ok(SUCCESS);
         }
         say!(
-            "{total} record{} wait{} for review in {}{}:",
+            "{total} record{}{} wait{} for review in {}{}:",
             if total == 1 { "" } else { "s" },
+            that_match(total),
             if total == 1 { "s" } else { "" },
             args.store.shown(),
             if total > waiting.len() {

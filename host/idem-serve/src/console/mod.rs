@@ -1,9 +1,17 @@
-//! The review console (`idem serve --console`): a page for the people who
+//! The review console (`idem serve --console`): pages for the people who
 //! decide whether a charge happened, without a shell on the right machine.
-//! It lists the records waiting for review with their operation and
-//! timeline, the duplicates by cause over a chosen window, and a form to
-//! settle one — conditional on the fence the page showed, so a stale page
-//! cannot overwrite a newer outcome.
+//!
+//! - [`list`]: `GET /console`, the records waiting for review, completed,
+//!   settled by a person or all, searched by an operation's field and
+//!   paged; the duplicates by cause over a chosen window.
+//! - [`record`]: `GET /console/record/{key}`, one record: its operation,
+//!   timeline, fence, last holder, who settled it and why, and the form
+//!   that settles it while it waits.
+//! - [`settle`]: `POST /console/resolve`, that form — conditional on the
+//!   fence the page showed, so a stale page cannot overwrite a newer
+//!   outcome.
+//! - [`page`]: what every page shares; [`tokens`]: the forms' and
+//!   sessions' MACs.
 //!
 //! Authentication is the sidecar's token: sent once to `/console/login`,
 //! it opens a session held in memory (a random id in an `HttpOnly`,
@@ -17,21 +25,24 @@
 //! resolution goes through [`idem::forensics::review::resolve`]: logged
 //! with who and why, counted, like `idem resolve`.
 
+mod list;
 mod page;
+mod record;
+mod settle;
 mod tokens;
+
+pub(crate) use list::show;
+pub(crate) use record::show as show_record;
+pub(crate) use settle::resolve;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::Form;
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use idem::forensics::{self, review};
-use idem::store::{
-    AttemptFilter, Holder, Outcome, RecordKey, Resolution, ResolveRequest, StoreError,
-};
 use serde::Deserialize;
 
 use crate::App;
@@ -41,9 +52,6 @@ use crate::auth::strip_bearer;
 const COOKIE: &str = "idem_console";
 /// How long a session lasts without being used.
 const SESSION_IDLE: Duration = Duration::from_secs(8 * 3600);
-/// At most this many records waiting are drawn (the page says how many
-/// more wait).
-const SHOWN_WAITING: usize = 50;
 
 /// The console's sessions: random ids, each with a secret its forms are
 /// signed with. A session is kept under an HMAC of its id
@@ -216,102 +224,6 @@ fn see_other(to: &str) -> Response {
     response
 }
 
-/// `?window=24h&done=KEY`.
-#[derive(Debug, Deserialize, Default)]
-pub(crate) struct PageQuery {
-    window: Option<String>,
-    done: Option<String>,
-}
-
-/// The windows the page offers, as (name, ms).
-const WINDOWS: [(&str, u64); 4] = [
-    ("1h", 3_600_000),
-    ("24h", 86_400_000),
-    ("7d", 7 * 86_400_000),
-    ("30d", 30 * 86_400_000),
-];
-
-/// `GET /console`.
-pub(crate) async fn show(
-    State(app): State<Arc<App>>,
-    headers: HeaderMap,
-    Query(query): Query<PageQuery>,
-) -> Response {
-    let Some(caller) = caller(&app, &headers) else {
-        return html(StatusCode::UNAUTHORIZED, page::login(None));
-    };
-    let notice = query.done.map(page::Notice::Done);
-    render(
-        &app,
-        &caller,
-        query.window.as_deref(),
-        notice,
-        StatusCode::OK,
-    )
-    .await
-}
-
-async fn render(
-    app: &App,
-    caller: &Caller,
-    window: Option<&str>,
-    notice: Option<page::Notice>,
-    status: StatusCode,
-) -> Response {
-    let console = app.console.as_ref().expect("the console is on");
-    let store = app.engine.store();
-    let namespace = app.engine.policy().info().namespace.clone();
-    let window = WINDOWS
-        .iter()
-        .find(|(name, _)| Some(*name) == window)
-        .unwrap_or(&WINDOWS[1]);
-    // Every answer given before the page was asked for is on it (answers
-    // reach the log in batches).
-    app.engine.flush_log().await;
-    let read = async {
-        let (waiting, total) =
-            review::waiting_for_review(store, Some(&namespace), SHOWN_WAITING).await?;
-        let now = store.clock().now_ms();
-        let entries = forensics::read_log(
-            store,
-            AttemptFilter {
-                namespace: Some(namespace.clone()),
-                since_ms: Some(now.saturating_sub(window.1)),
-                ..AttemptFilter::default()
-            },
-        )
-        .await?;
-        Ok::<_, StoreError>((waiting, total, forensics::analyse(&entries)))
-    };
-    let (waiting, total, analysis) = match read.await {
-        Ok(read) => read,
-        Err(e) => {
-            return html(
-                StatusCode::SERVICE_UNAVAILABLE,
-                page::unavailable(&format!("cannot read the store: {e}")),
-            );
-        }
-    };
-    let secret = caller.secret(&console.server_secret);
-    let forms: Vec<String> = waiting
-        .iter()
-        .map(|w| tokens::form_token(&secret, &w.view.record.key, w.view.record.fence))
-        .collect();
-    let view = page::View {
-        namespace: &namespace,
-        store: store.describe(),
-        waiting: &waiting,
-        total,
-        forms: &forms,
-        analysis: &analysis,
-        window: window.0,
-        windows: WINDOWS.iter().map(|(name, _)| *name).collect(),
-        notice,
-        signed_in: matches!(caller, Caller::Session { .. }),
-    };
-    html(status, page::console(&view))
-}
-
 /// The login form's one field.
 #[derive(Debug, Deserialize)]
 pub(crate) struct Login {
@@ -354,193 +266,4 @@ pub(crate) async fn logout(State(app): State<Arc<App>>, headers: HeaderMap) -> R
         response.headers_mut().insert(header::SET_COOKIE, v);
     }
     response
-}
-
-/// The resolve form.
-#[derive(Debug, Deserialize)]
-pub(crate) struct ResolveForm {
-    key: String,
-    fence: u64,
-    form_token: String,
-    resolution: String,
-    #[serde(default)]
-    status: String,
-    #[serde(default)]
-    body: String,
-    #[serde(default)]
-    reason: String,
-    #[serde(default)]
-    by: String,
-    #[serde(default)]
-    window: String,
-    /// `yes` when the person ticked that refusing for good is meant.
-    #[serde(default)]
-    confirm_reject: String,
-}
-
-/// `POST /console/resolve`: settles one record, conditional on the fence
-/// the page showed.
-pub(crate) async fn resolve(
-    State(app): State<Arc<App>>,
-    headers: HeaderMap,
-    Form(form): Form<ResolveForm>,
-) -> Response {
-    let Some(caller) = caller(&app, &headers) else {
-        return html(StatusCode::UNAUTHORIZED, page::login(None));
-    };
-    let console = app.console.as_ref().expect("the console is on");
-    let namespace = app.engine.policy().info().namespace.clone();
-    let window = Some(form.window.as_str());
-    let refuse = |why: String| page::Notice::Refused(why);
-    let Some(digest) = idem::store::Digest::from_hex(&form.key) else {
-        let notice = refuse(format!("`{}` is not a record key", form.key));
-        return render(&app, &caller, window, Some(notice), StatusCode::BAD_REQUEST).await;
-    };
-    let key = RecordKey::new(namespace, digest);
-    let secret = caller.secret(&console.server_secret);
-    if !tokens::form_token_matches(&secret, &key, form.fence, &form.form_token) {
-        // A form from another session, another page, or another site.
-        let notice = refuse(
-            "the form's token does not match this session: reload the page and try again".into(),
-        );
-        return render(&app, &caller, window, Some(notice), StatusCode::FORBIDDEN).await;
-    }
-    let (reason, by) = (form.reason.trim(), form.by.trim());
-    if reason.is_empty() || by.is_empty() {
-        let notice = refuse("say who decides and why: both are kept in the attempt log".into());
-        return render(&app, &caller, window, Some(notice), StatusCode::BAD_REQUEST).await;
-    }
-    for (text, name) in [
-        (reason, "why"),
-        (by, "who decides"),
-        (&form.body[..], "body"),
-    ] {
-        if let Some(why) = idem::core::text::unstorable(text) {
-            let notice = refuse(format!("“{name}” {why}: nothing changed"));
-            return render(&app, &caller, window, Some(notice), StatusCode::BAD_REQUEST).await;
-        }
-    }
-    let status = match form.status.trim() {
-        "" => None,
-        text => match text.parse::<i32>() {
-            Ok(n) if crate::api::STATUS_RANGE.contains(&n) => Some(n),
-            _ => {
-                let (low, high) = (
-                    crate::api::STATUS_RANGE.start(),
-                    crate::api::STATUS_RANGE.end(),
-                );
-                let notice = refuse(format!(
-                    "status `{text}` is not a whole number from {low} to {high} (an exit status or an HTTP status)"
-                ));
-                return render(&app, &caller, window, Some(notice), StatusCode::BAD_REQUEST).await;
-            }
-        },
-    };
-    let resolution = match form.resolution.as_str() {
-        "completed" => Resolution::Completed(Outcome::new(
-            status.unwrap_or(0),
-            form.body.clone().into_bytes(),
-        )),
-        "release" => Resolution::Release,
-        // Every later retry of the operation gets this refusal: a mistake
-        // here is the hardest to undo, so it is asked twice.
-        "reject" if form.confirm_reject != "yes" => {
-            let notice = refuse(
-                "refusing for good needs its box ticked (every retry of this operation will be \
-                 refused): nothing changed"
-                    .into(),
-            );
-            return render(&app, &caller, window, Some(notice), StatusCode::BAD_REQUEST).await;
-        }
-        "reject" => Resolution::Reject {
-            status: status.unwrap_or(1),
-        },
-        other => {
-            let notice = refuse(format!(
-                "`{other}` is not a resolution (completed, release or reject)"
-            ));
-            return render(&app, &caller, window, Some(notice), StatusCode::BAD_REQUEST).await;
-        }
-    };
-    let mut holder = Holder::this_process();
-    holder.trigger = Some("manual".into());
-    let request = ResolveRequest {
-        key: key.clone(),
-        observed_fence: form.fence,
-        resolution,
-        by: format!("{by} (console)"),
-        reason: reason.to_string(),
-        holder,
-    };
-    match review::resolve(app.engine.store(), request).await {
-        Ok(_) => see_other(&format!(
-            "/console?window={}&done={}",
-            page::url_safe(&form.window),
-            key.digest.to_hex()
-        )),
-        Err(e) => {
-            // The status the API gives the same refusal: a request the store
-            // finds invalid (a reason past what the log keeps, a body past
-            // the cap) is the form's fault (400), an outage is 503, a record
-            // that moved on is 409.
-            let status = crate::problem::store_error(e.clone()).0.status;
-            let why = match &e {
-                StoreError::Fenced { .. } | StoreError::NotEligible { .. } => {
-                    moved_on(app.engine.store(), &key, form.fence).await
-                }
-                StoreError::InvalidRequest(why) => format!("{why}: nothing changed"),
-                other if status.is_server_error() => {
-                    format!("the store could not be reached: {other}; nothing changed, try again")
-                }
-                other => format!("the store refused it: {other}"),
-            };
-            render(&app, &caller, window, Some(refuse(why)), status).await
-        }
-    }
-}
-
-/// Why a settle form was refused for a record that moved on since its page
-/// was drawn: what the record is now and, when a person settled it since,
-/// who and how (from the attempt log), and whether it still waits below.
-async fn moved_on(store: &idem::store::Store, key: &idem::store::RecordKey, shown: u64) -> String {
-    let Ok(Some(now)) = store.records().get(key).await else {
-        return format!(
-            "the record moved on since this page showed fence {shown}: nothing changed"
-        );
-    };
-    let mut why = format!(
-        "the record moved on since this page showed fence {shown}: it is {} at fence {} now",
-        now.record.state.as_str(),
-        now.record.fence
-    );
-    let log = store
-        .records()
-        .attempts(AttemptFilter {
-            key: Some(key.clone()),
-            ..AttemptFilter::default()
-        })
-        .await
-        .unwrap_or_default();
-    if let Some(settled) = log
-        .iter()
-        .rev()
-        .find(|e| e.actor.is_some() && e.fence > shown)
-    {
-        why.push_str(&format!(
-            "; {} settled it ({}{})",
-            settled.actor.as_deref().unwrap_or_default(),
-            settled.event.as_str(),
-            settled
-                .detail
-                .as_deref()
-                .map(|d| format!(": {d}"))
-                .unwrap_or_default()
-        ));
-    }
-    why.push_str(if review::waits_for_review(&now).is_some() {
-        "; nothing changed; look at it again below"
-    } else {
-        "; nothing changed"
-    });
-    why
 }

@@ -1,20 +1,17 @@
-//! The console's HTML: server-rendered, no scripts, no outside assets (the
-//! answer's Content-Security-Policy forbids both).
+//! What every console page shares: server-rendered HTML with no scripts
+//! and no outside assets (the answer's Content-Security-Policy forbids
+//! both), its head and style, the sign-in page, the pages for a store that
+//! cannot be read and a record that does not exist, the notice after a
+//! form, and how text reaches markup and URLs.
 
 use std::fmt::Write as _;
-
-use idem::forensics::review::Waiting;
-use idem::forensics::{Analysis, Cause, ShownOperation, shown_events};
 
 // Every text on the page, untrusted or not, is shown this way: a
 // control or bidi character in an operation, a reason or a name is spelt
 // out, never obeyed.
-use crate::html_shown as esc;
+pub(crate) use crate::html_shown as esc;
 
-/// How much of an operation a line shows.
-const OPERATION_CHARS: usize = 200;
-
-/// A line at the top of the page after a form was sent.
+/// A line at the top of a page after a form was sent.
 pub(crate) enum Notice {
     /// The record with this key was settled.
     Done(String),
@@ -22,50 +19,90 @@ pub(crate) enum Notice {
     Refused(String),
 }
 
-/// What the console page shows.
-pub(crate) struct View<'a> {
-    pub(crate) namespace: &'a str,
-    pub(crate) store: &'a str,
-    pub(crate) waiting: &'a [Waiting],
-    pub(crate) total: usize,
-    /// Each waiting record's form token, in order.
-    pub(crate) forms: &'a [String],
-    pub(crate) analysis: &'a Analysis,
-    pub(crate) window: &'a str,
-    pub(crate) windows: Vec<&'static str>,
-    pub(crate) notice: Option<Notice>,
-    pub(crate) signed_in: bool,
-}
-
 /// A store-clock time in ms as UTC (`2026-12-04T03:12:05.123Z`).
-fn utc(ms: u64) -> String {
+pub(crate) fn utc(ms: u64) -> String {
     let at = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms);
     humantime::format_rfc3339_millis(at).to_string()
 }
 
-/// Only the characters a window name has (`24h`): anything else dropped,
-/// so a value echoed into a URL cannot carry more.
-pub(crate) fn url_safe(text: &str) -> String {
-    text.chars().filter(char::is_ascii_alphanumeric).collect()
+/// `text` percent-encoded for a URL's query or path (every byte but
+/// RFC 3986's unreserved characters): a search such as `invoice_id=R 18&9`
+/// travels in a paging link as one value, never as more parameters.
+pub(crate) fn url_encoded(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for b in text.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+            out.push(char::from(b));
+        } else {
+            let _ = write!(out, "%{b:02X}");
+        }
+    }
+    out
+}
+
+/// The address of a record's page (its key is hex: nothing to encode, but
+/// it is encoded all the same, so the rule holds whatever a key becomes).
+pub(crate) fn record_href(hex: &str) -> String {
+    format!("/console/record/{}", url_encoded(hex))
 }
 
 const STYLE: &str = "body{font:14px/1.45 system-ui,sans-serif;margin:24px;color:#0f172a;max-width:1100px}\
 h1{font-size:20px;margin:0 0 4px}h2{font-size:16px;margin:20px 0 8px}.meta{color:#475569}\
 .record{border:1px solid #cbd5e1;border-left:4px solid #7c3aed;border-radius:4px;padding:10px 14px;margin:0 0 14px}\
 .record h3{font-size:14px;margin:0 0 4px;font-family:ui-monospace,monospace}.op{font-size:15px;margin:4px 0}\
-.why{color:#6d28d9}table{border-collapse:collapse;margin:6px 0}td,th{padding:2px 10px 2px 0;text-align:left;font-size:13px}\
+.why{color:#6d28d9}table{border-collapse:collapse;margin:6px 0}td,th{padding:2px 10px 2px 0;text-align:left;font-size:13px;vertical-align:top}\
 th{color:#475569;font-weight:600}form.settle{display:grid;grid-template-columns:max-content 1fr;gap:6px 10px;margin-top:8px;max-width:720px}\
 form.settle label{color:#334155}textarea{height:3em}.notice{padding:8px 12px;border-radius:4px;margin:0 0 12px}\
 .done{background:#dcfce7}.refused{background:#fee2e2}.cause{margin:2px 0}.n{font-weight:600;display:inline-block;min-width:2.5em}\
-nav a{margin-right:10px}button{padding:4px 12px}";
+nav a{margin-right:10px}button{padding:4px 12px}form.search{display:flex;gap:8px;align-items:center;margin:10px 0}\
+table.list{width:100%}table.list td{border-top:1px solid #e2e8f0;padding:4px 10px 4px 0}code,.key{font-family:ui-monospace,monospace}\
+.settled{background:#f1f5f9;padding:6px 10px;border-radius:4px}.pages{margin:10px 0}.t{white-space:nowrap}";
 
-fn head(title: &str) -> String {
+/// The head of every page, and the `<body>` it opens.
+pub(crate) fn head(title: &str) -> String {
     format!(
         "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
          <title>{}</title><style>{STYLE}</style></head><body>\n",
         esc(title)
     )
+}
+
+/// The top of a signed-in page: its title, the namespace and store, the
+/// sign-out button and the notice, if any.
+pub(crate) fn top(out: &mut String, namespace: &str, store: &str, signed_in: bool) {
+    let _ = writeln!(
+        out,
+        "<h1><a href=\"/console\">idem review console</a></h1><p class=\"meta\">namespace <b>{}</b> on {}</p>",
+        esc(namespace),
+        esc(store)
+    );
+    if signed_in {
+        out.push_str(
+            "<form method=\"post\" action=\"/console/logout\"><button type=\"submit\">Sign out</button></form>\n",
+        );
+    }
+}
+
+/// The notice after a form, if any.
+pub(crate) fn notice(out: &mut String, notice: Option<&Notice>) {
+    match notice {
+        Some(Notice::Done(key)) => {
+            let _ = writeln!(
+                out,
+                "<p class=\"notice done\" id=\"notice\">Settled <code>{}</code>: logged with who and why.</p>",
+                esc(key)
+            );
+        }
+        Some(Notice::Refused(why)) => {
+            let _ = writeln!(
+                out,
+                "<p class=\"notice refused\" id=\"notice\">{}</p>",
+                esc(why)
+            );
+        }
+        None => {}
+    }
 }
 
 /// The sign-in page: the sidecar's token, sent once in a form body.
@@ -97,185 +134,36 @@ pub(crate) fn unavailable(why: &str) -> String {
     out
 }
 
-/// The console.
-pub(crate) fn console(view: &View<'_>) -> String {
-    let mut out = head(&format!("idem review console: {}", view.namespace));
+/// The page for a record that is not there: `what` says which (a key
+/// that is not one, or a key with no record), after the notice of a form
+/// that named it, if any.
+pub(crate) fn not_found(what: &str, form: Option<&Notice>) -> String {
+    let mut out = head("idem review console: no such record");
+    out.push_str("<h1><a href=\"/console\">idem review console</a></h1>\n");
+    notice(&mut out, form);
     let _ = writeln!(
         out,
-        "<h1>idem review console</h1><p class=\"meta\">namespace <b>{}</b> on {}</p>",
-        esc(view.namespace),
-        esc(view.store)
+        "<p class=\"notice refused\" id=\"missing\">{}</p>\
+         <p><a href=\"/console?state=all\">Search all records</a></p></body></html>",
+        esc(what)
     );
-    if view.signed_in {
-        out.push_str(
-            "<form method=\"post\" action=\"/console/logout\"><button type=\"submit\">Sign out</button></form>\n",
-        );
-    }
-    match &view.notice {
-        Some(Notice::Done(key)) => {
-            let _ = writeln!(
-                out,
-                "<p class=\"notice done\" id=\"notice\">Settled <code>{}</code>: logged with who and why.</p>",
-                esc(key)
-            );
-        }
-        Some(Notice::Refused(why)) => {
-            let _ = writeln!(
-                out,
-                "<p class=\"notice refused\" id=\"notice\">{}</p>",
-                esc(why)
-            );
-        }
-        None => {}
-    }
-    waiting(&mut out, view);
-    duplicates(&mut out, view);
-    out.push_str("</body></html>\n");
     out
 }
 
-fn waiting(out: &mut String, view: &View<'_>) {
-    let _ = writeln!(
-        out,
-        "<h2 id=\"waiting\">{} record{} wait{} for review</h2>",
-        view.total,
-        if view.total == 1 { "" } else { "s" },
-        if view.total == 1 { "s" } else { "" }
-    );
-    if view.total > view.waiting.len() {
-        let _ = writeln!(
-            out,
-            "<p class=\"meta\">The {} changed last are shown; settle them to see the rest.</p>",
-            view.waiting.len()
-        );
-    }
-    for (w, form_token) in view.waiting.iter().zip(view.forms) {
-        record(out, w, form_token, view.window);
-    }
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-fn record(out: &mut String, w: &Waiting, form_token: &str, window: &str) {
-    let r = &w.view.record;
-    let hex = r.key.digest.to_hex();
-    let _ = write!(
-        out,
-        "<section class=\"record\" id=\"r-{hex}\"><h3>{hex}</h3>\
-         <p class=\"op\">{}</p>",
-        esc(&w.operation.line(OPERATION_CHARS))
-    );
-    if let ShownOperation::Kept { fields, .. } = &w.operation {
-        out.push_str("<table class=\"fields\">");
-        for (name, value) in fields {
-            let _ = write!(
-                out,
-                "<tr><th>{}</th><td>{}</td></tr>",
-                esc(name),
-                esc(value)
-            );
-        }
-        out.push_str("</table>");
-    }
-    let _ = write!(
-        out,
-        "<p class=\"why\">{}</p><p class=\"meta\">{} at fence {}, attempt {}; last held by {} on {}:{}</p>",
-        esc(w.why),
-        r.state.as_str(),
-        r.fence,
-        r.attempts,
-        esc(r.holder.run_id.as_deref().unwrap_or("a caller with no run")),
-        esc(&r.holder.host),
-        r.holder.pid
-    );
-    out.push_str("<table class=\"timeline\"><tr><th>time (UTC)</th><th>event</th><th>fence</th><th>who</th><th>detail</th></tr>");
-    for (e, shown) in w.timeline.iter().zip(shown_events(&w.timeline)) {
-        let who = match (&e.actor, &e.holder) {
-            (Some(actor), _) => format!("{actor} (by hand)"),
-            (None, Some(h)) => h
-                .run_id
-                .clone()
-                .unwrap_or_else(|| format!("{}:{}", h.host, h.pid)),
-            (None, None) => "(the holder of that fence)".into(),
-        };
-        let _ = write!(
-            out,
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            utc(e.at_ms),
-            shown.as_str(),
-            e.fence,
-            esc(&who),
-            esc(e.detail.as_deref().unwrap_or(""))
+    #[test]
+    fn a_search_travels_in_a_link_as_one_value() {
+        assert_eq!(url_encoded("invoice_id=R-189"), "invoice_id%3DR-189");
+        assert_eq!(
+            url_encoded("a b&state=all\"<>/é"),
+            "a%20b%26state%3Dall%22%3C%3E%2F%C3%A9"
         );
-    }
-    out.push_str("</table>");
-    let _ = writeln!(
-        out,
-        "<form class=\"settle\" method=\"post\" action=\"/console/resolve\">\
-         <input type=\"hidden\" name=\"key\" value=\"{hex}\">\
-         <input type=\"hidden\" name=\"fence\" value=\"{fence}\">\
-         <input type=\"hidden\" name=\"form_token\" value=\"{form_token}\">\
-         <input type=\"hidden\" name=\"window\" value=\"{window}\">\
-         <label>What happened</label><span>\
-         <label><input type=\"radio\" name=\"resolution\" value=\"completed\" required> it happened (record completed)</label> \
-         <label><input type=\"radio\" name=\"resolution\" value=\"release\"> it did not happen (let it run again)</label> \
-         <label><input type=\"radio\" name=\"resolution\" value=\"reject\"> refuse it for good</label></span>\
-         <span></span><label><input type=\"checkbox\" name=\"confirm_reject\" value=\"yes\"> to refuse it for good: I am sure (every retry of this operation will be refused)</label>\
-         <label for=\"status-{hex}\">Status</label><input id=\"status-{hex}\" name=\"status\" inputmode=\"numeric\" placeholder=\"0 for completed, 1 for reject\">\
-         <label for=\"body-{hex}\">Body (completed)</label><textarea id=\"body-{hex}\" name=\"body\" placeholder=\"e.g. the provider's receipt\"></textarea>\
-         <label for=\"reason-{hex}\">Why</label><input id=\"reason-{hex}\" name=\"reason\" required placeholder=\"what you checked\">\
-         <label for=\"by-{hex}\">Who decides</label><input id=\"by-{hex}\" name=\"by\" required>\
-         <span></span><span><button type=\"submit\" id=\"settle-{hex}\">Settle at fence {fence}</button></span>\
-         </form></section>",
-        fence = r.fence,
-        form_token = esc(form_token),
-        window = esc(window),
-    );
-}
-
-fn duplicates(out: &mut String, view: &View<'_>) {
-    let _ = write!(
-        out,
-        "<h2 id=\"duplicates\">Duplicates by cause, last {}</h2><nav>",
-        esc(view.window)
-    );
-    for name in &view.windows {
-        if *name == view.window {
-            let _ = write!(out, "<b>{name}</b> ");
-        } else {
-            let _ = write!(out, "<a href=\"/console?window={name}\">{name}</a> ");
-        }
-    }
-    out.push_str("</nav>\n");
-    let a = view.analysis;
-    let plural = |n: usize| if n == 1 { "" } else { "s" };
-    let _ = writeln!(
-        out,
-        "<p class=\"meta\">{} attempt-log entr{} about {} key{}.</p>",
-        a.entries,
-        if a.entries == 1 { "y" } else { "ies" },
-        a.keys,
-        plural(a.keys)
-    );
-    if a.duplicates.is_empty() {
-        out.push_str("<p>No duplicates in this window: every key was asked for once.</p>\n");
-    }
-    for (cause, n) in a.causes() {
-        let _ = write!(
-            out,
-            "<p class=\"cause\"><span class=\"n\">{n}</span>{}{}</p>",
-            esc(cause.describe()),
-            if cause == Cause::KeyDrift {
-                " <strong>(not prevented)</strong>"
-            } else {
-                ""
-            }
+        assert_eq!(
+            record_href(&"ab".repeat(32)),
+            format!("/console/record/{}", "ab".repeat(32))
         );
-        if let Some(d) = a.duplicates.iter().find(|d| d.cause == cause) {
-            let _ = writeln!(
-                out,
-                "<p class=\"meta\">e.g. <code>{}</code>: {}</p>",
-                esc(&d.key.digest.to_hex()[..16]),
-                esc(&d.explanation)
-            );
-        }
     }
 }

@@ -54,7 +54,19 @@ pub async fn waiting_records(
     store: &Store,
     namespace: Option<&str>,
 ) -> Result<Vec<(RecordView, &'static str)>, StoreError> {
-    Ok(review_states(store, namespace)
+    waiting_records_matching(store, &in_namespace(namespace)).await
+}
+
+/// [`waiting_records`] among the records `scope` selects: its namespace,
+/// partition and fields narrow the queue, its state (when it names one
+/// of the states review looks at, outcome-unknown or in-progress) too;
+/// its limit is not read. What `idem review --field` and the console's
+/// search read.
+pub async fn waiting_records_matching(
+    store: &Store,
+    scope: &ListFilter,
+) -> Result<Vec<(RecordView, &'static str)>, StoreError> {
+    Ok(review_states(store, scope)
         .await?
         .into_iter()
         .filter_map(|view| {
@@ -72,28 +84,46 @@ pub async fn re_executing_records(
     store: &Store,
     namespace: Option<&str>,
 ) -> Result<Vec<RecordView>, StoreError> {
-    Ok(review_states(store, namespace)
+    re_executing_records_matching(store, &in_namespace(namespace)).await
+}
+
+/// [`re_executing_records`] among the records `scope` selects (as
+/// [`waiting_records_matching`] reads it).
+pub async fn re_executing_records_matching(
+    store: &Store,
+    scope: &ListFilter,
+) -> Result<Vec<RecordView>, StoreError> {
+    Ok(review_states(store, scope)
         .await?
         .into_iter()
         .filter(re_executes_at_next_duplicate)
         .collect())
 }
 
+fn in_namespace(namespace: Option<&str>) -> ListFilter {
+    ListFilter {
+        namespace: namespace.map(str::to_string),
+        ..ListFilter::default()
+    }
+}
+
 /// The records in the states review looks at (outcome-unknown, in
-/// progress), most recently changed first.
-async fn review_states(
-    store: &Store,
-    namespace: Option<&str>,
-) -> Result<Vec<RecordView>, StoreError> {
+/// progress; only `scope.state` when it names one of them, none when it
+/// names another), among those `scope` selects, most recently changed
+/// first.
+async fn review_states(store: &Store, scope: &ListFilter) -> Result<Vec<RecordView>, StoreError> {
     let mut views = Vec::new();
     for state in [RecordState::OutcomeUnknown, RecordState::InProgress] {
+        if scope.state.is_some_and(|s| s != state) {
+            continue;
+        }
         views.extend(
             store
                 .records()
                 .list(ListFilter {
-                    namespace: namespace.map(str::to_string),
                     state: Some(state),
-                    ..ListFilter::default()
+                    limit: None,
+                    ..scope.clone()
                 })
                 .await?,
         );
@@ -110,20 +140,40 @@ pub async fn waiting_for_review(
     namespace: Option<&str>,
     limit: usize,
 ) -> Result<(Vec<Waiting>, usize), StoreError> {
-    let all = waiting_records(store, namespace).await?;
+    waiting_for_review_matching(store, &in_namespace(namespace), limit).await
+}
+
+/// [`waiting_for_review`] among the records `scope` selects (as
+/// [`waiting_records_matching`] reads it).
+pub async fn waiting_for_review_matching(
+    store: &Store,
+    scope: &ListFilter,
+    limit: usize,
+) -> Result<(Vec<Waiting>, usize), StoreError> {
+    let all = waiting_records_matching(store, scope).await?;
     let total = all.len();
     let mut out = Vec::new();
     for (view, why) in all.into_iter().take(limit) {
-        let timeline = timeline(store, &view.record.key).await?;
-        let operation = ShownOperation::of_record(&view.record);
-        out.push(Waiting {
-            view,
-            why,
-            timeline,
-            operation,
-        });
+        out.push(waiting(store, view, why).await?);
     }
     Ok((out, total))
+}
+
+/// A record that waits for review (`why`), with its timeline and
+/// operation read.
+async fn waiting(
+    store: &Store,
+    view: RecordView,
+    why: &'static str,
+) -> Result<Waiting, StoreError> {
+    let timeline = timeline(store, &view.record.key).await?;
+    let operation = ShownOperation::of_record(&view.record);
+    Ok(Waiting {
+        view,
+        why,
+        timeline,
+        operation,
+    })
 }
 
 /// Every attempt-log entry `filter` selects, oldest first, read in pages
