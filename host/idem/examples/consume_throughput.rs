@@ -376,7 +376,7 @@ impl Place {
                 .await?,
             ),
             Place::Kafka { url, name } => Box::new(
-                KafkaSource::connect(url, name, "bench", Duration::from_secs(30), None).await?,
+                KafkaSource::connect(url, name, name, Duration::from_secs(30), None).await?,
             ),
         })
     }

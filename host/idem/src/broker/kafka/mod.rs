@@ -223,6 +223,8 @@ pub struct KafkaSource {
     inbound: mpsc::Receiver<Inbound>,
     poller: Option<poller::Poller>,
     topic: String,
+    servers: String,
+    group: String,
     session_timeout: Duration,
     described: String,
 }
@@ -293,6 +295,8 @@ impl KafkaSource {
             inbound,
             poller: Some(poller),
             topic: topic.to_string(),
+            servers: servers.clone(),
+            group: group.to_string(),
             session_timeout,
             described: format!("{url} topic {topic} group {group}"),
         })
@@ -439,9 +443,9 @@ impl MessageSource for KafkaSource {
     /// partition's committed position (any member's, a crashed one's until
     /// its partitions move) up to its end.
     async fn unacknowledged(&mut self) -> Result<Option<u64>, SourceError> {
-        let consumer = self.consumer.clone();
-        let topic = self.topic.clone();
-        let lag = tokio::task::spawn_blocking(move || lag(&consumer, &topic))
+        let (servers, group, topic) =
+            (self.servers.clone(), self.group.clone(), self.topic.clone());
+        let lag = tokio::task::spawn_blocking(move || lag(&servers, &group, &topic))
             .await
             .map_err(|e| SourceError::new("reading the group's lag", e))?;
         lag.map(Some).map_err(|e| {
@@ -473,8 +477,16 @@ fn positions(positions: &[(Partition, i64)]) -> TopicPartitionList {
     list
 }
 
-/// The group's messages of `topic` past its committed positions.
-fn lag(consumer: &Consumed, topic: &str) -> KafkaResult<u64> {
+/// The group's messages of `topic` past its committed positions, read by
+/// a client of its own that joins nothing (measured: asked of the group's
+/// member, the committed positions timed out, 5 s each, on a consumer with
+/// nothing to read).
+fn lag(servers: &str, group: &str, topic: &str) -> KafkaResult<u64> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", servers)
+        .set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .create()?;
     let metadata = consumer.fetch_metadata(Some(topic), CLUSTER_WAIT)?;
     let mut list = TopicPartitionList::new();
     for t in metadata.topics() {
