@@ -7,13 +7,12 @@
 //! (redis/redis#13956): a consumer paused past the claim threshold while a
 //! peer takes its entries, then resumed.
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use idem_tests::redis_url;
 use redis::streams::{StreamInfoGroupsReply, StreamRangeReply};
 
-use super::{APPEND, Broker, charge, consume, effects_of, spawn_group, spawn_piped, summary};
+use super::{APPEND, Broker, charge, consume, effects_of, spawn_group, summary};
 
 /// The claim threshold every reader here is given.
 const CLAIM_IDLE: &str = "3s";
@@ -238,16 +237,6 @@ fn a_file_and_a_broker_give_each_operation_the_same_end() {
     ));
 }
 
-/// Sends `signal` (`STOP`, `CONT`) to `child`'s whole process group.
-fn signal_group(child: &std::process::Child, signal: &str) {
-    let group = format!("-{}", child.id());
-    let sent = Command::new("kill")
-        .args(["-s", signal, "--", &group])
-        .status()
-        .unwrap();
-    assert!(sent.success(), "SIG{signal} sent");
-}
-
 /// The seed's paused holder, on Redis: a consumer stopped (SIGSTOP) in the
 /// middle of an effect, past the claim threshold, while a second consumer
 /// of the group takes its entries over with `XAUTOCLAIM`; then resumed.
@@ -260,67 +249,7 @@ fn a_consumer_paused_past_the_claim_threshold_is_fenced_when_it_resumes() {
         "consume::redis::a_consumer_paused_past_the_claim_threshold_is_fenced_when_it_resumes";
     let Some(url) = redis_url(test) else { return };
     let stream = Stream::create(&url, "paused", &["billing"]);
-    let dir = tempfile::tempdir().unwrap();
-    stream.publish(&(0..6).map(|i| charge(&format!("p{i}"))).collect::<Vec<_>>());
-    // p3's effect marks that it started, then takes 4 s before it
-    // charges: the consumer is paused in between.
-    let slow = r#"op=$(cat); case "$op" in *'"invoice_id":"p3"'*) touch "$LEDGER.p3"; sleep 4 ;; esac; printf '%s\n' "$op" >> "$LEDGER""#;
-    let first = spawn_piped({
-        let mut c = consume(
-            &stream,
-            dir.path(),
-            "billing",
-            &["--lease", "1s", "--stop-when-idle", "3s"],
-            slow,
-        );
-        std::os::unix::process::CommandExt::process_group(&mut c, 0);
-        c
-    });
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !dir.path().join("ledger.p3").exists() {
-        assert!(Instant::now() < deadline, "p3's effect never started");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    signal_group(&first, "STOP");
-    // The second consumer takes p3 over once it has been pending past the
-    // 3 s threshold; the first's 1 s claim has lapsed by then, and the
-    // billing policy sends a lapsed charge to review rather than charge
-    // again.
-    let second = consume(
-        &stream,
-        dir.path(),
-        "billing",
-        &["--lease", "1s", "--stop-when-idle", "5s"],
-        APPEND,
-    )
-    .output()
-    .unwrap();
-    let stderr = String::from_utf8_lossy(&second.stderr);
-    assert_eq!(second.status.code(), Some(0), "{stderr}");
-    let taker = summary(&second);
-    assert_eq!(
-        taker["sent_to_review"], 1,
-        "p3 taken over: {taker}; {stderr}"
-    );
-    assert_eq!(
-        effects_of(dir.path(), "p3"),
-        0,
-        "p3 not charged by the taker"
-    );
-    // Resumed, the first finishes p3's effect: its end is refused.
-    signal_group(&first, "CONT");
-    let out = first.wait_with_output().unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(0), "{stderr}");
-    let resumed = summary(&out);
-    assert_eq!(
-        resumed["fenced"], 1,
-        "the late end refused: {resumed}; {stderr}"
-    );
-    for i in 0..6 {
-        assert_eq!(effects_of(dir.path(), &format!("p{i}")), 1, "invoice p{i}");
-    }
-    assert_eq!(stream.unsettled("billing"), 0, "every entry settled");
+    super::a_consumer_paused_past_the_brokers_threshold_is_fenced_when_it_resumes(&stream);
 }
 
 /// An effect longer than the claim threshold keeps its entry: reset while
