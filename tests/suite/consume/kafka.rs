@@ -314,7 +314,7 @@ fn a_file_and_a_broker_give_each_operation_the_same_end() {
 #[test]
 fn a_consumer_paused_past_its_session_is_fenced_when_it_resumes() {
     let cluster = Cluster::start("paused", &["billing"]);
-    super::a_consumer_paused_past_the_brokers_threshold_is_fenced_when_it_resumes(&cluster);
+    super::paused::a_consumer_paused_past_the_brokers_threshold_is_fenced_when_it_resumes(&cluster);
 }
 
 /// The invoices whose records `idem inspect` shows ended (completed).

@@ -13,12 +13,16 @@
 //! - two consumers as shards 0 and 1 of 2 (`--shard`; NATS only, RabbitMQ
 //!   refuses it): each runs only the partitions it owns, every effect once;
 //! - issue 42's, in `poison.rs`: one fate per message, decided once;
+//! - Redis's and Kafka's, in `paused.rs`: a consumer paused past the
+//!   broker's threshold, then resumed;
 //! - issue 45's, in `same_fate.rs`: an ops file and a broker give each
 //!   operation the same end, each source settling it its own way.
 
 mod amqp;
+mod flags;
 mod kafka;
 mod nats;
+mod paused;
 mod poison;
 mod redis;
 mod same_fate;
@@ -397,173 +401,6 @@ fn two_consumers_one_killed_mid_run_the_other_takes_over(broker: &dyn Broker) {
     assert_eq!(broker.unsettled("billing"), 0, "every message settled");
 }
 
-#[test]
-fn a_broker_flag_that_does_not_fit_is_refused_before_anything_opens() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = dir.path().join("idem.db");
-    for (flags, says) in [
-        (
-            &[
-                "--from",
-                "amqp://127.0.0.1:5672",
-                "--queue",
-                "q",
-                "--stream",
-                "S",
-            ][..],
-            "--stream is not a flag for RabbitMQ",
-        ),
-        (
-            &[
-                "--from",
-                "nats://127.0.0.1:4222",
-                "--stream",
-                "S",
-                "--queue",
-                "q",
-            ][..],
-            "--queue is not a flag for NATS",
-        ),
-        (
-            &["--from", "nats://127.0.0.1:4222", "--stream", "S"][..],
-            "needs --stream and --consumer",
-        ),
-        (&["--from", "amqp://127.0.0.1:5672"][..], "needs --queue"),
-        (
-            &[
-                "--from",
-                "amqp://127.0.0.1:5672",
-                "--queue",
-                "q",
-                "--shard",
-                "0/2",
-            ][..],
-            "--shard and --members are for NATS",
-        ),
-        (
-            &[
-                "--from",
-                "amqp://127.0.0.1:5672",
-                "--queue",
-                "q",
-                "--prefetch",
-                "0",
-            ][..],
-            "--prefetch must be at least 1",
-        ),
-        (
-            &["--from", "amqps://127.0.0.1:5671", "--queue", "q"][..],
-            "amqps:// (TLS) is not supported yet",
-        ),
-        (
-            &["--from", "redis://127.0.0.1:6379", "--queue", "q"][..],
-            "--queue is not a flag for Redis",
-        ),
-        (
-            &["--from", "kafka://127.0.0.1:9092", "--topic", "t"][..],
-            "needs --topic and --consumer",
-        ),
-        (
-            &[
-                "--from",
-                "kafka://127.0.0.1:9092",
-                "--topic",
-                "t",
-                "--consumer",
-                "g",
-                "--stream",
-                "s",
-            ][..],
-            "--stream is not a flag for Kafka",
-        ),
-        (
-            &[
-                "--from",
-                "kafka://127.0.0.1:9092",
-                "--topic",
-                "t",
-                "--consumer",
-                "g",
-                "--shard",
-                "0/2",
-            ][..],
-            "--shard and --members are for NATS",
-        ),
-        (
-            &[
-                "--from",
-                "nats://127.0.0.1:4222",
-                "--stream",
-                "S",
-                "--consumer",
-                "c",
-                "--topic",
-                "t",
-            ][..],
-            "--topic is not a flag for NATS",
-        ),
-        (
-            &["--from", "redis://127.0.0.1:6379", "--stream", "s"][..],
-            "needs --stream and --consumer",
-        ),
-        (
-            &[
-                "--from",
-                "redis://127.0.0.1:6379",
-                "--stream",
-                "s",
-                "--consumer",
-                "g",
-                "--shard",
-                "0/2",
-            ][..],
-            "each shard a stream of its own",
-        ),
-        (
-            &[
-                "--from",
-                "nats://127.0.0.1:4222",
-                "--stream",
-                "s",
-                "--consumer",
-                "c",
-                "--dead-letter",
-                "d",
-            ][..],
-            "--dead-letter is not a flag for NATS",
-        ),
-        (
-            &[
-                "--from",
-                "rediss://127.0.0.1:6380",
-                "--stream",
-                "s",
-                "--consumer",
-                "g",
-            ][..],
-            "rediss:// (TLS) is not supported yet",
-        ),
-        (
-            &["--from", "kafka://127.0.0.1:9092", "--queue", "q"][..],
-            "--queue is not a flag for Kafka",
-        ),
-    ] {
-        let out = Command::new(idem_bin())
-            .args(["consume", "--policy"])
-            .arg(policy_path("billing-charge"))
-            .arg("--store")
-            .arg(format!("sqlite:{}", store.display()))
-            .args(flags)
-            .args(["--", "true"])
-            .output()
-            .unwrap();
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(2), "{flags:?}: {stderr}");
-        assert!(stderr.contains(says), "{flags:?}: {stderr}");
-        assert!(!store.exists(), "{flags:?}: no store was opened");
-    }
-}
-
 fn two_shards_each_run_only_the_messages_they_own(broker: &dyn Broker) {
     const CHARGES: usize = 60;
     let dir = tempfile::tempdir().unwrap();
@@ -623,90 +460,6 @@ fn two_shards_each_run_only_the_messages_they_own(broker: &dyn Broker) {
                 "shard {i} ran partition {partition}, not its own"
             );
         }
-    }
-    assert_eq!(broker.unsettled("billing"), 0, "every message settled");
-}
-
-/// Sends `signal` (`STOP`, `CONT`) to `child`'s whole process group.
-fn signal_group(child: &std::process::Child, signal: &str) {
-    let group = format!("-{}", child.id());
-    let sent = Command::new("kill")
-        .args(["-s", signal, "--", &group])
-        .status()
-        .unwrap();
-    assert!(sent.success(), "SIG{signal} sent");
-}
-
-/// The seed's paused holder, on a broker that gives a paused consumer's
-/// messages to another after a threshold (Redis: the claim threshold,
-/// `XAUTOCLAIM`; Kafka: the session, a rebalance): a consumer stopped
-/// (SIGSTOP) in the middle of p3's effect, past the threshold, while a
-/// second consumer gets p3; then resumed. The broker lets the resumed
-/// consumer act; the store does not let it record: its claim lapsed and
-/// went to review, its late end is refused. Every effect happens once and
-/// every message ends settled.
-fn a_consumer_paused_past_the_brokers_threshold_is_fenced_when_it_resumes(broker: &dyn Broker) {
-    let dir = tempfile::tempdir().unwrap();
-    broker.publish(&(0..6).map(|i| charge(&format!("p{i}"))).collect::<Vec<_>>());
-    // p3's effect marks that it started, then takes 4 s before it
-    // charges: the consumer is paused in between.
-    let slow = r#"op=$(cat); case "$op" in *'"invoice_id":"p3"'*) touch "$LEDGER.p3"; sleep 4 ;; esac; printf '%s\n' "$op" >> "$LEDGER""#;
-    let first = spawn_piped({
-        let mut c = consume(
-            broker,
-            dir.path(),
-            "billing",
-            &["--lease", "1s", "--stop-when-idle", "3s"],
-            slow,
-        );
-        std::os::unix::process::CommandExt::process_group(&mut c, 0);
-        c
-    });
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !dir.path().join("ledger.p3").exists() {
-        assert!(Instant::now() < deadline, "p3's effect never started");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    signal_group(&first, "STOP");
-    // The second consumer gets p3 once the broker gives the paused one's
-    // messages away (Redis: pending past the 3 s claim threshold; Kafka:
-    // the first's 3 s session lapsed and its partitions moved, p3 never
-    // committed); the first's 1 s claim has lapsed by then, and the
-    // billing policy sends a lapsed charge to review rather than charge
-    // again.
-    let second = consume(
-        broker,
-        dir.path(),
-        "billing",
-        &["--lease", "1s", "--stop-when-idle", "5s"],
-        APPEND,
-    )
-    .output()
-    .unwrap();
-    let stderr = String::from_utf8_lossy(&second.stderr);
-    assert_eq!(second.status.code(), Some(0), "{stderr}");
-    let taker = summary(&second);
-    assert_eq!(
-        taker["sent_to_review"], 1,
-        "p3 taken over: {taker}; {stderr}"
-    );
-    assert_eq!(
-        effects_of(dir.path(), "p3"),
-        0,
-        "p3 not charged by the taker"
-    );
-    // Resumed, the first finishes p3's effect: its end is refused.
-    signal_group(&first, "CONT");
-    let out = first.wait_with_output().unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(0), "{stderr}");
-    let resumed = summary(&out);
-    assert_eq!(
-        resumed["fenced"], 1,
-        "the late end refused: {resumed}; {stderr}"
-    );
-    for i in 0..6 {
-        assert_eq!(effects_of(dir.path(), &format!("p{i}")), 1, "invoice p{i}");
     }
     assert_eq!(broker.unsettled("billing"), 0, "every message settled");
 }

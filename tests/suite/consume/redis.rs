@@ -249,7 +249,7 @@ fn a_consumer_paused_past_the_claim_threshold_is_fenced_when_it_resumes() {
         "consume::redis::a_consumer_paused_past_the_claim_threshold_is_fenced_when_it_resumes";
     let Some(url) = redis_url(test) else { return };
     let stream = Stream::create(&url, "paused", &["billing"]);
-    super::a_consumer_paused_past_the_brokers_threshold_is_fenced_when_it_resumes(&stream);
+    super::paused::a_consumer_paused_past_the_brokers_threshold_is_fenced_when_it_resumes(&stream);
 }
 
 /// An effect longer than the claim threshold keeps its entry: reset while
