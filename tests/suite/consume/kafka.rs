@@ -13,7 +13,6 @@
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use rdkafka::config::ClientConfig;
@@ -22,7 +21,7 @@ use rdkafka::message::{Headers, Message};
 use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
 use rdkafka::{Offset, TopicPartitionList};
 
-use super::{APPEND, Broker, charge, consume, effects_of, spawn_group, summary};
+use super::{APPEND, Broker, charge, consume, spawn_group, summary};
 
 /// Every reader's session timeout.
 const SESSION: &str = "3s";
@@ -319,16 +318,7 @@ fn a_consumer_paused_past_its_session_is_fenced_when_it_resumes() {
 
 /// The invoices whose records `idem inspect` shows ended (completed).
 fn completed(dir: &Path) -> Vec<String> {
-    let out = Command::new(idem_tests::idem_bin())
-        .args(["inspect", "--json", "--limit", "100000", "--store"])
-        .arg(format!("sqlite:{}", dir.join("idem.db").display()))
-        .output()
-        .unwrap();
-    let listed: serde_json::Value = serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
-    listed
-        .as_array()
-        .expect("a list")
+    super::listed(dir, "inspect")
         .iter()
         .filter(|r| r["state"] == "completed")
         .map(|r| {
@@ -400,20 +390,7 @@ fn offsets_are_never_committed_ahead_of_the_records() {
     .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
-    let review = super::in_review(dir.path());
-    assert!(
-        review.len() <= 4,
-        "at most the killed consumer's slots: {review:?}"
-    );
-    for i in 0..CHARGES {
-        let invoice = format!("o{i}");
-        let effects = effects_of(dir.path(), &invoice);
-        if review.contains(&invoice) {
-            assert!(effects <= 1, "{invoice}: {effects} effects");
-        } else {
-            assert_eq!(effects, 1, "{invoice}; {stderr}");
-        }
-    }
+    super::each_charge_once_or_in_review(dir.path(), "o", CHARGES, 4, &stderr);
     assert_eq!(cluster.unsettled("billing"), 0, "every message settled");
 }
 

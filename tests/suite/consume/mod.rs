@@ -191,18 +191,22 @@ fn kill_group(child: &mut Child) {
     );
 }
 
-/// The invoices of the records `idem review` lists as waiting.
-fn in_review(dir: &Path) -> Vec<String> {
-    let review = Command::new(idem_bin())
-        .args(["review", "--json", "--limit", "100000", "--store"])
+/// What `idem SUBCOMMAND --json` (`review`, `inspect`) lists of the
+/// store in `dir`.
+fn listed(dir: &Path, subcommand: &str) -> Vec<serde_json::Value> {
+    let out = Command::new(idem_bin())
+        .args([subcommand, "--json", "--limit", "100000", "--store"])
         .arg(format!("sqlite:{}", dir.join("idem.db").display()))
         .output()
         .unwrap();
-    let listed: serde_json::Value = serde_json::from_slice(&review.stdout)
-        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&review.stderr)));
-    listed
-        .as_array()
-        .expect("a list")
+    let listed: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    listed.as_array().expect("a list").clone()
+}
+
+/// The invoices of the records `idem review` lists as waiting.
+fn in_review(dir: &Path) -> Vec<String> {
+    listed(dir, "review")
         .iter()
         .map(|w| {
             let op = w["operation"].to_string();
@@ -210,6 +214,29 @@ fn in_review(dir: &Path) -> Vec<String> {
             op[start..start + op[start..].find('"').unwrap()].to_string()
         })
         .collect()
+}
+
+/// After a consumer holding up to `slots` charges was killed: no effect
+/// twice among `prefix0`..`prefix{count-1}`, each charge made once, or
+/// (what the killed consumer held) waiting for a person.
+fn each_charge_once_or_in_review(
+    dir: &Path,
+    prefix: &str,
+    count: usize,
+    slots: usize,
+    stderr: &str,
+) {
+    let review = in_review(dir);
+    assert!(review.len() <= slots, "{review:?}");
+    for i in 0..count {
+        let invoice = format!("{prefix}{i}");
+        let effects = effects_of(dir, &invoice);
+        if review.contains(&invoice) {
+            assert!(effects <= 1, "{invoice}: {effects} effects");
+        } else {
+            assert_eq!(effects, 1, "{invoice}: not in review; {stderr}");
+        }
+    }
 }
 
 fn messages_published_and_delivered_again_run_each_effect_once(broker: &dyn Broker) {
@@ -384,20 +411,10 @@ fn two_consumers_one_killed_mid_run_the_other_takes_over(broker: &dyn Broker) {
     // No effect twice; every charge made, or (what the killed consumer
     // held: at most its slots) waiting for a person.
     let tally = summary(&out);
-    let review = in_review(dir.path());
-    eprintln!("the consumer left: {tally}; in review: {review:?}");
+    eprintln!("the consumer left: {tally}");
     // It took over: it ran charges after the first was killed.
     assert!(tally["executed"].as_u64() > Some(0), "{tally}");
-    assert!(review.len() <= 4, "{review:?}");
-    for i in 0..CHARGES {
-        let invoice = format!("s{i}");
-        let effects = effects_of(dir.path(), &invoice);
-        if review.contains(&invoice) {
-            assert!(effects <= 1, "{invoice}: {effects} effects");
-        } else {
-            assert_eq!(effects, 1, "{invoice}: not in review; {stderr}");
-        }
-    }
+    each_charge_once_or_in_review(dir.path(), "s", CHARGES, 4, &stderr);
     assert_eq!(broker.unsettled("billing"), 0, "every message settled");
 }
 
