@@ -6,7 +6,7 @@ use std::future::Future;
 use idem_core::Operation;
 use idem_store::{Ending, Outcome};
 
-use crate::engine::{EngineError, ExecContext, Execution, Failed, spawn_heartbeat};
+use crate::engine::{EngineError, ExecContext, Execution, Failed, heartbeat_loop};
 
 /// What an effect reports when it is done.
 #[derive(Debug, Clone)]
@@ -43,7 +43,10 @@ pub enum EffectOutcome {
 ///
 /// Any `Fn(Operation, ExecContext) -> impl Future<Output = EffectOutcome>`
 /// closure is an effect; `idem run` implements it by spawning a command.
-/// The claim is heartbeated while the effect runs.
+/// The claim is heartbeated while the effect runs, in the effect's own task
+/// (polled beside it): an effect must not block its thread (hand blocking
+/// work to `tokio::task::spawn_blocking`), or the claim is not renewed
+/// meanwhile.
 pub trait Effect: Send + Sync + 'static {
     /// Performs the effect for `op` under the claim `ctx` describes.
     fn run(&self, op: Operation, ctx: ExecContext) -> impl Future<Output = EffectOutcome> + Send;
@@ -108,9 +111,17 @@ pub(crate) async fn run_effect_recording<E: Effect>(
     execution: Execution,
     record: impl AsyncFnOnce(Execution, Ending, Outcome) -> Result<(), EngineError>,
 ) -> Result<Performed, EngineError> {
-    let heartbeat = spawn_heartbeat(&execution);
-    let reported = effect.run(op, execution.context()).await;
-    heartbeat.abort();
+    // The heartbeat is polled beside the effect rather than spawned: a task
+    // per operation (and the wake-up of another thread to start and to
+    // abort it) was a large share of a consumer's cost per message
+    // (docs/benchmarks.md, "the consumer's timers"). A refused heartbeat
+    // (deposed) ends the beating; the effect runs on, and its end is then
+    // refused by the fence.
+    let mut run = std::pin::pin!(effect.run(op, execution.context()));
+    let reported = tokio::select! {
+        reported = &mut run => reported,
+        () = heartbeat_loop(&execution) => run.await,
+    };
     match reported {
         EffectOutcome::Completed(outcome) => {
             record(execution, Ending::Completed, outcome).await?;

@@ -135,8 +135,11 @@ async fn with_progress<T: Ticket, O>(ticket: &T, work: impl Future<Output = O>) 
         return work.await;
     };
     let mut work = std::pin::pin!(work);
-    let mut tick = tokio::time::interval(every);
-    tick.tick().await;
+    // First due one period from now: an interval's immediate first tick is a
+    // timer already due, which wakes the thread parked on the runtime's
+    // timers — per message, most of a JetStream consumer's cost
+    // (docs/benchmarks.md, "the consumer's timers").
+    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
     loop {
         tokio::select! {
             out = &mut work => return out,
