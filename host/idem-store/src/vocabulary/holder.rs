@@ -187,6 +187,25 @@ impl fmt::Display for HolderToken {
     }
 }
 
+/// Best-effort host name without a dependency: `HOSTNAME`, then the kernel's.
+/// Read once: every claim records it, and it does not change under us.
+fn host_name() -> String {
+    static NAME: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    NAME.get_or_init(|| {
+        if let Ok(name) = std::env::var("HOSTNAME")
+            && !name.is_empty()
+        {
+            return name;
+        }
+        std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|s| s.trim().to_string())
+            .ok()
+            .filter(|s| !s.is_empty())
+            .unwrap_or_else(|| "unknown".to_string())
+    })
+    .clone()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -211,23 +230,4 @@ mod tests {
         }
         assert!(CallerName::parse(&"x".repeat(CallerName::MAX_BYTES + 1)).is_err());
     }
-}
-
-/// Best-effort host name without a dependency: `HOSTNAME`, then the kernel's.
-/// Read once: every claim records it, and it does not change under us.
-fn host_name() -> String {
-    static NAME: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    NAME.get_or_init(|| {
-        if let Ok(name) = std::env::var("HOSTNAME")
-            && !name.is_empty()
-        {
-            return name;
-        }
-        std::fs::read_to_string("/proc/sys/kernel/hostname")
-            .map(|s| s.trim().to_string())
-            .ok()
-            .filter(|s| !s.is_empty())
-            .unwrap_or_else(|| "unknown".to_string())
-    })
-    .clone()
 }
