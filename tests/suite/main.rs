@@ -34,6 +34,7 @@ mod run_cli;
 mod serve;
 mod serve_atomic;
 mod serve_browser;
+mod serve_callers;
 mod serve_connections;
 mod serve_contract;
 mod serve_fuzz;

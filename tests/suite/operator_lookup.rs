@@ -1,8 +1,10 @@
 //! The console as a person uses it after a bad night, in a real headless
 //! Chromium: among ten thousand charges, find the invoice a customer calls
 //! about by its field, page through the list, open the record's page and
-//! settle it — while a second tab's form for the same record, shown before
-//! the settlement, is refused when sent. The screenshots of the list and
+//! refuse it for good (only with its box ticked), then amend that
+//! rejection when the provider shows the charge after all — while a tab's
+//! form for the same record, shown before a settlement or an amendment,
+//! is refused when sent. The screenshots of the list and
 //! of a record's page are the book's (`docs/images/console-list.png`,
 //! `console-record.png`, refreshed with `IDEM_UPDATE_DOCS=1`).
 
@@ -123,14 +125,31 @@ fn a_person_finds_an_invoice_among_ten_thousand_and_settles_it() {
     browser.open(&format!("{console}/record/{key}"));
     browser.page_showing(&format!("Settle at fence {fence}"));
 
-    // Settled from the second tab.
-    browser.click(&format!("#r-{key} input[value=completed]"));
-    browser.type_into(&format!("#body-{key}"), "receipt ch_189");
-    browser.type_into(&format!("#reason-{key}"), "the provider shows the charge");
-    browser.type_into(&format!("#by-{key}"), "ana");
-    browser.click(&format!("#settle-{key}"));
+    // Refused for good from the second tab (by mistake, it turns out):
+    // not without its box ticked, then with it.
+    let reject = |confirm: bool| {
+        browser.click(&format!("#r-{key} input[value=reject]"));
+        if confirm {
+            browser.click(&format!("#r-{key} input[name=confirm_reject]"));
+        }
+        browser.type_into(
+            &format!("#reason-{key}"),
+            "the customer says it was never made",
+        );
+        browser.type_into(&format!("#by-{key}"), "ana");
+        browser.click(&format!("#settle-{key}"));
+    };
+    reject(false);
+    let unconfirmed = browser.page_showing("refusing for good needs its box ticked");
+    assert!(
+        unconfirmed.contains(&format!("Settle at fence {fence}")),
+        "{unconfirmed}"
+    );
+    reject(true);
     let settled = browser.page_showing("Settled by");
     assert!(settled.contains("ana (console)"), "{settled}");
+    assert!(settled.contains("failed-permanent"), "{settled}");
+    let second_tab = browser.tab();
 
     // The first tab's form still shows the old fence: sent, it is refused,
     // and says who settled it.
@@ -142,17 +161,45 @@ fn a_person_finds_an_invoice_among_ten_thousand_and_settles_it() {
     let refused = browser.page_showing("the record moved on since this page showed fence");
     assert!(
         refused.contains(
-            "ana (console) settled it (resolved-completed: the provider shows the charge)"
+            "ana (console) settled it (resolved-rejected: the customer says it was never made)"
         ),
         "{refused}"
     );
 
-    // The settled list names who and why.
-    browser.open(&format!("{console}?state=settled&q=invoice_id%3DR-189"));
-    let list = browser.page_showing("1 settlement by a person");
+    // The provider shows the charge after all: the rejection is amended
+    // from the page as it is now, and both decisions stay.
+    assert!(refused.contains("if that was wrong, amend it"), "{refused}");
+    browser.click(&format!("#r-{key} input[value=completed]"));
+    browser.type_into(&format!("#body-{key}"), "receipt ch_189");
+    browser.type_into(&format!("#reason-{key}"), "the provider shows the charge");
+    browser.type_into(&format!("#by-{key}"), "bob");
+    browser.click(&format!("#amend-{key}"));
+    let amended = browser.page_showing("amends resolved-rejected at fence");
     assert!(
-        list.contains("resolved-completed by ana (console)")
-            && list.contains("the provider shows the charge"),
+        amended.contains("bob (console)") && amended.contains("ana (console)"),
+        "{amended}"
+    );
+    assert!(
+        !amended.contains("Amend at fence"),
+        "a completion is final: {amended}"
+    );
+
+    // The second tab's amend form shows the rejection's fence: stale.
+    browser.switch_to(&second_tab);
+    browser.click(&format!("#r-{key} input[value=release]"));
+    browser.type_into(&format!("#reason-{key}"), "let it run again");
+    browser.type_into(&format!("#by-{key}"), "ana");
+    browser.click(&format!("#amend-{key}"));
+    let stale = browser.page_showing("the record moved on since this page showed fence");
+    assert!(stale.contains("it is completed at fence"), "{stale}");
+
+    // The settled list names who and why, both decisions.
+    browser.open(&format!("{console}?state=settled&q=invoice_id%3DR-189"));
+    let list = browser.page_showing("2 settlements by a person");
+    assert!(
+        list.contains("resolved-completed by bob (console)")
+            && list.contains("the provider shows the charge")
+            && list.contains("resolved-rejected by ana (console)"),
         "{list}"
     );
 

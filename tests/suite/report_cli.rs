@@ -162,8 +162,9 @@ fn on_every_store(test: &str, check: impl Fn(&Env)) {
 // A holder stopped (SIGSTOP) past its lease while its command runs; the
 // scheduler's retry finds the claim expired and the policy sends it to
 // review; the holder resumes and its completion is refused. The report
-// names a scheduler retry; review lists the record; resolve settles it,
-// once; a later duplicate replays the resolution.
+// names a scheduler retry; review lists the record; resolve refuses it for
+// good, then amends that to a completion (which cannot be amended), so it
+// is settled once; a later duplicate replays the amended resolution.
 #[test]
 fn a_stopped_holder_and_a_retry_are_named_reviewed_and_resolved() {
     on_every_store("stopped_holder", |env| {
@@ -239,8 +240,29 @@ fn a_stopped_holder_and_a_retry_are_named_reviewed_and_resolved() {
             args.extend_from_slice(extra);
             output(env.idem(&args))
         };
-        let done = resolve(&["--completed", "--body-file", body.to_str().unwrap()]);
+        // Refused for good, by mistake: the provider shows the charge. The
+        // rejection is amended from the shell; a completion never is.
+        let rejected = resolve(&["--reject"]);
+        assert!(rejected.status.success(), "{}", text(&rejected.stderr));
+        let done = resolve(&[
+            "--amend",
+            "--completed",
+            "--body-file",
+            body.to_str().unwrap(),
+        ]);
         assert!(done.status.success(), "{}", text(&done.stderr));
+        assert!(
+            text(&done.stdout).contains("amended: recorded as completed"),
+            "{}",
+            text(&done.stdout)
+        );
+        let amend_again = resolve(&["--amend", "--release"]);
+        assert_eq!(amend_again.status.code(), Some(1));
+        assert!(
+            text(&amend_again.stderr).contains("cannot be amended"),
+            "{}",
+            text(&amend_again.stderr)
+        );
         // Once: the record no longer waits, and nothing changes.
         let again = resolve(&["--release"]);
         assert_eq!(again.status.code(), Some(1));
@@ -274,7 +296,21 @@ fn a_stopped_holder_and_a_retry_are_named_reviewed_and_resolved() {
             .expect("the resolution is in the log")
             .clone();
         assert_eq!(resolved["actor"], "alice");
-        assert_eq!(resolved["detail"], "provider shows ch_123");
+        let detail = resolved["detail"].as_str().unwrap();
+        assert!(
+            detail.starts_with("amends resolved-rejected at fence")
+                && detail.ends_with(": provider shows ch_123"),
+            "{detail}"
+        );
+        // Both decisions are kept.
+        assert!(
+            timeline["timeline"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|e| e["event"] == "resolved-rejected" && e["actor"] == "alice"),
+            "{timeline:#}"
+        );
     });
 }
 

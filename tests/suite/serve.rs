@@ -103,6 +103,11 @@ impl Server {
         reply.json()
     }
 
+    /// The server's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Sends a signal to the server.
     pub fn signal(&self, sig: &str) {
         let status = Command::new("kill")

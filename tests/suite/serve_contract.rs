@@ -175,7 +175,7 @@ fn routes() -> Vec<Route> {
         },
         Route {
             path: "/v1/begin",
-            valid: json!({"operation": op("i1", "100")}),
+            valid: json!({"operation": op("i1", "100"), "caller": "billing@web-3:4242"}),
             required: &["operation"],
         },
         Route {

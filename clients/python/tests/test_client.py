@@ -153,3 +153,33 @@ def test_the_report_sees_the_replay(client, op):
     report = client.report(key=begun.key)
     assert report["namespace"] == "billing" and report["keys"] == 1
     assert report["entries"] >= 3  # executed, completed, replayed
+
+
+def test_begin_names_its_caller_and_the_report_shows_it(server_url, op):
+    named = IdemClient(server_url, token=TOKEN, caller="pytest-billing@ci:7")
+    begun = named.begin(op("named"))
+    assert isinstance(begun, ExecuteAnswer), begun
+    named.complete(begun.key, begun.fence, body="r")
+    assert isinstance(named.begin(op("named")), ReplayAnswer)
+    report = named.report(key=begun.key)
+    (dup,) = report["duplicates"]
+    assert dup["cause"] == "client-retry", dup
+    assert dup["runs"] == ["pytest-billing@ci:7"], dup
+    assert "pytest-billing@ci:7 asked again" in dup["explanation"], dup
+
+
+def test_the_default_caller_is_service_host_and_pid(client):
+    import os
+    import socket
+
+    assert client.caller.endswith(f"@{socket.gethostname()}:{os.getpid()}") or os.environ.get(
+        "IDEM_CALLER"
+    )
+    assert len(client.caller.encode("utf-8")) <= 128
+
+
+def test_a_caller_name_with_a_control_character_is_refused(server_url, op):
+    bad = IdemClient(server_url, token=TOKEN, caller="evil\x1b[2J")
+    with pytest.raises(BadRequest) as refused:
+        bad.begin(op("bad-caller"))
+    assert refused.value.status == 400 and refused.value.member == "caller"

@@ -1,8 +1,12 @@
 // `IdemClient`: one method per route of `idem serve`, over `fetch`.
 
+import { hostname } from "node:os";
+import { basename, extname } from "node:path";
+
 import { problemError, TransportError } from "./errors.js";
 import type {
   BeginAnswer,
+  BeginRequest,
   Derivation,
   Finished,
   Heartbeat,
@@ -26,6 +30,31 @@ export interface IdemClientOptions {
   timeoutMs?: number;
   /** The `fetch` to use (default the global one). */
   fetch?: typeof globalThis.fetch;
+  /**
+   * The name `begin` gives the sidecar for this process (default {@link defaultCaller}:
+   * `service@host:pid`): the attempt log, `idem report` and the review console show it as who held
+   * the record.
+   */
+  caller?: string;
+}
+
+/** The longest caller name the sidecar keeps, in bytes. */
+export const MAX_CALLER_BYTES = 128;
+
+/**
+ * Who this process is, as `begin` tells the sidecar by default: `$IDEM_CALLER` when set, else
+ * `service@host:pid` (the script's name without its extension, the host name, the process id),
+ * printable and cut to {@link MAX_CALLER_BYTES}.
+ */
+export function defaultCaller(): string {
+  const given = process.env.IDEM_CALLER;
+  if (given) return given;
+  const script = process.argv[1] ?? "";
+  const program = basename(script, extname(script)) || "node";
+  // Untrusted everywhere it is shown: nothing that moves a cursor.
+  let name = `${program}@${hostname() || "unknown"}:${process.pid}`.replace(/\p{Cc}/gu, "?").trim();
+  while (Buffer.byteLength(name, "utf8") > MAX_CALLER_BYTES) name = name.slice(0, -1);
+  return name;
 }
 
 export interface BeginOptions {
@@ -70,6 +99,8 @@ function bodyMembers(body: Body | undefined): { body?: string; body_base64?: str
  */
 export class IdemClient {
   readonly baseUrl: string;
+  /** The name `begin` gives the sidecar for this process. */
+  readonly caller: string;
   readonly #token: string | undefined;
   readonly #timeoutMs: number;
   readonly #fetch: typeof globalThis.fetch;
@@ -79,6 +110,7 @@ export class IdemClient {
     this.#token = options.token;
     this.#timeoutMs = options.timeoutMs ?? 30_000;
     this.#fetch = options.fetch ?? globalThis.fetch;
+    this.caller = options.caller ?? defaultCaller();
   }
 
   /** `POST route` with a JSON body: the answer's JSON, or the problem thrown as its error. */
@@ -130,11 +162,13 @@ export class IdemClient {
    * Claims the operation's key, or says what a duplicate gets; `run` is set as the operation's `run`.
    * `atomic: true` (a PostgreSQL store only) says the effect commits in the same transaction as its
    * end (`completeIn`): should the claim expire, the next duplicate knows nothing was done and
-   * re-executes it instead of sending it to review.
+   * re-executes it instead of sending it to review. The claim is held under this client's `caller`.
    */
   begin(operation: Operation, run?: Run, options: BeginOptions = {}): Promise<BeginAnswer> {
     const withRun = run === undefined ? operation : { ...operation, run };
-    return this.post("/v1/begin", options.atomic ? { operation: withRun, atomic: true } : { operation: withRun });
+    const request: BeginRequest = { operation: withRun, caller: this.caller };
+    if (options.atomic) request.atomic = true;
+    return this.post("/v1/begin", request);
   }
 
   /** Records the outcome under `fence`. Sending the same end again is answered as the first. */
@@ -178,8 +212,8 @@ export class IdemClient {
   }
 
   /** Never the token. */
-  toJSON(): { baseUrl: string } {
-    return { baseUrl: this.baseUrl };
+  toJSON(): { baseUrl: string; caller: string } {
+    return { baseUrl: this.baseUrl, caller: this.caller };
   }
 }
 

@@ -6,7 +6,7 @@
 //
 // See README.md, and docs/guide/client-typescript.md in the idem repository.
 
-export { IdemClient } from "./client.js";
+export { defaultCaller, IdemClient, MAX_CALLER_BYTES } from "./client.js";
 export type { BeginOptions, Body, CompleteOptions, FailOptions, IdemClientOptions, ResolveOptions } from "./client.js";
 export * from "./errors.js";
 export { decodeJson, encodeJson, withIdempotency } from "./idempotency.js";

@@ -174,6 +174,8 @@ export interface components {
             operation: components["schemas"]["Operation"];
             /** @description Default false. The client's effect commits in the same transaction as its completion, inside the client's own transaction on the store's PostgreSQL database. The record says so: should the claim expire, nothing was done, and a duplicate's policy is told the attempt failed retryably (it re-executes under a higher fence; the late holder's completion is refused by its fence and its transaction rolls back). Refused (400, member `atomic`) on a store that is not PostgreSQL. Never set it for an effect that can last without its completion: such an effect would run again. */
             atomic?: boolean;
+            /** @description Who is asking, as the client names itself: the client packages send `service@host:pid` by default (the program's name, the host name and the process id), or the name their user gives. The attempt log keeps it as the holder of the claim, its answers and its end, in place of the sidecar's own process, so `idem report`, `idem review` and the console name the client, and a client killed mid-effect, a client's retry and another caller's re-run are told apart. Untrusted text: 1 to 128 bytes, no control character, no space at either end (else 400, member `caller`). Absent: the sidecar's own process is logged, as before. */
+            caller?: string;
         };
         Derivation: {
             namespace: string;

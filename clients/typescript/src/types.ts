@@ -11,6 +11,8 @@ type Schemas = components["schemas"];
 export type Operation = Schemas["Operation"];
 /** Which run asked: `run_id`, `trigger`, `attempt`. */
 export type Run = NonNullable<Operation["run"]>;
+/** What `begin` sends: the operation, `atomic`, and the `caller`'s name. */
+export type BeginRequest = Schemas["BeginRequest"];
 export type Derivation = Schemas["Derivation"];
 /** `execute`, `replay`, `in-progress`, `conflict` or `rejected`, by its `answer` member. */
 export type BeginAnswer = Schemas["BeginAnswer"];

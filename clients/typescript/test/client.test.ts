@@ -1,6 +1,7 @@
 // The routes, one method each, and the problems as typed errors.
 
 import assert from "node:assert/strict";
+import { hostname } from "node:os";
 import { test } from "node:test";
 
 import {
@@ -158,4 +159,32 @@ test("the report sees the replay", needs("server"), async () => {
   assert.equal(report.namespace, "billing");
   assert.equal(report.keys, 1);
   assert.ok(report.entries >= 3, JSON.stringify(report)); // executed, completed, replayed
+});
+
+test("begin names its caller, and the report shows it", needs("server"), async () => {
+  const named = new IdemClient({ baseUrl: serverUrl(), token: TOKEN, caller: "ts-billing@ci:7" });
+  const begun = expectAnswer(await named.begin(op("named")), "execute");
+  await named.complete(begun.key, begun.fence, { body: "r" });
+  expectAnswer(await named.begin(op("named")), "replay");
+  const report = await named.report({ key: begun.key });
+  const [dup] = report.duplicates;
+  assert.equal(dup?.cause, "client-retry", JSON.stringify(report));
+  assert.deepEqual(dup?.runs, ["ts-billing@ci:7"]);
+  assert.ok(dup?.explanation.includes("ts-billing@ci:7 asked again"), dup?.explanation);
+});
+
+test("the default caller is service@host:pid, bounded", () => {
+  const caller = new IdemClient({ baseUrl: "http://127.0.0.1:9" }).caller;
+  if (!process.env.IDEM_CALLER) assert.ok(caller.endsWith(`@${hostname()}:${process.pid}`), caller);
+  assert.ok(Buffer.byteLength(caller, "utf8") <= 128, caller);
+});
+
+test("a caller name with a control character is refused", needs("server"), async () => {
+  const bad = new IdemClient({ baseUrl: serverUrl(), token: TOKEN, caller: "evil\u001b[2J" });
+  const refused = await bad.begin(op("bad-caller")).then(
+    () => assert.fail("a control character was accepted"),
+    (e: unknown) => e,
+  );
+  assert.ok(refused instanceof BadRequestError, String(refused));
+  assert.equal(refused.member, "caller");
 });

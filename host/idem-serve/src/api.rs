@@ -30,6 +30,11 @@ pub(crate) struct BeginRequest {
     /// by a duplicate instead of waiting for review.
     #[serde(default)]
     pub(crate) atomic: bool,
+    /// Who is asking, as the client names itself (`billing@web-3:4242`,
+    /// the clients' default): the attempt log keeps it as the holder, in
+    /// place of this sidecar's own process. Untrusted text: 1 to 128
+    /// bytes, no control character (see [`idem::store::CallerName`]).
+    pub(crate) caller: Option<String>,
 }
 
 /// An outcome's body from the `body` (text) and `body_base64` (bytes)

@@ -13,8 +13,8 @@ use idem::core::Operation;
 use idem::engine::{Begin, Engine, EngineError};
 use idem::forensics;
 use idem::store::{
-    AttemptFilter, Database, Ending, Holder, Outcome, RecordKey, RecordState, Resolution,
-    ResolveRequest as StoreResolve, StoreError,
+    AttemptFilter, CallerName, Database, Ending, Holder, Outcome, RecordKey, RecordState,
+    Resolution, ResolveRequest as StoreResolve, StoreError,
 };
 use serde_json::{Value, json};
 
@@ -110,11 +110,21 @@ const IN_FLIGHT_RETRY_AFTER: std::time::Duration = std::time::Duration::from_sec
 /// `POST /v1/begin`: the claim, or what the policy says a duplicate gets.
 pub(crate) async fn begin(State(app): State<Arc<App>>, Api(req): Api<BeginRequest>) -> Answer {
     let op = app.operation(req.operation)?;
-    let begun = if req.atomic {
+    let caller = req
+        .caller
+        .as_deref()
+        .map(|text| {
+            CallerName::parse(text)
+                .map_err(|why| invalid(Some("caller"), format!("`caller` {why}: nothing was done")))
+        })
+        .transpose()?;
+    if req.atomic {
         app.completes_in_client_transaction().await?;
-        app.engine().begin_in_store(&op).await
-    } else {
-        app.engine().begin(&op).await
+    }
+    let begun = match &caller {
+        Some(caller) => app.engine().begin_for(&op, caller, req.atomic).await,
+        None if req.atomic => app.engine().begin_in_store(&op).await,
+        None => app.engine().begin(&op).await,
     }
     .map_err(engine_error)?;
     let mut retry_after = None;

@@ -25,6 +25,7 @@
 //!
 //! [`ManualClock`]: idem_store::ManualClock
 
+mod amendment;
 mod assert;
 mod attempt_log;
 mod batches;
@@ -47,6 +48,7 @@ mod unstorable_text;
 
 use std::future::Future;
 
+pub use amendment::a_persons_resolution_is_amended_once;
 pub use assert::{POLICY, START_MS, fingerprint, holder, key, operation_of, request};
 pub use attempt_log::{
     attempt_log_follows_every_change, attempt_log_off_writes_no_entries,
@@ -130,6 +132,7 @@ macro_rules! for_each_conformance_check {
             gc_removes_attempt_entries_with_their_records,
             gc_removes_a_backlog_in_batches,
             resolution_settles_review_once,
+            a_persons_resolution_is_amended_once,
             attempt_log_off_writes_no_entries,
             records_keep_their_operation,
             kept_operations_are_bounded,

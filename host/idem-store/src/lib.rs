@@ -126,8 +126,8 @@ pub use store::Store;
 pub use tokio_postgres;
 pub use url::{StoreUrl, redacted_url};
 pub use vocabulary::{
-    Activation, Admission, AttemptEntry, AttemptEvent, AttemptFilter, Claim, ClaimOutcome,
-    ClaimRequest, ConnectErrorKind, DEFAULT_MAX_OUTCOME_BYTES, Digest, DualRead,
+    AMENDS, Activation, Admission, AttemptEntry, AttemptEvent, AttemptFilter, CallerName, Claim,
+    ClaimOutcome, ClaimRequest, ConnectErrorKind, DEFAULT_MAX_OUTCOME_BYTES, Digest, DualRead,
     EXPIRED_WITHOUT_EFFECT, EffectError, Ending, ErrorClass, Existing, Finish, GateEntry,
     GateRequest, GateRun, GateState, GateTicket, Holder, HolderToken, JobLease, JobLeaseAcquire,
     KeptOperation, ListFilter, MAX_ERROR_BYTES, MAX_GATE_KEY_BYTES, MAX_HISTORY,

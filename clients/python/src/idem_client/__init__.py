@@ -27,7 +27,7 @@ from .answers import (
     Resolved,
     Run,
 )
-from .client import IdemClient
+from .client import IdemClient, default_caller
 from .errors import (
     BadRequest,
     Conflict,
@@ -92,6 +92,7 @@ __all__ = [
     "UnknownKey",
     "current_claim",
     "decode_json",
+    "default_caller",
     "encode_json",
     "idempotent",
 ]

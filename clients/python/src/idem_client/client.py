@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import base64
 import json
+import os
+import socket
+import sys
 import urllib.error
 import urllib.request
 from http.client import HTTPException
@@ -37,20 +40,55 @@ def _body_members(body: Body) -> dict[str, str]:
     return {"body": body}
 
 
+#: The longest caller name the sidecar keeps, in bytes.
+MAX_CALLER_BYTES = 128
+
+
+def default_caller() -> str:
+    """Who this process is, as `begin` tells the sidecar by default:
+    `$IDEM_CALLER` when set, else `service@host:pid` (the program's name
+    without its extension, the host name, the process id), printable and cut
+    to `MAX_CALLER_BYTES`. The attempt log then names this process, not the
+    sidecar's."""
+    given = os.environ.get("IDEM_CALLER")
+    if given:
+        return given
+    program = os.path.splitext(os.path.basename(sys.argv[0] if sys.argv else ""))[0]
+    if not program or program == "-c":
+        program = "python"
+    name = f"{program}@{socket.gethostname() or 'unknown'}:{os.getpid()}"
+    # Untrusted everywhere it is shown: nothing that moves a cursor.
+    name = "".join(c if c.isprintable() else "?" for c in name).strip()
+    while len(name.encode("utf-8")) > MAX_CALLER_BYTES:
+        name = name[:-1]
+    return name
+
+
 class IdemClient:
     """A client of one `idem serve` (one policy, one store).
 
     `base_url` is where it listens (`http://127.0.0.1:7676`); `token` the
     bearer token it was started with, if any; `timeout` how long one
-    request may take, in seconds. The client connects directly, ignoring
-    `HTTP_PROXY`: the sidecar runs beside the service. It holds no state
-    but its settings, so one client may be shared by threads.
+    request may take, in seconds; `caller` the name `begin` gives the
+    sidecar for this process (default `default_caller()`:
+    `service@host:pid`), which the attempt log, `idem report` and the
+    review console show as who held the record. The client connects
+    directly, ignoring `HTTP_PROXY`: the sidecar runs beside the service.
+    It holds no state but its settings, so one client may be shared by
+    threads.
     """
 
-    def __init__(self, base_url: str, token: Optional[str] = None, timeout: float = 30.0) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        token: Optional[str] = None,
+        timeout: float = 30.0,
+        caller: Optional[str] = None,
+    ) -> None:
         self.base_url = base_url.rstrip("/")
         self.token = token
         self.timeout = timeout
+        self.caller = caller if caller is not None else default_caller()
         self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
     def __repr__(self) -> str:
@@ -109,10 +147,11 @@ class IdemClient:
         (a PostgreSQL store only) says the effect commits in the same
         transaction as its end (`idem_client.postgres.complete_in`): should
         the claim expire, the next duplicate knows nothing was done and
-        re-executes it instead of sending it to review."""
+        re-executes it instead of sending it to review. The claim is held
+        under this client's `caller` name."""
         if run is not None:
             operation = {**operation, "run": run}
-        request: dict[str, Any] = {"operation": operation}
+        request: dict[str, Any] = {"operation": operation, "caller": self.caller}
         if atomic:
             request["atomic"] = True
         return parse_begin(self.post("/v1/begin", request))

@@ -77,7 +77,7 @@ fn record_json(v: &RecordView) -> serde_json::Value {
         "age_ms": v.age_ms,
         "holder": {
             "run_id": r.holder.run_id, "trigger": r.holder.trigger, "attempt": r.holder.attempt,
-            "host": r.holder.host, "pid": r.holder.pid,
+            "host": r.holder.host, "pid": r.holder.pid, "who": r.holder.who(),
         },
         "operation": ShownOperation::of_record(r),
         "outcome": r.outcome.as_ref().map(|o| json!({

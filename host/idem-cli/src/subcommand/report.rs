@@ -291,6 +291,7 @@ pub fn entry_json(e: &AttemptEntry, shown: ShownEvent) -> serde_json::Value {
         "attempt": e.holder.as_ref().and_then(|h| h.attempt),
         "host": e.holder.as_ref().map(|h| h.host.clone()),
         "pid": e.holder.as_ref().map(|h| h.pid),
+        "who": e.holder.as_ref().map(|h| h.who()),
         "policy": e.policy_digest,
         "operation": e.operation_digest.map(|d| d.to_hex()),
         "actor": e.actor,
@@ -455,12 +456,11 @@ fn print_timeline(key: &str, operation: &ShownOperation, a: &Analysis, entries: 
         let who = match (&e.holder, &e.actor) {
             (_, Some(actor)) => format!("{actor} (by hand)"),
             (Some(h), None) => format!(
-                "{} {} #{} {}:{}",
+                "{} {} #{} {}",
                 h.run_id.as_deref().unwrap_or("-"),
                 h.trigger.as_deref().unwrap_or("-"),
                 h.attempt.map_or("-".into(), |a| a.to_string()),
-                h.host,
-                h.pid
+                h.who()
             ),
             (None, None) => "(the holder of that fence)".into(),
         };

@@ -1,7 +1,9 @@
 //! `idem resolve`: a person settles one record waiting for review — the
 //! effect happened (`--completed`), it may run again (`--release`), or
 //! later duplicates are refused (`--reject`) — fenced like any write and
-//! logged with who and why.
+//! logged with who and why; or, with `--amend`, a person's release or
+//! rejection that was wrong is settled again, both decisions kept in the
+//! log.
 
 use std::path::PathBuf;
 
@@ -57,6 +59,14 @@ pub struct ResolveArgs {
     /// The fence `idem review` showed: refused if the record moved on since.
     #[arg(long)]
     pub fence: Option<u64>,
+    /// Amend a person's earlier release or rejection that was wrong (the
+    /// record no longer waits for review): settle it again as --completed,
+    /// --release or --reject says, under a new fence. Refused if a claim
+    /// or another amendment moved it on since --fence, for a completed
+    /// record (never overwritten) and for a holder's own end. The attempt
+    /// log keeps both decisions; later duplicates get the amended one.
+    #[arg(long)]
+    pub amend: bool,
     /// JSON instead of text.
     #[arg(long)]
     pub json: bool,
@@ -101,11 +111,13 @@ pub fn run(args: ResolveArgs) -> Result<u8, Failure> {
             reason: args.reason.clone(),
             holder,
         };
-        let resolved = store
-            .records()
-            .resolve(request)
-            .await
-            .map_err(|e| refused(&key.to_string(), e))?;
+        let records = store.records();
+        let resolved = if args.amend {
+            records.amend(request).await
+        } else {
+            records.resolve(request).await
+        }
+        .map_err(|e| refused(&key.to_string(), args.amend, e))?;
         let r = &resolved.record;
         let operation = ShownOperation::of_record(r);
         if args.json {
@@ -114,11 +126,13 @@ pub fn run(args: ResolveArgs) -> Result<u8, Failure> {
                 json!({
                     "key": key.to_string(), "state": r.state.as_str(), "fence": r.fence,
                     "by": by, "reason": args.reason, "operation": operation,
+                    "amended": args.amend,
                 })
             );
         } else {
             say!(
-                "{key}: {} (fence {}), by {by}: {}",
+                "{key}: {}{} (fence {}), by {by}: {}",
+                if args.amend { "amended: " } else { "" },
                 describe(r.state),
                 r.fence,
                 args.reason
@@ -138,8 +152,12 @@ fn describe(state: RecordState) -> &'static str {
 }
 
 /// A refused resolution, as the person should read it: nothing changed.
-fn refused(key: &str, e: StoreError) -> Failure {
+fn refused(key: &str, amend: bool, e: StoreError) -> Failure {
     let message = match &e {
+        StoreError::NotEligible { state, why, .. } if amend => format!(
+            "{key} is {} and its resolution cannot be amended ({why}); nothing changed",
+            state.as_str()
+        ),
         StoreError::NotEligible { state, why, .. } => format!(
             "{key} is {} and not waiting for review ({why}); nothing changed",
             state.as_str()
@@ -148,7 +166,12 @@ fn refused(key: &str, e: StoreError) -> Failure {
             "{key} has no fence {fence} yet (it is at fence {current}): check the --fence `idem review` printed; nothing changed"
         ),
         StoreError::Fenced { fence, current, .. } => format!(
-            "{key} moved on since fence {fence} (it is at fence {current} now): look again with `idem review`; nothing changed"
+            "{key} moved on since fence {fence} (it is at fence {current} now): look again with `{}`; nothing changed",
+            if amend {
+                "idem report --key"
+            } else {
+                "idem review"
+            }
         ),
         StoreError::InvalidRequest(why) => return Failure::input(why),
         other => return Failure::input(format!("cannot resolve {key}: {other}")),

@@ -86,6 +86,7 @@ pub fn run(args: ReviewArgs) -> Result<u8, Failure> {
                         "holder": {
                             "run_id": r.holder.run_id, "trigger": r.holder.trigger,
                             "host": r.holder.host, "pid": r.holder.pid,
+                            "who": r.holder.who(),
                         },
                         "timeline": w.timeline.iter().zip(forensics::shown_events(&w.timeline)).map(|(e, shown)| entry_json(e, shown)).collect::<Vec<_>>(),
                     })
@@ -128,17 +129,16 @@ pub fn run(args: ReviewArgs) -> Result<u8, Failure> {
             say!("  operation: {}", w.operation.line(OPERATION_CHARS));
             say!("  {}", w.why);
             say!(
-                "  last held by {} {} on {}:{}",
+                "  last held by {} {} on {}",
                 r.holder.run_id.as_deref().unwrap_or("-"),
                 r.holder.trigger.as_deref().unwrap_or("-"),
-                r.holder.host,
-                r.holder.pid
+                r.holder.who()
             );
             let shown = forensics::shown_events(&w.timeline);
             for (e, shown) in w.timeline.iter().zip(shown) {
                 let who = match (&e.actor, &e.holder) {
                     (Some(actor), _) => format!("{actor} (by hand)"),
-                    (None, Some(h)) => h.run_id.clone().unwrap_or(format!("{}:{}", h.host, h.pid)),
+                    (None, Some(h)) => forensics::shown_holder(h),
                     (None, None) => "(holder of that fence)".into(),
                 };
                 say!(

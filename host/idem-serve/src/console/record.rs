@@ -157,15 +157,14 @@ fn record_page(out: &mut String, shown: &Shown<'_>) {
         out,
         "<table class=\"facts\"><tr><th>state</th><td id=\"state\">{}</td></tr>\
          <tr><th>fence</th><td>{}</td></tr><tr><th>attempts</th><td>{}</td></tr>\
-         <tr><th>last held by</th><td>{} on {}:{}</td></tr>\
+         <tr><th>last held by</th><td>{} on {}</td></tr>\
          <tr><th>claimed</th><td>{}</td></tr><tr><th>last changed</th><td>{}</td></tr>\
          <tr><th>lease left</th><td>{}</td></tr><tr><th>kept until</th><td>{}</td></tr>",
         r.state.as_str(),
         r.fence,
         r.attempts,
         esc(r.holder.run_id.as_deref().unwrap_or("a caller with no run")),
-        esc(&r.holder.host),
-        r.holder.pid,
+        esc(&r.holder.who()),
         utc(r.created_ms),
         utc(r.updated_ms),
         if view.lease_remaining_ms > 0 {
@@ -194,9 +193,35 @@ fn record_page(out: &mut String, shown: &Shown<'_>) {
     settled_by(out, shown.entries);
     timeline_table(out, shown.entries);
     if why.is_some() {
-        settle_form(out, &hex, r.fence, shown.form_token);
+        settle_form(out, &hex, r.fence, shown.form_token, false);
+    } else if amendable(r, shown.entries) {
+        let _ = write!(
+            out,
+            "<p class=\"why\">A person released or refused it at fence {}: if that was wrong, amend it \
+             (both decisions stay in the log; later duplicates get the amended one).</p>",
+            r.fence
+        );
+        settle_form(out, &hex, r.fence, shown.form_token, true);
     }
     out.push_str("</section>\n");
+}
+
+/// Whether a person's release or rejection wrote the record's fence, so a
+/// person may amend it ([`idem::store::Records::amend`] checks the same).
+fn amendable(r: &idem::store::Record, entries: &[AttemptEntry]) -> bool {
+    use idem::store::{AttemptEvent, RecordState};
+    matches!(
+        r.state,
+        RecordState::FailedPermanent | RecordState::FailedRetryable
+    ) && entries
+        .iter()
+        .rfind(|e| e.fence == r.fence && (e.event.starts_execution() || e.event.is_resolution()))
+        .is_some_and(|e| {
+            matches!(
+                e.event,
+                AttemptEvent::ResolvedReleased | AttemptEvent::ResolvedRejected
+            )
+        })
 }
 
 /// Who settled the record by hand and why, newest first (from the attempt
@@ -221,10 +246,7 @@ pub(crate) fn timeline_table(out: &mut String, entries: &[AttemptEntry]) {
     for (e, shown) in entries.iter().zip(shown_events(entries)) {
         let who = match (&e.actor, &e.holder) {
             (Some(actor), _) => format!("{actor} (by hand)"),
-            (None, Some(h)) => h
-                .run_id
-                .clone()
-                .unwrap_or_else(|| format!("{}:{}", h.host, h.pid)),
+            (None, Some(h)) => idem::forensics::shown_holder(h),
             (None, None) => "(the holder of that fence)".into(),
         };
         let _ = write!(
@@ -240,11 +262,21 @@ pub(crate) fn timeline_table(out: &mut String, entries: &[AttemptEntry]) {
     out.push_str("</table>");
 }
 
-/// The form that settles the record at the fence the page shows.
-fn settle_form(out: &mut String, hex: &str, fence: u64, form_token: &str) {
+/// The form that settles the record at the fence the page shows, or
+/// (`amend`) settles again what a person settled wrongly.
+fn settle_form(out: &mut String, hex: &str, fence: u64, form_token: &str, amend: bool) {
+    let (amend_field, button, verb) = if amend {
+        (
+            "<input type=\"hidden\" name=\"amend\" value=\"yes\">",
+            "amend",
+            "Amend",
+        )
+    } else {
+        ("", "settle", "Settle")
+    };
     let _ = writeln!(
         out,
-        "<form class=\"settle\" method=\"post\" action=\"/console/resolve\">\
+        "<form class=\"settle\" method=\"post\" action=\"/console/resolve\">{amend_field}\
          <input type=\"hidden\" name=\"key\" value=\"{hex}\">\
          <input type=\"hidden\" name=\"fence\" value=\"{fence}\">\
          <input type=\"hidden\" name=\"form_token\" value=\"{form_token}\">\
@@ -257,7 +289,7 @@ fn settle_form(out: &mut String, hex: &str, fence: u64, form_token: &str) {
          <label for=\"body-{hex}\">Body (completed)</label><textarea id=\"body-{hex}\" name=\"body\" placeholder=\"e.g. the provider's receipt\"></textarea>\
          <label for=\"reason-{hex}\">Why</label><input id=\"reason-{hex}\" name=\"reason\" required placeholder=\"what you checked\">\
          <label for=\"by-{hex}\">Who decides</label><input id=\"by-{hex}\" name=\"by\" required>\
-         <span></span><span><button type=\"submit\" id=\"settle-{hex}\">Settle at fence {fence}</button></span>\
+         <span></span><span><button type=\"submit\" id=\"{button}-{hex}\">{verb} at fence {fence}</button></span>\
          </form>",
         form_token = esc(form_token),
     );

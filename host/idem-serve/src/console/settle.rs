@@ -1,8 +1,10 @@
 //! Settling a record from its page, `POST /console/resolve`: the form's
 //! token checked against the caller's secret, the record's key and the
 //! fence the page showed, the person's text checked, then
-//! [`review::resolve`] (logged with who and why, counted) — conditional
-//! on that fence, so a stale page cannot overwrite a newer outcome. A
+//! [`review::resolve`] (logged with who and why, counted), or
+//! [`review::amend`] for the form that amends a person's release or
+//! rejection — conditional on that fence, so a stale page cannot overwrite
+//! a newer outcome. A
 //! refusal shows the record's page again, saying why and, when the record
 //! moved on, what it is now and who settled it.
 
@@ -40,6 +42,9 @@ pub(crate) struct ResolveForm {
     /// `yes` when the person ticked that refusing for good is meant.
     #[serde(default)]
     confirm_reject: String,
+    /// `yes` on the form that amends a person's release or rejection.
+    #[serde(default)]
+    amend: String,
 }
 
 /// `POST /console/resolve`: settles one record, conditional on the fence
@@ -139,7 +144,12 @@ pub(crate) async fn resolve(
         reason: reason.to_string(),
         holder,
     };
-    match review::resolve(app.engine.store(), request).await {
+    let settled = if form.amend == "yes" {
+        review::amend(app.engine.store(), request).await
+    } else {
+        review::resolve(app.engine.store(), request).await
+    };
+    match settled {
         Ok(_) => see_other(&format!(
             "{}?done=1",
             page::record_href(&key.digest.to_hex())

@@ -8,10 +8,17 @@ use super::{plain_call, timed};
 use crate::backend::{Call, RecordBackend, Step};
 use crate::machine;
 use crate::port::Records;
+use crate::vocabulary::MAX_NOTE_BYTES;
 use crate::vocabulary::StoreError;
-use crate::vocabulary::{AttemptEntry, AttemptEvent, AttemptFilter, ResolveRequest, bounded_note};
+use crate::vocabulary::{
+    AMENDS, AttemptEntry, AttemptEvent, AttemptFilter, ResolveRequest, bounded_note,
+};
 use crate::vocabulary::{Claim, ListFilter, OwnershipToken, RecordKey, RecordState, RecordView};
 use crate::vocabulary::{EXPIRED_WITHOUT_EFFECT, Holder};
+
+/// Room an amendment's note keeps for what it amends
+/// (`amends resolved-rejected at fence N: `), beside the reason.
+const AMENDS_NOTE_BYTES: usize = 64;
 
 #[async_trait]
 impl<B: RecordBackend> Records for B {
@@ -137,6 +144,72 @@ impl<B: RecordBackend> Records for B {
                 let mut entry = AttemptEntry::of_record(&record, request.resolution.event(), now);
                 entry.actor = Some(bounded_note(request.by.clone()));
                 entry.detail = Some(bounded_note(request.reason.clone()));
+                let view = RecordView::at(record.clone(), now);
+                Ok(Step::put(record, view).logging(entry))
+            }),
+        )
+        .await
+    }
+
+    async fn amend(&self, request: ResolveRequest) -> Result<RecordView, StoreError> {
+        machine::check_resolution(&request, self.options().max_outcome_bytes)?;
+        if request.reason.len() + AMENDS_NOTE_BYTES > MAX_NOTE_BYTES {
+            return Err(StoreError::InvalidRequest(format!(
+                "an amendment's reason is {} bytes; at most {} are kept beside what it amends: say it shorter",
+                request.reason.len(),
+                MAX_NOTE_BYTES - AMENDS_NOTE_BYTES
+            )));
+        }
+        // Who wrote the fence: the entry that issued it (a claim, a
+        // take-over or a resolution; answers and ends come after it under
+        // the same fence). Read before the transaction: while the record
+        // still carries that fence, nothing else wrote it since.
+        let log = self
+            .attempts(AttemptFilter {
+                key: Some(request.key.clone()),
+                ..AttemptFilter::default()
+            })
+            .await?;
+        let amended = log
+            .iter()
+            .rfind(|e| {
+                e.fence == request.observed_fence
+                    && (e.event.starts_execution() || e.event.is_resolution())
+            })
+            .map(|e| e.event)
+            .filter(|e| {
+                matches!(
+                    e,
+                    AttemptEvent::ResolvedReleased | AttemptEvent::ResolvedRejected
+                )
+            });
+        let call = Call {
+            context: "amending a resolution",
+            key: request.key.clone(),
+            draws_fence: true,
+            ownership: None,
+        };
+        self.transact(
+            call,
+            Box::new(move |current, now, fences| {
+                let record =
+                    machine::amend_check(current, &request.key, request.observed_fence, now)?;
+                let Some(amended) = amended else {
+                    return Err(StoreError::NotEligible {
+                        key: request.key.clone(),
+                        action: "amended",
+                        state: record.state,
+                        why: "a holder's end wrote it, not a person: only a person's release or rejection can be amended",
+                    });
+                };
+                let fence = fences.next_fence()?;
+                let record = machine::resolved(record, fence, &request, now);
+                let mut entry = AttemptEntry::of_record(&record, request.resolution.event(), now);
+                entry.actor = Some(bounded_note(request.by.clone()));
+                entry.detail = Some(bounded_note(format!(
+                    "{AMENDS}{amended} at fence {}: {}",
+                    request.observed_fence, request.reason
+                )));
                 let view = RecordView::at(record.clone(), now);
                 Ok(Step::put(record, view).logging(entry))
             }),

@@ -37,7 +37,7 @@ pub(crate) use finish::{checked_outcome, finish, heartbeat};
 pub(crate) use ownership::{
     JobStep, acquire_job, check_epoch, check_name, job_held, membership_changes, normalize_members,
 };
-pub(crate) use review::{check_resolution, mark_unknown, resolve_check, resolved};
+pub(crate) use review::{amend_check, check_resolution, mark_unknown, resolve_check, resolved};
 
 use crate::{Record, RecordKey, StoreError};
 

@@ -61,6 +61,39 @@ pub(crate) fn resolve_check(
     }
 }
 
+/// Checks that a person may amend the resolution that wrote the record's
+/// fence: it carries `observed_fence` and is a release (failed-retryable)
+/// or a rejection (failed-permanent). A completed record is never
+/// overwritten, a person's completion included (it may have been replayed).
+/// That a *person* wrote this fence is the caller's check, read from the
+/// attempt log before the transaction: no holder ever writes under a
+/// resolution's fence, so while the record still carries it, nothing else
+/// wrote the record since. The caller then allocates a fence and calls
+/// [`resolved`].
+pub(crate) fn amend_check(
+    current: Option<Record>,
+    key: &RecordKey,
+    observed_fence: u64,
+    now_ms: u64,
+) -> Result<Record, StoreError> {
+    let record = fenced(current, key, observed_fence, now_ms)?;
+    match record.state {
+        RecordState::FailedRetryable | RecordState::FailedPermanent => Ok(record),
+        RecordState::Completed => Err(not_eligible(
+            key,
+            "amended",
+            &record,
+            "a completed record is never overwritten (its outcome may have been replayed)",
+        )),
+        _ => Err(not_eligible(
+            key,
+            "amended",
+            &record,
+            "it waits for review: settle it (only a person's release or rejection can be amended)",
+        )),
+    }
+}
+
 /// Checks a resolution before anything is read: who and why, and a
 /// completed outcome within the body cap.
 pub(crate) fn check_resolution(request: &ResolveRequest, limit: usize) -> Result<(), StoreError> {

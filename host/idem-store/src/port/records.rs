@@ -80,6 +80,21 @@ pub trait Records: Send + Sync + 'static {
     /// as resolved.
     async fn resolve(&self, request: ResolveRequest) -> Result<RecordView, StoreError>;
 
+    /// A person amends a person's resolution that was wrong: the record's
+    /// fence must have been written by a release or a rejection (read from
+    /// the attempt log) and still be `request.observed_fence`
+    /// ([`StoreError::Fenced`] otherwise: a claim took the released record
+    /// since, or someone amended it first). The record is settled again
+    /// under a new, higher fence as `request.resolution` says, and the
+    /// amendment is logged as a resolution of its own whose detail names
+    /// the one it amends (`amends resolved-rejected at fence 7: …`): the
+    /// log keeps both decisions. A completed record is never amended, a
+    /// person's completion included ([`StoreError::NotEligible`]), nor a
+    /// holder's end, nor a record waiting for review (settle it with
+    /// [`Records::resolve`]). Later duplicates get what the amended record
+    /// says; earlier answers stand, in the log.
+    async fn amend(&self, request: ResolveRequest) -> Result<RecordView, StoreError>;
+
     /// The live record under `key`, if any.
     async fn get(&self, key: &RecordKey) -> Result<Option<RecordView>, StoreError>;
 

@@ -274,6 +274,12 @@ impl AttemptFilter {
     }
 }
 
+/// How the detail of an amendment's log entry begins: `amends
+/// resolved-rejected at fence 7: ` and then the person's reason (see
+/// [`crate::Records::amend`]). Views read it to say a resolution was
+/// amended.
+pub const AMENDS: &str = "amends ";
+
 /// How a person settles a record waiting for review.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]

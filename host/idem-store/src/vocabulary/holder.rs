@@ -1,6 +1,7 @@
-//! Who holds a record: the holder's provenance (run, host, pid), kept for
-//! `idem inspect` and the attempt log, and the token of the claim attempt,
-//! which lets a claim sent again recognise its own record.
+//! Who holds a record: the holder's provenance (run, host, pid, or the
+//! name a caller gave itself), kept for `idem inspect` and the attempt log,
+//! and the token of the claim attempt, which lets a claim sent again
+//! recognise its own record.
 
 use std::fmt;
 
@@ -13,9 +14,11 @@ pub struct Holder {
     pub trigger: Option<String>,
     /// The run's own attempt number (not the record's attempts).
     pub attempt: Option<u32>,
-    /// Host name of the holding process.
+    /// Host name of the holding process; for a holder that named itself
+    /// ([`Holder::named`], `pid` 0), that name.
     pub host: String,
-    /// Process id of the holding process.
+    /// Process id of the holding process; 0 for a holder that named itself
+    /// (no process a store's caller runs as has pid 0).
     pub pid: u32,
     /// The claim attempt's own identity ([`HolderToken::new`]), stored with
     /// the record: a claim sent again after its answer was lost (the
@@ -39,6 +42,37 @@ impl Holder {
         }
     }
 
+    /// A caller that named itself, such as a client of `idem serve`
+    /// (`billing@web-3:4242`): the attempt log and every view show that
+    /// name instead of the process that wrote the claim for it (the
+    /// sidecar). Kept in the same columns as a process, as `host` with pid
+    /// 0, so every store keeps it without a schema change.
+    pub fn named(caller: &CallerName) -> Self {
+        Holder {
+            run_id: None,
+            trigger: None,
+            attempt: None,
+            host: caller.0.clone(),
+            pid: 0,
+            token: None,
+        }
+    }
+
+    /// Who it is, as a person reads it: `host:pid` for a process, the
+    /// name for a holder that named itself.
+    pub fn who(&self) -> String {
+        if self.pid == 0 {
+            self.host.clone()
+        } else {
+            format!("{}:{}", self.host, self.pid)
+        }
+    }
+
+    /// Whether it is a caller that named itself ([`Holder::named`]).
+    pub fn is_named(&self) -> bool {
+        self.pid == 0
+    }
+
     /// The same holder without its token: what the attempt log keeps.
     pub fn provenance(&self) -> Holder {
         Holder {
@@ -51,6 +85,51 @@ impl Holder {
     /// it is the same.
     pub fn is_same_attempt(&self, other: &Holder) -> bool {
         self.token.is_some() && self.token == other.token
+    }
+}
+
+/// The name a caller gives itself (`service@host:pid` by the clients'
+/// default): untrusted text, so held to a bound and refused with control
+/// characters; views still spell out bidirectional characters.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct CallerName(String);
+
+impl CallerName {
+    /// The longest name kept, in bytes.
+    pub const MAX_BYTES: usize = 128;
+
+    /// `text` as a caller's name, or why it cannot be one: empty, longer
+    /// than [`CallerName::MAX_BYTES`], blank at either end, or holding a
+    /// control character (a NUL, a newline, an escape).
+    pub fn parse(text: &str) -> Result<CallerName, String> {
+        if text.is_empty() {
+            return Err("is empty".into());
+        }
+        if text.len() > Self::MAX_BYTES {
+            return Err(format!(
+                "is {} bytes; at most {} are kept",
+                text.len(),
+                Self::MAX_BYTES
+            ));
+        }
+        if text.trim() != text {
+            return Err("starts or ends with a space".into());
+        }
+        if let Some(c) = text.chars().find(|c| c.is_control()) {
+            return Err(format!("holds the control character U+{:04X}", c as u32));
+        }
+        Ok(CallerName(text.to_string()))
+    }
+
+    /// The name.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for CallerName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
     }
 }
 
@@ -125,4 +204,30 @@ fn host_name() -> String {
             .unwrap_or_else(|| "unknown".to_string())
     })
     .clone()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_named_holder_reads_as_its_name_and_a_process_as_host_and_pid() {
+        let name = CallerName::parse("billing@web-3:4242").unwrap();
+        let named = Holder::named(&name);
+        assert!(named.is_named());
+        assert_eq!(named.who(), "billing@web-3:4242");
+        let process = Holder::this_process();
+        assert!(!process.is_named());
+        assert_eq!(process.who(), format!("{}:{}", process.host, process.pid));
+    }
+
+    #[test]
+    fn a_caller_name_is_bounded_and_free_of_control_characters() {
+        assert!(CallerName::parse("billing@web-3:4242").is_ok());
+        assert!(CallerName::parse(&"é".repeat(64)).is_ok());
+        for bad in ["", " x", "x ", "a\nb", "a\u{0}b", "a\u{1b}[2Jb"] {
+            assert!(CallerName::parse(bad).is_err(), "{bad:?}");
+        }
+        assert!(CallerName::parse(&"x".repeat(CallerName::MAX_BYTES + 1)).is_err());
+    }
 }

@@ -20,7 +20,7 @@ mod record;
 mod registration;
 
 pub use attempt::{
-    AttemptEntry, AttemptEvent, AttemptFilter, MAX_NOTE_BYTES, Resolution, ResolveRequest,
+    AMENDS, AttemptEntry, AttemptEvent, AttemptFilter, MAX_NOTE_BYTES, Resolution, ResolveRequest,
 };
 pub(crate) use attempt::{bounded_note, end_note};
 pub use claim::{Claim, ClaimOutcome, ClaimRequest, EXPIRED_WITHOUT_EFFECT, Existing};
@@ -33,7 +33,7 @@ pub use finish::{Ending, Finish, Write, WriteOutcome};
 pub use gate::{
     Admission, GateEntry, GateRequest, GateRun, GateState, GateTicket, MAX_GATE_KEY_BYTES,
 };
-pub use holder::{Holder, HolderToken};
+pub use holder::{CallerName, Holder, HolderToken};
 pub use options::{DEFAULT_MAX_OUTCOME_BYTES, StoreOptions};
 pub use ownership::{JobLease, JobLeaseAcquire, Membership, OwnershipToken};
 pub use record::{

@@ -132,7 +132,7 @@ impl Engine {
     pub async fn begin_in_store(&self, op: &Operation) -> Result<Begin, EngineError> {
         self.store().database().await?;
         let keyed = self.derive(op)?;
-        self.begin_claiming(op, keyed, true).await
+        self.begin_claiming(op, keyed, true, None).await
     }
 
     #[cfg(feature = "sqlite")]

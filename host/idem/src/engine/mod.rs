@@ -62,9 +62,9 @@ use std::time::Duration;
 
 use idem_core::{KeyedDerivation, Operation, RecordState};
 use idem_store::{
-    AttemptEntry, AttemptEvent, ClaimOutcome, ClaimRequest, GroupCommit, GroupCommitOptions,
-    Holder, HolderToken, KeptOperation, NotKept, Outcome, OwnershipToken, RecordKey, Store,
-    StoreError,
+    AttemptEntry, AttemptEvent, CallerName, ClaimOutcome, ClaimRequest, GroupCommit,
+    GroupCommitOptions, Holder, HolderToken, KeptOperation, NotKept, Outcome, OwnershipToken,
+    RecordKey, Store, StoreError,
 };
 
 use crate::policy::LoadedPolicy;
@@ -342,26 +342,53 @@ impl Engine {
         op: &Operation,
         keyed: KeyedDerivation,
     ) -> Result<Begin, EngineError> {
-        self.begin_claiming(op, keyed, false).await
+        self.begin_claiming(op, keyed, false, None).await
+    }
+
+    /// [`Engine::begin`] on behalf of a caller that named itself (a client
+    /// of `idem serve`): the claim, every answer and the end are logged
+    /// under `caller` instead of this process ([`Holder::named`]), so the
+    /// attempt log says which client held the record, and `idem report`
+    /// tells that client's crash, its retry and another caller's re-run
+    /// apart. With `atomic`, as [`Engine::begin_in_store`].
+    pub async fn begin_for(
+        &self,
+        op: &Operation,
+        caller: &CallerName,
+        atomic: bool,
+    ) -> Result<Begin, EngineError> {
+        if atomic {
+            self.store().database().await?;
+        }
+        let keyed = self.derive(op)?;
+        self.begin_claiming(op, keyed, atomic, Some(caller)).await
     }
 
     /// Derives, admits and claims; the claim (or take-over) says whether
-    /// its effect commits with its end (`effect_atomic`).
+    /// its effect commits with its end (`effect_atomic`), and holds it
+    /// under `caller`'s name when it gave one.
     pub(crate) async fn begin_claiming(
         &self,
         op: &Operation,
         keyed: KeyedDerivation,
         effect_atomic: bool,
+        caller: Option<&CallerName>,
     ) -> Result<Begin, EngineError> {
         self.admission.check(&self.store, &self.policy).await?;
         if let Some(mut found) = self.dual_read_hit(op, &keyed).await? {
             found.request.effect_atomic = effect_atomic;
+            if let Some(caller) = caller {
+                found.request.holder = holder_for(op, Some(caller));
+            }
             return self
                 .settle_traced(op, found.keyed, found.request, Some(Ok(found.first)))
                 .await;
         }
         let mut request = self.claim_request(op, &keyed);
         request.effect_atomic = effect_atomic;
+        if let Some(caller) = caller {
+            request.holder = holder_for(op, Some(caller));
+        }
         self.settle_traced(op, keyed, request, None).await
     }
 
@@ -399,7 +426,7 @@ impl Engine {
             partition: keyed.partition.clone(),
             lease: self.lease_for(keyed),
             retention: Duration::from_secs(keyed.retention_s),
-            holder: holder_for(op),
+            holder: holder_for(op, None),
             operation_digest: Some(op.business_digest()),
             operation: Some(self.kept_operation(op)),
             ownership: self.options.ownership.clone(),
@@ -438,10 +465,11 @@ pub(crate) fn derive_with(
     derived.value.map_err(EngineError::Refused)
 }
 
-/// Who claims: the run from the operation, this host and pid, and a token
-/// of this claim attempt's own (see [`idem_store::HolderToken`]).
-fn holder_for(op: &Operation) -> Holder {
-    let mut holder = Holder::this_process();
+/// Who claims: the run from the operation, this host and pid (or the name
+/// the caller gave itself), and a token of this claim attempt's own (see
+/// [`idem_store::HolderToken`]).
+fn holder_for(op: &Operation, caller: Option<&CallerName>) -> Holder {
+    let mut holder = caller.map_or_else(Holder::this_process, Holder::named);
     holder.token = Some(HolderToken::new());
     if let Some(run) = &op.run {
         holder.run_id = Some(run.run_id.clone());

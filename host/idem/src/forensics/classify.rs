@@ -14,8 +14,19 @@ fn has_run(entry: &AttemptEntry) -> bool {
     entry.holder.as_ref().is_some_and(|h| h.run_id.is_some())
 }
 
+/// Whether the entry's caller named itself (a client of `idem serve`):
+/// its name, not the sidecar's process, is who asked.
+fn named(entry: &AttemptEntry) -> bool {
+    entry.holder.as_ref().is_some_and(|h| h.is_named())
+}
+
+/// Who asked, as the explanation names it: the run, with the caller's own
+/// name beside it when it gave one ([`super::shown_holder`]).
 fn name(entry: &AttemptEntry) -> String {
-    caller_of(entry).unwrap_or_else(|| "an unknown caller".into())
+    entry
+        .holder
+        .as_ref()
+        .map_or_else(|| "an unknown caller".into(), super::shown_holder)
 }
 
 /// Names the cause of `timeline`'s duplicate (one key's entries, in time
@@ -35,6 +46,7 @@ pub(crate) fn classify_key(timeline: &[&AttemptEntry], spans: &Spans) -> Option<
         }
     }
     let (cause, explanation) = take_over(timeline)
+        .or_else(|| lapsed_to_review(timeline))
         .or_else(|| by_trigger(&asks, spans))
         .unwrap_or_else(|| unrecognised(&asks));
     Some(Duplicate {
@@ -150,6 +162,53 @@ fn take_over(timeline: &[&AttemptEntry]) -> Option<(Cause, String)> {
         })
 }
 
+/// An attempt that never ended, found lapsed by a later caller and sent
+/// to review (mark-unknown): its holder crashed or paused mid-effect, and
+/// the policy would not run it again before a person looked. The same
+/// cause as a take-over: the story is the lapsed holder's, not the asker's.
+/// Only for a holder that named no run (a client, a server): a job's lost
+/// attempt is told by its runs (a scheduler's retry, a re-run).
+fn lapsed_to_review(timeline: &[&AttemptEntry]) -> Option<(Cause, String)> {
+    let marked = timeline
+        .iter()
+        .copied()
+        .find(|e| e.event == AttemptEvent::MarkedUnknown)?;
+    let earlier = timeline
+        .iter()
+        .copied()
+        .rfind(|e| e.event.starts_execution() && e.fence == marked.fence)
+        .filter(|e| !has_run(e))?;
+    // The ask that found it: the answer beside the mark-unknown, about the
+    // same fence (queued after it, so it may come later in the log).
+    let finder = timeline.iter().copied().find(|e| {
+        e.event == AttemptEvent::Rejected && e.fence == marked.fence && e.at_ms >= earlier.at_ms
+    })?;
+    let came_back = after(timeline, marked)
+        .into_iter()
+        .find(|e| e.fence == earlier.fence && e.event == AttemptEvent::Fenced);
+    let after = match came_back {
+        Some(fenced) => format!(
+            "; {} came back {} later and its write was refused (fenced)",
+            name(earlier),
+            human_ms(fenced.at_ms.saturating_sub(marked.at_ms))
+        ),
+        None => format!(
+            "; {} never wrote again (crashed, or still paused)",
+            name(earlier)
+        ),
+    };
+    Some((
+        Cause::TakeOverAfterPause,
+        format!(
+            "{} started it at fence {} and its lease lapsed without an end; {} asked {} later, found it lost and it was sent to review (not run again){after}",
+            name(earlier),
+            earlier.fence,
+            name(finder),
+            human_ms(finder.at_ms.saturating_sub(earlier.at_ms)),
+        ),
+    ))
+}
+
 /// Whether `entry` is a take-over of a claim that expired with its effect
 /// atomic with its end: the store logs it with
 /// [`EXPIRED_WITHOUT_EFFECT`] as its detail.
@@ -240,17 +299,24 @@ fn by_trigger(asks: &[&AttemptEntry], spans: &Spans) -> Option<(Cause, String)> 
                 unfinished(&early_run),
             ),
         )),
-        // Callers that named no run, alive at once: servers answering
-        // clients (`idem serve`, an HTTP service), not jobs. A client
-        // asked again.
-        _ if early_run.last_ms >= start && !has_run(early) && !has_run(late) => Some((
-            Cause::ClientRetry,
-            format!(
-                "a client that named no run asked again through {} while {} was serving it",
-                name(late),
-                name(early)
-            ),
-        )),
+        // Callers that named no run nor themselves, alive at once: servers
+        // answering clients (an HTTP service), not jobs. A client asked
+        // again.
+        _ if early_run.last_ms >= start
+            && !has_run(early)
+            && !has_run(late)
+            && !named(early)
+            && !named(late) =>
+        {
+            Some((
+                Cause::ClientRetry,
+                format!(
+                    "a client that named no run asked again through {} while {} was serving it",
+                    name(late),
+                    name(early)
+                ),
+            ))
+        }
         _ if early_run.last_ms >= start => Some((
             Cause::Overlap,
             format!(
@@ -290,6 +356,8 @@ fn same_run(asks: &[&AttemptEntry], spans: &Spans) -> Option<(Cause, String)> {
         let gap = human_ms(later.at_ms.saturating_sub(first.at_ms));
         let explanation = if trigger(later) == Some("client") {
             format!("{run} asked again {gap} later (trigger client)")
+        } else if named(later) && !has_run(later) {
+            format!("{run} asked again {gap} later: the same caller retried")
         } else if !has_run(later) {
             format!("a client that named no run asked {run} again {gap} later")
         } else {

@@ -36,7 +36,7 @@ pub use explain::explain_this_process;
 pub use operation::ShownOperation;
 pub use review::read_log;
 pub(crate) use runs::{Activity, Spans, process_of};
-pub use runs::{RunSummary, Settled, runs_of};
+pub use runs::{RunSummary, Settled, runs_of, shown_holder};
 use runs::{run_spans, run_summaries};
 
 /// Why an operation was asked for more than once.
@@ -47,9 +47,11 @@ pub enum Cause {
     /// The same business operation under two policy versions and two keys:
     /// idem could not have caught this one (see `idem diff`).
     KeyDrift,
-    /// A later attempt took over an earlier one that was still in progress
-    /// (its lease expired: the holder paused or crashed); the earlier
-    /// holder was fenced when it came back, or never came back. When the
+    /// A crash (or pause) mid-effect: a later attempt took over an earlier
+    /// one that was still in progress (its lease expired: the holder paused
+    /// or crashed), or a later caller found it lapsed and the policy sent
+    /// it to review; the earlier holder was fenced when it came back, or
+    /// never came back. When the
     /// earlier attempt's effect was atomic with its end, the explanation
     /// says so: it did nothing, and the take-over re-executed it.
     TakeOverAfterPause,
@@ -123,12 +125,14 @@ impl std::fmt::Display for Cause {
     }
 }
 
-/// Who asked: a run id, or the process when the operation named no run.
+/// Who asked: a run id, or, when the operation named no run, the name the
+/// caller gave itself (a client of `idem serve`) or else its process
+/// (`host:pid`).
 pub fn caller_of(entry: &AttemptEntry) -> Option<String> {
     let holder = entry.holder.as_ref()?;
     Some(match &holder.run_id {
         Some(run) => run.clone(),
-        None => format!("{}:{}", holder.host, holder.pid),
+        None => holder.who(),
     })
 }
 

@@ -217,6 +217,21 @@ pub async fn timeline(store: &Store, key: &RecordKey) -> Result<Vec<AttemptEntry
 /// calls [`Records::resolve`](idem_store::Records::resolve) itself: one process, one settlement, nothing to
 /// scrape).
 pub async fn resolve(store: &Store, request: ResolveRequest) -> Result<RecordView, StoreError> {
+    settle(store, request, false).await
+}
+
+/// Amends a person's release or rejection that was wrong
+/// ([`Records::amend`](idem_store::Records::amend)), in a span, counted as
+/// [`resolve`] is: what the console's amend form calls.
+pub async fn amend(store: &Store, request: ResolveRequest) -> Result<RecordView, StoreError> {
+    settle(store, request, true).await
+}
+
+async fn settle(
+    store: &Store,
+    request: ResolveRequest,
+    amend: bool,
+) -> Result<RecordView, StoreError> {
     use tracing::Instrument;
     let resolution = request.resolution.event().as_str();
     let span = tracing::info_span!(
@@ -224,10 +239,16 @@ pub async fn resolve(store: &Store, request: ResolveRequest) -> Result<RecordVie
         key = %request.key,
         fence = request.observed_fence,
         resolution,
+        amend,
         // A person's text: escaped by `Debug`.
         by = ?request.by,
     );
-    let result = store.records().resolve(request).instrument(span).await;
+    let records = store.records();
+    let result = if amend {
+        records.amend(request).instrument(span).await
+    } else {
+        records.resolve(request).instrument(span).await
+    };
     let outcome = if result.is_ok() { "ok" } else { "refused" };
     metrics::counter!("idem_resolution_total", "resolution" => resolution, "result" => outcome)
         .increment(1);

@@ -4,7 +4,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use idem_store::{AttemptEntry, AttemptEvent, RecordKey};
+use idem_store::{AttemptEntry, AttemptEvent, Holder, RecordKey};
 use serde::Serialize;
 
 use super::{caller_of, ser_key};
@@ -26,7 +26,7 @@ pub(crate) fn ends_attempt(event: AttemptEvent) -> bool {
 /// One run's part in the slice of the log.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct RunSummary {
-    /// The run id (or `host:pid`).
+    /// The run id (or the caller's name, or `host:pid`).
     pub run: String,
     /// Its trigger, as its first entry gave it.
     pub trigger: Option<String>,
@@ -96,10 +96,21 @@ pub(crate) struct Spans {
     pub(crate) processes: HashMap<String, Activity>,
 }
 
-/// The process (`host:pid`) that wrote an entry, when it names one.
+/// A holder as a timeline shows it: its run, with the caller's name when
+/// it named itself (`rerun-7 (ops@laptop:7)`); without a run, the name or
+/// the process (`host:pid`).
+pub fn shown_holder(holder: &Holder) -> String {
+    match &holder.run_id {
+        Some(run) if holder.is_named() => format!("{run} ({})", holder.who()),
+        Some(run) => run.clone(),
+        None => holder.who(),
+    }
+}
+
+/// The process (`host:pid`) that wrote an entry, or the name of the
+/// caller it wrote it for (a client of `idem serve`), when it names one.
 pub(crate) fn process_of(entry: &AttemptEntry) -> Option<String> {
-    let holder = entry.holder.as_ref()?;
-    Some(format!("{}:{}", holder.host, holder.pid))
+    Some(entry.holder.as_ref()?.who())
 }
 
 pub(crate) fn run_spans(entries: &[AttemptEntry]) -> Spans {

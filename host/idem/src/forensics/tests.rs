@@ -340,3 +340,71 @@ fn a_duplicate_that_ran_the_effect_again_is_not_called_prevented() {
         "{lines:?}"
     );
 }
+
+/// `entry` (no run), by a client of `idem serve` that named itself.
+fn by_caller(mut e: AttemptEntry, name: &str) -> AttemptEntry {
+    let caller = idem_store::CallerName::parse(name).expect("a caller name");
+    e.holder = Some(Holder::named(&caller));
+    e
+}
+
+#[test]
+fn a_named_client_killed_mid_effect_its_retry_and_a_re_run_are_told_apart() {
+    let (first, again, ops) = ("billing@web-3:101", "billing@web-3:102", "ops@laptop:7");
+    // Key 1: the first client claimed and was killed; its restarted
+    // process found the claim lapsed and the policy sent it to review.
+    // Key 2: one client asked twice (its answer lost): a retry. Key 3:
+    // another caller asked long after the first had stopped: a re-run.
+    let log = vec![
+        by_caller(entry(1, 1, 1, AttemptEvent::Executed, None, 10), first),
+        by_caller(entry(2, 2, 1, AttemptEvent::Executed, None, 20), first),
+        by_caller(entry(3, 2, 1, AttemptEvent::Completed, None, 30), first),
+        by_caller(entry(4, 2, 1, AttemptEvent::Replayed, None, 40), first),
+        by_caller(entry(5, 3, 1, AttemptEvent::Executed, None, 50), first),
+        by_caller(entry(6, 3, 1, AttemptEvent::Completed, None, 60), first),
+        by_caller(
+            entry(7, 1, 1, AttemptEvent::MarkedUnknown, None, 70_000),
+            first,
+        ),
+        by_caller(entry(8, 1, 1, AttemptEvent::Rejected, None, 70_000), again),
+        by_caller(entry(9, 3, 1, AttemptEvent::Replayed, None, 90_000), ops),
+    ];
+    let found = analyse(&log);
+    let cause = |key: u8| {
+        let d = found
+            .duplicates
+            .iter()
+            .find(|d| d.key.digest == Digest([key; 32]))
+            .expect("a duplicate");
+        (d.cause, d.explanation.clone(), d.runs.clone())
+    };
+    let (crash, why, runs) = cause(1);
+    assert_eq!(crash, Cause::TakeOverAfterPause, "{why}");
+    assert!(
+        why.starts_with("billing@web-3:101 started it at fence 1")
+            && why.contains("billing@web-3:102 asked")
+            && why.contains("sent to review"),
+        "{why}"
+    );
+    assert_eq!(runs, vec![first, again]);
+    let (retry, why, _) = cause(2);
+    assert_eq!(retry, Cause::ClientRetry, "{why}");
+    assert!(why.contains("billing@web-3:101 asked again"), "{why}");
+    let (rerun, why, _) = cause(3);
+    assert_eq!(rerun, Cause::Rerun, "{why}");
+    assert!(
+        why.contains("billing@web-3:101 ran again as ops@laptop:7"),
+        "{why}"
+    );
+}
+
+#[test]
+fn two_named_clients_at_once_are_an_overlap_not_a_client_retry() {
+    let log = vec![
+        by_caller(entry(1, 1, 1, AttemptEvent::Executed, None, 10), "a@h:1"),
+        by_caller(entry(2, 1, 1, AttemptEvent::InProgress, None, 20), "b@h:2"),
+        by_caller(entry(3, 1, 1, AttemptEvent::Completed, None, 30), "a@h:1"),
+    ];
+    let found = analyse(&log);
+    assert_eq!(found.causes(), vec![(Cause::Overlap, 1)]);
+}
