@@ -10,6 +10,7 @@ const GUESTS: &[&str] = &[
     "billing-charge",
     "http-idempotency-key",
     "provider-charge",
+    "refunds",
     "fixture-misbehaving",
     "fixture-wasi-import",
     "fixture-wrong-world",

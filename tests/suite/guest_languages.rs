@@ -1,11 +1,14 @@
 //! Policies in JavaScript and Python: each SDK's own tests; each ported
 //! example policy run against the Rust policy's cases file by its
 //! language's cases runner (`guest/js/sdk/cases.js`, `idem_policy.cases`),
-//! so all three languages answer one file; and `idem new --lang`, `idem
-//! build` and `idem test` for each template, as a new user runs them.
+//! so all three languages answer one file; and `idem new --lang` for each
+//! template, then the language's own test command (`npm test`, `pytest`),
+//! which runs the cases natively and through the component it builds, as a
+//! new user runs them.
 //! Node.js and CPython are on every machine of this kind; elsewhere a
 //! missing one is said and skipped, and under CI it is a failure.
 
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -120,11 +123,13 @@ fn cases_in_file(path: &Path) -> usize {
 }
 
 /// From nothing to a tested component, as a new user outside the
-/// workspace does it, in `lang`: `idem new` for each template, the cases
-/// natively (`native` runs them in the project's directory), `idem build`
-/// (which installs the language's toolchain on first use and loads the
-/// component in the host), then `idem test` against the component.
-fn new_build_test(lang: &str, native: impl Fn(&Path, &str) -> String) {
+/// workspace does it, in `lang`: `idem new` for each template, then the
+/// language's own test command (`ecosystem` runs it in the project's
+/// directory with `IDEM` naming the CLI): the cases natively, then through
+/// the component it builds (`idem build`, which installs the language's
+/// toolchain on first use and loads the component in the host) and `idem
+/// test`. The component it built then passes `idem test` run here too.
+fn new_build_test(lang: &str, ecosystem: impl Fn(&dyn Fn(&OsStr) -> Command)) {
     let dir = tempfile::tempdir().unwrap();
     let dir = dir.path();
     for (name, kind) in [("refunds", "charge"), ("api-writes", "http")] {
@@ -137,17 +142,10 @@ fn new_build_test(lang: &str, native: impl Fn(&Path, &str) -> String) {
         let cases = project.join("cases.json");
         let all_pass = format!("{} passed, 0 failed", cases_in_file(&cases));
 
-        let natively = native(&project, name);
-        assert_eq!(
-            natively.lines().last(),
-            Some(all_pass.as_str()),
-            "{natively}"
-        );
+        ecosystem(&|program| in_project(program, dir, &project));
 
-        let built = passes(&mut idem(dir, &["build", name]));
-        let component = PathBuf::from(built.trim());
-        assert_eq!(component, project.join("dist").join(format!("{name}.wasm")));
-
+        let component = project.join("dist").join(format!("{name}.wasm"));
+        assert!(component.is_file(), "{} was not built", component.display());
         let tested = passes(&mut idem(
             dir,
             &[
@@ -162,23 +160,31 @@ fn new_build_test(lang: &str, native: impl Fn(&Path, &str) -> String) {
     }
 }
 
+/// `program` run in `project` as its author runs it, with `IDEM` naming
+/// this build's CLI and the suite's caches for what it runs.
+fn in_project(program: &OsStr, dir: &Path, project: &Path) -> Command {
+    let mut cmd = Command::new(program);
+    cmd.current_dir(project)
+        .env("IDEM", idem_bin())
+        .env("IDEM_CACHE_DIR", dir.join("cache"))
+        .env("IDEM_TOOLCHAIN_DIR", ports::toolchain_dir())
+        .env_remove("IDEM_SDK");
+    cmd
+}
+
 #[test]
 fn a_javascript_policy_from_idem_new_to_idem_test() {
     if !tool_available("a_javascript_policy_from_idem_new_to_idem_test", "node") {
         return;
     }
-    new_build_test("js", |project, _| {
+    new_build_test("js", |run| {
         // `npm install` links the SDK (a file: dependency): no registry.
-        passes(
-            Command::new("npm")
-                .args(["install", "--no-audit", "--no-fund", "--offline"])
-                .current_dir(project),
-        );
-        passes(
-            Command::new("npm")
-                .args(["test", "--silent"])
-                .current_dir(project),
-        )
+        passes(run("npm".as_ref()).args(["install", "--no-audit", "--no-fund", "--offline"]));
+        // `npm test` is `node --test`: two tests, neither skipped.
+        let report = passes(run("npm".as_ref()).args(["test", "--silent"]));
+        for line in ["# pass 2", "# fail 0", "# skipped 0"] {
+            assert!(report.lines().any(|l| l == line), "no `{line}`:\n{report}");
+        }
     });
 }
 
@@ -187,14 +193,22 @@ fn a_python_policy_from_idem_new_to_idem_test() {
     if !tool_available("a_python_policy_from_idem_new_to_idem_test", "python3") {
         return;
     }
-    let sdk = workspace_root().join("guest/python/sdk");
-    new_build_test("python", |project, _| {
-        passes(
-            Command::new("python3")
-                .args(["-m", "idem_policy.cases", ".", "cases.json"])
-                .env("PYTHONPATH", &sdk)
-                .env("PYTHONDONTWRITEBYTECODE", "1")
-                .current_dir(project),
-        )
+    // pytest as the SDK's own tests pin it, installed once.
+    let venv = crate::guest_types::python_tools(&crate::guest_types::python_pins(
+        &workspace_root().join("guest/python"),
+    ));
+    new_build_test("python", |run| {
+        // `pytest` finds the SDK from pyproject.toml: no PYTHONPATH.
+        let report = passes(
+            run(venv.join("bin/python").as_os_str())
+                .args(["-m", "pytest", "-rs"])
+                .env_remove("PYTHONPATH")
+                .env("PYTHONDONTWRITEBYTECODE", "1"),
+        );
+        let last = report.lines().last().unwrap_or_default();
+        assert!(
+            last.contains("2 passed") && !last.contains("skipped") && !last.contains("failed"),
+            "{report}"
+        );
     });
 }

@@ -25,7 +25,7 @@ use idem_tests::{passes, tool_available, workspace_root};
 
 /// A directory under the target directory, made once: `install` fills it,
 /// then a marker says it is whole (an interrupted install is redone).
-fn installed_once(name: &str, install: impl FnOnce(&Path)) -> PathBuf {
+pub(crate) fn installed_once(name: &str, install: impl FnOnce(&Path)) -> PathBuf {
     /// Two tests of this binary may want one directory at once.
     static MADE: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name);
@@ -111,7 +111,7 @@ fn the_javascript_sdk_declarations_hold_against_its_javascript() {
 
 /// The `dev` dependency group of `guest/python/pyproject.toml`: the exact
 /// pytest and mypy the Python SDK is checked with.
-fn python_pins(python: &Path) -> Vec<String> {
+pub(crate) fn python_pins(python: &Path) -> Vec<String> {
     let text = std::fs::read_to_string(python.join("pyproject.toml")).unwrap();
     let project: toml::Table = toml::from_str(&text).unwrap();
     let pins: Vec<String> = project["dependency-groups"]["dev"]
@@ -129,16 +129,9 @@ fn python_pins(python: &Path) -> Vec<String> {
     pins
 }
 
-#[test]
-fn the_python_sdk_passes_mypy_strict_and_its_tests_under_pytest() {
-    let test = "the_python_sdk_passes_mypy_strict_and_its_tests_under_pytest";
-    if !tool_available(test, "python3") {
-        return;
-    }
-    let python = workspace_root().join("guest/python");
-    let pins = python_pins(&python);
-    let started = Instant::now();
-    let venv = installed_once(
+/// A virtual environment holding `pins` (pytest and mypy), made once.
+pub(crate) fn python_tools(pins: &[String]) -> PathBuf {
+    installed_once(
         &format!("guest-python-{}", pins.join("-").replace("==", "-")),
         |dir| {
             passes(
@@ -155,10 +148,22 @@ fn the_python_sdk_passes_mypy_strict_and_its_tests_under_pytest() {
                         "--quiet",
                         "--disable-pip-version-check",
                     ])
-                    .args(&pins),
+                    .args(pins),
             );
         },
-    );
+    )
+}
+
+#[test]
+fn the_python_sdk_passes_mypy_strict_and_its_tests_under_pytest() {
+    let test = "the_python_sdk_passes_mypy_strict_and_its_tests_under_pytest";
+    if !tool_available(test, "python3") {
+        return;
+    }
+    let python = workspace_root().join("guest/python");
+    let pins = python_pins(&python);
+    let started = Instant::now();
+    let venv = python_tools(&pins);
     let installed = started.elapsed();
     let interpreter = venv.join("bin/python");
 

@@ -1,9 +1,13 @@
-//! The JavaScript and Python ports of the example policies, built as `idem
-//! build` builds them and run in the host as any policy is: for thousands
-//! of generated operations (unicode, numbers in every spelling, wrong
-//! types, missing fields) each derives byte-identical keys and
-//! fingerprints to the Rust policy, or the same refusal; and each gives the
-//! Rust policy's decisions on every case of its cases file (`idem test`).
+//! The JavaScript and Python ports of the example policies, and the refund
+//! policy of issue 46 written in all three languages (TypeScript
+//! `guest/js/sdk/typecheck/refund-policy.ts`, `guest/python/policies/refunds`,
+//! `guest/policies/refunds`), built as `idem build` builds them and run in
+//! the host as any policy is: for thousands of generated operations
+//! (unicode, numbers in every spelling, wrong types, missing fields) each
+//! derives byte-identical keys and fingerprints to the Rust policy, or the
+//! same refusal (code, field and message); and each gives the Rust policy's
+//! decisions on every case of its cases file (`idem test`; the refunds'
+//! is `guest/testdata/refund-cases.json`, whose first case pins the key).
 //!
 //! The toolchains are installed on first use, the components built once
 //! per run of the suite and compiled once into a cache kept in the target
@@ -21,7 +25,12 @@ use idem_tests::{idem_bin, load, ports, tool_available, workspace_root};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 
-const POLICIES: [&str; 3] = ["billing-charge", "provider-charge", "http-idempotency-key"];
+const POLICIES: [&str; 4] = [
+    "billing-charge",
+    "provider-charge",
+    "http-idempotency-key",
+    "refunds",
+];
 const LANGUAGES: [(&str, &str); 2] = [("js", "node"), ("python", "python3")];
 
 /// A runtime whose artifact cache outlives the run: a 12–19 MB component
@@ -67,9 +76,20 @@ fn json_text(text: String) -> String {
     serde_json::Value::from(text).to_string()
 }
 
-/// The fields the three policies read, each with values of the shape a
+/// The cases file every language's `name` answers.
+fn cases_of(name: &str) -> std::path::PathBuf {
+    match name {
+        "refunds" => workspace_root().join("guest/testdata/refund-cases.json"),
+        _ => workspace_root()
+            .join("guest/policies")
+            .join(name)
+            .join("cases.json"),
+    }
+}
+
+/// The fields the four policies read, each with values of the shape a
 /// policy accepts (then mixed with any value, or left out).
-fn fields() -> [(&'static str, BoxedStrategy<String>); 9] {
+fn fields() -> [(&'static str, BoxedStrategy<String>); 11] {
     let text = |pattern: &'static str| pattern.prop_map(json_text).boxed();
     [
         (
@@ -90,10 +110,18 @@ fn fields() -> [(&'static str, BoxedStrategy<String>); 9] {
         ("method", text("POST|PUT|PATCH|DELETE")),
         ("path", text("/[a-z0-9/é]{0,12}")),
         ("body_sha256", text("[0-9a-fA-F]{64}")),
+        (
+            "charge_id",
+            prop_oneof![text("ch_[a-z0-9]{1,8}"), text("\\PC{1,8}")].boxed(),
+        ),
+        (
+            "refund_id",
+            prop_oneof![text("re_[a-z0-9]{1,8}"), text("\\PC{1,8}")].boxed(),
+        ),
     ]
 }
 
-/// An operation any of the three policies may be handed: each field of
+/// An operation any of the four policies may be handed: each field of
 /// the shape the policies accept, or of any value, or missing.
 fn operation() -> impl Strategy<Value = String> {
     let fields: Vec<BoxedStrategy<Option<String>>> = fields()
@@ -112,6 +140,7 @@ fn operation() -> impl Strategy<Value = String> {
     (
         prop_oneof![
             4 => Just("charge".to_string()),
+            2 => Just("refund".to_string()),
             1 => "[a-z]{1,8}",
         ],
         prop_oneof![Just("acme".to_string()), "\\PC{1,6}"],
@@ -146,6 +175,7 @@ fn answer(policy: &LoadedPolicy, op: &Operation) -> String {
             d.retention_s,
             d.lease_s
         ),
+        // Code, status, field and message: the same in every language.
         Err(e) => format!("refused {e}"),
     }
 }
@@ -208,10 +238,7 @@ fn the_ports_pass_the_rust_policies_cases_in_the_host() {
             continue;
         }
         for name in POLICIES {
-            let cases = workspace_root()
-                .join("guest/policies")
-                .join(name)
-                .join("cases.json");
+            let cases = cases_of(name);
             let count =
                 serde_json::from_slice::<serde_json::Value>(&std::fs::read(&cases).unwrap())
                     .unwrap()["cases"]

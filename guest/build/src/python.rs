@@ -37,9 +37,9 @@ pub const SDK_DISTRIBUTION: &str = "idem-policy";
 /// names no other.
 const BUILT_FROM_SDK: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../python/sdk");
 
-/// The SDK's modules that stay out of a component: the native cases runner
-/// and its replica of the host.
-const NATIVE_ONLY: &[&str] = &["cases.py", "_host"];
+/// The SDK's modules that stay out of a component: the native cases runner,
+/// its replica of the host, and the test helpers that run `idem`.
+const NATIVE_ONLY: &[&str] = &["cases.py", "testing.py", "_host"];
 
 /// A Python policy project on disk.
 #[derive(Debug, Clone)]

@@ -89,6 +89,8 @@ class RunnerSemantics(unittest.TestCase):
         detail = [r.detail for r in report.results]
         self.assertIn("raised in derive", detail[2])
         self.assertIn("boom is not supported", detail[2])
+        # The policy's own file and line, as the host names them.
+        self.assertRegex(detail[2], r" at \w+ \(test_policies\.py:\d+\)")
         self.assertIn("failed without deriving a key", detail[4])
         self.assertIn("raised in on-duplicate", detail[5])
 

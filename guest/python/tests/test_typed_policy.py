@@ -1,4 +1,4 @@
-"""The typed refund policy (tests/typed/refund_policy.py, checked by
+"""The typed refund policy (policies/refunds/app.py, checked by
 ``mypy --strict``) answers the refund cases the TypeScript one answers
 (guest/testdata/refund-cases.json): the same keys, fingerprints and
 decisions from both SDKs."""
@@ -9,13 +9,13 @@ import _paths
 from idem_policy._host import cases_file
 from idem_policy.cases import load_policy, run_cases
 
-TYPED = _paths.PYTHON / "tests" / "typed"
+REFUNDS = _paths.PYTHON / "policies" / "refunds"
 CASES = _paths.REPO / "guest" / "testdata" / "refund-cases.json"
 
 
 class TypedRefundPolicy(unittest.TestCase):
     def test_passes_the_shared_refund_cases(self):
-        policy = load_policy(TYPED / "refund_policy.py")
+        policy = load_policy(REFUNDS / "app.py")
         report = run_cases(policy, cases_file.parse(CASES.read_text(encoding="utf-8")))
         self.assertGreater(len(report.results), 0)
         failures = [f"{r.name}: {r.detail}" for r in report.results if not r.passed]

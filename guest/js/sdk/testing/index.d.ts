@@ -82,6 +82,29 @@ export declare function runCasesFile(policyPath: string, casesPath: string): Pro
 /** The report as `idem test` prints it: a header, one line per case, the summary. */
 export declare function formatReport(casesPath: string, report: Report): string;
 
+// ------------------------------------------- the cases through the component
+
+/** The `idem` CLI: `$IDEM`, else `idem` on `PATH`; `undefined` when there is none. */
+export declare function findIdem(env?: Readonly<Record<string, string | undefined>>): string | undefined;
+
+/** What {@link runComponentCases} found. */
+export interface ComponentRun {
+  /** The component tested: `dist/NAME.wasm` of the project. */
+  readonly component: string;
+  /** Whether `idem build` ran first (a source was newer than the component, or there was none). */
+  readonly built: boolean;
+  /** Whether every case passed in the host (and the build, when one ran, succeeded). */
+  readonly passed: boolean;
+  /** What idem printed: the build's output when it failed, else `idem test`'s. */
+  readonly output: string;
+}
+
+/**
+ * Runs a cases file against the project's built component, in the host: `idem build PROJECT` when the
+ * component is missing or older than a source, then `idem test`. @throws {Error} when there is no idem
+ */
+export declare function runComponentCases(projectDir: string, casesPath: string, options?: { readonly idem?: string }): ComponentRun;
+
 // ---------------------------------------------------------------------- JSON
 
 /** A JSON number, as its source text (never rounded through a double). */

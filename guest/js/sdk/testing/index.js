@@ -14,6 +14,7 @@ export { canonicalOperation, OpError } from './operation.js';
 export { encode, digest, KEY_ENCODING_VERSION } from './digest.js';
 export { finish, validatePolicyInfo, MalformedError } from './derivation.js';
 export { checkDecision } from './duplicate.js';
+export { findIdem, runComponentCases } from './component.js';
 
 /**
  * Imports a policy module and returns its `policy` export (the world's

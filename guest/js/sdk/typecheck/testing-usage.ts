@@ -1,7 +1,7 @@
 // The native harness as a TypeScript author's test would call it (checked
 // for types only; run.mjs runs the same calls).
 
-import { canonicalNumber, formatReport, readCasesFile, runCases, summary, type Report } from '@idem/policy/testing';
+import { canonicalNumber, findIdem, formatReport, readCasesFile, runCases, runComponentCases, summary, type Report } from '@idem/policy/testing';
 import { policy } from './refund-policy.js';
 
 /** The refund policy's cases, run natively: the printed report and whether every case passed. */
@@ -13,3 +13,11 @@ export async function refundCases(casesPath: string): Promise<{ text: string; pa
 
 /** Amounts sent as JSON numbers reach the policy canonical, as text. */
 export const hundred: string = canonicalNumber('1.00E+2');
+
+/** The same cases through the built component, in the host; `undefined` where idem is not installed. */
+export function componentCases(projectDir: string, casesPath: string): boolean | undefined {
+  const idem = findIdem();
+  if (idem === undefined) return undefined;
+  const run = runComponentCases(projectDir, casesPath, { idem });
+  return run.passed && run.component.endsWith('.wasm');
+}

@@ -21,6 +21,7 @@ from ._host import cases_file, gate, keys
 from ._host.operation_json import OpError, operation_from_value
 from .decision import Decision, DuplicateContext, RecordState
 from .errors import ErrorCode, PolicyError
+from .failure import describe_failure
 from .derivation import PolicyInfo
 from .operation import Operation
 from .policy import Policy
@@ -57,17 +58,32 @@ class _Trap(Exception):
     """A call that would trap in the host (an exception, a wrong type)."""
 
 
-def _call(what: str, fn: Callable[[], T]) -> T:
+def _roots(policy_class: type) -> list[str]:
+    """The directories frames are shown from, as the host shows them from the
+    component's layout: the SDK's as ``idem_policy/…``, the policy's relative
+    to its module's directory; the deeper first."""
+    roots = [os.path.dirname(os.path.dirname(os.path.abspath(__file__)))]
+    # The module's file as its code names it (load_policy does not register
+    # the module in sys.modules, so the class's own methods tell).
+    code = getattr(getattr(policy_class, "derive", None), "__code__", None)
+    module_dir = os.path.dirname(code.co_filename) if code is not None else ""
+    if module_dir:
+        roots.append(module_dir)
+    return sorted(roots, key=len, reverse=True)
+
+
+def _call(policy_class: type, what: str, fn: Callable[[], T]) -> T:
     # A bare exception is a trap in the component: it fails this case alone,
-    # as testing.rs's catch_unwind does for a panic.
+    # as testing.rs's catch_unwind does for a panic. Its message names the
+    # policy's own file and line, as the host's does (failure.py), so the
+    # author looks there and not at the cases file.
     try:
         return fn()
     except PolicyError:
         raise
     except Exception as e:  # noqa: BLE001  (any exception is a trap)
-        raise _Trap(
-            f"the policy raised in {what} (in the host: a trap): {type(e).__name__}: {e}"
-        ) from None
+        said = describe_failure(e, _roots(policy_class))
+        raise _Trap(f"the policy raised in {what} (in the host: a trap): {said}") from None
 
 
 def _decision_repr(d: Decision) -> str:
@@ -87,7 +103,7 @@ def run_cases(policy_class: type[Policy], file: cases_file.CasesFile) -> Report:
     per call, as the host instantiates the component afresh)."""
     report = Report()
     try:
-        info = contract.check_info(_call("describe", lambda: policy_class().describe()))
+        info = contract.check_info(_call(policy_class, "describe", lambda: policy_class().describe()))
         keys.validate_info(info)
     except (_Trap, keys.Malformed, contract.ContractError, PolicyError) as e:
         report.results.append(CaseResult("describe", False, str(e)))
@@ -141,7 +157,7 @@ def _derive_case(
     failed: set[str],
 ) -> tuple[bool, str, Optional[keys.Keyed]]:
     try:
-        derived = _call("derive", lambda: policy_class().derive(op))
+        derived = _call(policy_class, "derive", lambda: policy_class().derive(op))
         contract.check_derivation(derived)
         refusal = None
     except PolicyError as err:
@@ -229,7 +245,7 @@ def _duplicate_case(
         names = ", ".join(contract.DECISION_NAMES)
         return False, f"unknown decision `{want}` in `expect`: expected {names}"
     try:
-        decision = contract.check_decision(_call("on-duplicate", lambda: policy_class().on_duplicate(ctx)))
+        decision = contract.check_decision(_call(policy_class, "on-duplicate", lambda: policy_class().on_duplicate(ctx)))
     except PolicyError as err:
         # on-duplicate has no error result: raising one is a trap.
         raise _Trap(f"the policy raised in on-duplicate (in the host: a trap): {err}") from None

@@ -86,9 +86,9 @@ const CASES_HTTP: &str = include_str!("../../templates/cases/http.json");
 type Template = (&'static str, &'static str);
 
 /// The files of a project in `lang` for `kind` (the cases file aside).
-fn templates(lang: Lang, kind: Kind) -> [Template; 3] {
+fn templates(lang: Lang, kind: Kind) -> Vec<Template> {
     match (lang, kind) {
-        (Lang::Rust, kind) => [
+        (Lang::Rust, kind) => vec![
             (
                 "Cargo.toml",
                 include_str!("../../templates/rust/Cargo.toml.template"),
@@ -102,7 +102,7 @@ fn templates(lang: Lang, kind: Kind) -> [Template; 3] {
                 },
             ),
         ],
-        (Lang::Js, kind) => [
+        (Lang::Js, kind) => vec![
             (
                 "package.json",
                 include_str!("../../templates/js/package.json"),
@@ -115,8 +115,13 @@ fn templates(lang: Lang, kind: Kind) -> [Template; 3] {
                     Kind::Http => include_str!("../../templates/js/http.js"),
                 },
             ),
+            // `npm test`: the cases natively, then through the component.
+            (
+                "policy.test.js",
+                include_str!("../../templates/js/policy.test.js"),
+            ),
         ],
-        (Lang::Python, kind) => [
+        (Lang::Python, kind) => vec![
             (
                 "pyproject.toml",
                 include_str!("../../templates/python/pyproject.toml"),
@@ -131,6 +136,11 @@ fn templates(lang: Lang, kind: Kind) -> [Template; 3] {
                     Kind::Charge => include_str!("../../templates/python/charge.py"),
                     Kind::Http => include_str!("../../templates/python/http.py"),
                 },
+            ),
+            // `pytest`: the cases natively, then through the component.
+            (
+                "tests/test_policy.py",
+                include_str!("../../templates/python/test_policy.py"),
             ),
         ],
     }
@@ -216,16 +226,14 @@ pub fn run(args: NewArgs) -> Result<u8, Failure> {
         }
         Lang::Js => {
             println!(
-                "  cd {dir} && npm install && npm test   # links the SDK; the cases, natively"
+                "  cd {dir} && npm install && npm test   # links the SDK; the cases natively, then through the component"
             );
             println!("  idem build {dir}");
             println!("  idem test --policy {dir}/dist/{name}.wasm {dir}/cases.json");
         }
         Lang::Python => {
-            let sdk = sdk.as_deref().map(Path::display);
             println!(
-                "  PYTHONPATH={} python3 -m idem_policy.cases {dir} {dir}/cases.json   # the cases, natively",
-                sdk.map(|d| d.to_string()).unwrap_or_default()
+                "  cd {dir} && pytest   # the cases natively, then through the component (idem build, idem test)"
             );
             println!("  idem build {dir}");
             println!("  idem test --policy {dir}/dist/{name}.wasm {dir}/cases.json");
@@ -425,7 +433,7 @@ mod tests {
                         .collect(),
                     _ => vec![vec![("{{sdk}}", "/sdk".to_string())]],
                 };
-                let all = templates(lang, kind).map(|(_, t)| t);
+                let all: Vec<&str> = templates(lang, kind).into_iter().map(|(_, t)| t).collect();
                 for t in all.iter().chain([&CASES_CHARGE, &CASES_HTTP]) {
                     for sdk in &sdk {
                         let filled = fill(t, "x", sdk);

@@ -8,11 +8,18 @@
 //!
 //! A derive of a JavaScript or Python policy (a fresh instance of a 12–19 MB
 //! component) costs a thousand times one of a Rust policy: deriving once is
-//! what keeps such a policy's run from halving its rate. One million
-//! operations keep about 150 MB here.
+//! what keeps such a policy's run from halving its rate, and deriving on
+//! every core (a chunk of entries at a time, [`derive_chunk`]) what keeps
+//! the first read from running at one core's pace. Each derivation is a
+//! fresh instance of a pure function of its operation, so the order they
+//! run in changes nothing; what the plan keeps, the first invalid entry it
+//! stops at and the entries it reports skipped stay in the source's order.
+//! One million operations keep about 150 MB here.
 
 use std::hash::{DefaultHasher, Hash, Hasher};
+use std::num::NonZero;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use idem_core::{Digest, KeyedDerivation, Operation};
 
@@ -67,7 +74,7 @@ impl JobPlan {
         let clock = idem_store::StoreClock::default();
         let observer: Observer = Arc::new(observer);
         let plan = plan(
-            &|op| crate::engine::derive_with(policy, op, clock.now_ms()),
+            &|op: &Operation| crate::engine::derive_with(policy, op, clock.now_ms()),
             &*source,
             options,
             &observer,
@@ -213,30 +220,53 @@ fn check_of(op: &Operation) -> u64 {
     hasher.finish()
 }
 
+/// How a plan derives one operation: the policy with the run's clock.
+/// Called from several threads at once.
+pub(crate) type Derive<'a> = dyn Fn(&Operation) -> Result<KeyedDerivation, EngineError> + Sync + 'a;
+
+/// Entries read and derived together. Large enough that the threads'
+/// start and the chunk's last, unshared derive cost little (a JavaScript
+/// derive is about a millisecond); small enough to hold only a few hundred
+/// operations at a time, and to stop soon after an invalid one.
+const CHUNK: usize = 256;
+
 /// Reads every entry of `source`, parses and derives it, and keeps what the
 /// second read needs. With `options.ownership`, an operation is this
 /// worker's when it owns its partition among the members asked for (the
 /// store registers exactly those: see [`super::ownership::join`]).
+///
+/// The entries are derived on every core, a chunk at a time, while the
+/// next chunk is read; the results are then taken in the source's order,
+/// so the plan, the error for the first invalid entry and the skipped
+/// entries' reports are what one thread deriving in order would make.
 // A large error ends the run, once: its size costs nothing.
 #[allow(clippy::result_large_err)]
 pub(crate) fn plan(
-    derive: &dyn Fn(&Operation) -> Result<KeyedDerivation, EngineError>,
+    derive: &Derive<'_>,
     source: &dyn OperationSource,
     options: &JobOptions,
     observer: &Observer,
 ) -> Result<Plan, JobError> {
     let ownership: Option<&Ownership> = options.ownership.as_ref();
-    let read = source.read().map_err(JobError::Source)?;
+    let mut read = source.read().map_err(JobError::Source)?;
+    let threads = std::thread::available_parallelism().map_or(1, NonZero::get);
     let mut plan = Plan::default();
-    for SourceItem {
-        position,
-        operation,
-    } in read
-    {
-        let invalid = match operation {
-            Err(unreadable) => Invalid::Unreadable(unreadable),
-            Ok(op) => match derive(&op) {
-                Ok(keyed) => {
+    let mut chunk: Vec<SourceItem> = read.by_ref().take(CHUNK).collect();
+    while !chunk.is_empty() {
+        let (derived, next) = derive_chunk(derive, &chunk, threads, || {
+            read.by_ref().take(CHUNK).collect::<Vec<_>>()
+        });
+        for (
+            SourceItem {
+                position,
+                operation,
+            },
+            derived,
+        ) in chunk.into_iter().zip(derived)
+        {
+            let invalid = match (operation, derived) {
+                (Err(unreadable), _) => Invalid::Unreadable(unreadable),
+                (Ok(op), Some(Ok(keyed))) => {
                     let owned = ownership.is_none_or(|o| {
                         idem_core::ownership::owns(&keyed.partition, &o.member, &o.members)
                     });
@@ -248,21 +278,76 @@ pub(crate) fn plan(
                     }
                     continue;
                 }
-                Err(error) => Invalid::Underived(op, error),
-            },
-        };
-        if !options.skip_invalid {
-            return Err(invalid.into_error(position));
+                (Ok(op), Some(Err(error))) => Invalid::Underived(op, error),
+                (Ok(_), None) => unreachable!("every parsed entry of a chunk is derived"),
+            };
+            if !options.skip_invalid {
+                return Err(invalid.into_error(position));
+            }
+            let (input, error) = invalid.describe();
+            observer(JobEvent::Skipped {
+                position,
+                input: &input,
+                error: &error,
+            });
+            plan.skipped.push(position);
         }
-        let (input, error) = invalid.describe();
-        observer(JobEvent::Skipped {
-            position,
-            input: &input,
-            error: &error,
-        });
-        plan.skipped.push(position);
+        chunk = next;
     }
     Ok(plan)
+}
+
+/// One derivation per entry of `chunk` (`None` for an entry that did not
+/// parse), in the chunk's order, derived by `threads` threads taking the
+/// next entry as each is free; this thread first calls `meanwhile` (the
+/// next chunk's read), then derives too. Returns the derivations and what
+/// `meanwhile` returned. A panic in a derive is this thread's panic, as it
+/// was when one thread derived.
+fn derive_chunk<T>(
+    derive: &Derive<'_>,
+    chunk: &[SourceItem],
+    threads: usize,
+    meanwhile: impl FnOnce() -> T,
+) -> (Vec<Option<Result<KeyedDerivation, EngineError>>>, T) {
+    type Derived = Result<KeyedDerivation, EngineError>;
+    let next = AtomicUsize::new(0);
+    // Takes entries until none is left: each taker's derivations with
+    // their places in the chunk.
+    let take = || {
+        let mut taken: Vec<(usize, Derived)> = Vec::new();
+        loop {
+            let index = next.fetch_add(1, Ordering::Relaxed);
+            let Some(item) = chunk.get(index) else {
+                return taken;
+            };
+            if let Ok(op) = &item.operation {
+                taken.push((index, derive(op)));
+            }
+        }
+    };
+    let mut derived: Vec<Option<Derived>> = Vec::new();
+    derived.resize_with(chunk.len(), || None);
+    let after = std::thread::scope(|scope| {
+        // One core is this thread's: it reads the next chunk, then derives.
+        let helpers: Vec<_> = (1..threads.min(chunk.len()))
+            .map(|_| scope.spawn(take))
+            .collect();
+        let after = meanwhile();
+        let mine = take();
+        for (index, result) in helpers
+            .into_iter()
+            .flat_map(|helper| {
+                helper
+                    .join()
+                    .unwrap_or_else(|p| std::panic::resume_unwind(p))
+            })
+            .chain(mine)
+        {
+            derived[index] = Some(result);
+        }
+        after
+    });
+    (derived, after)
 }
 
 /// Why an entry is not a valid operation.
@@ -294,6 +379,158 @@ impl Invalid {
         match self {
             Invalid::Unreadable(Unreadable { error, text }) => (text, error),
             Invalid::Underived(op, error) => (op.canonical_json(), error.to_string()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The plan derived on every core is the plan one thread deriving in
+    //! order makes: the same derivations in the same places, the same
+    //! entries skipped and reported in order, the same first invalid entry.
+
+    use std::sync::Mutex;
+    use std::sync::atomic::AtomicU64;
+
+    use idem_core::{ErrorCode, PolicyError};
+
+    use super::super::source::SourceRead;
+    use super::*;
+
+    /// Entries of which some do not parse: several chunks' worth.
+    struct Entries(Vec<Result<Operation, Unreadable>>);
+
+    impl OperationSource for Entries {
+        fn read(&self) -> Result<SourceRead, String> {
+            let entries = self.0.clone();
+            Ok(Box::new(entries.into_iter().enumerate().map(
+                |(i, operation)| SourceItem {
+                    position: i as u64 + 1,
+                    operation,
+                },
+            )))
+        }
+    }
+
+    /// Entry `i`: with `refunds`, a refund (refused) every 97th from the
+    /// 5th; unreadable every 89th from the 7th; else a charge.
+    fn entries(count: usize, refunds: bool) -> Entries {
+        Entries(
+            (0..count)
+                .map(|i| {
+                    if i % 89 == 7 {
+                        return Err(Unreadable {
+                            error: "not JSON".into(),
+                            text: format!("line {i}"),
+                        });
+                    }
+                    let kind = if refunds && i % 97 == 5 {
+                        "refund"
+                    } else {
+                        "charge"
+                    };
+                    let json =
+                        format!(r#"{{"kind":"{kind}","tenant":"t","fields":{{"n":"{i}"}}}}"#);
+                    Ok(Operation::from_json(&json, &Default::default()).unwrap())
+                })
+                .collect(),
+        )
+    }
+
+    /// A stand-in policy: the key from the canonical operation, refunds
+    /// refused. Counts its calls.
+    fn derive(op: &Operation, calls: &AtomicU64) -> Result<KeyedDerivation, EngineError> {
+        calls.fetch_add(1, Ordering::Relaxed);
+        let json = op.canonical_json();
+        if json.contains("refund") {
+            return Err(EngineError::Refused(PolicyError {
+                code: ErrorCode::UnsupportedKind,
+                field: None,
+                message: "no refunds".into(),
+            }));
+        }
+        Ok(KeyedDerivation {
+            namespace: "ns".into(),
+            key: Digest::of_bytes(json.as_bytes()),
+            fingerprint: Digest::of_bytes(b"f"),
+            key_material: Vec::new(),
+            fingerprint_material: Vec::new(),
+            partition: format!("p{}", json.len() % 7),
+            retention_s: 60,
+            lease_s: 30,
+        })
+    }
+
+    #[test]
+    fn every_entry_is_derived_once_and_kept_in_the_source_order() {
+        let source = entries(3 * CHUNK + 17, true);
+        let calls = AtomicU64::new(0);
+        let reported = Arc::new(Mutex::new(Vec::new()));
+        let observer: Observer = {
+            let reported = reported.clone();
+            Arc::new(move |event| {
+                if let JobEvent::Skipped { position, .. } = event {
+                    reported.lock().unwrap().push(position);
+                }
+            })
+        };
+        let options = JobOptions {
+            skip_invalid: true,
+            ..JobOptions::default()
+        };
+        let plan = plan(
+            &|op: &Operation| derive(op, &calls),
+            &source,
+            &options,
+            &observer,
+        )
+        .unwrap();
+
+        // One thread in order, by hand.
+        let check = AtomicU64::new(0);
+        let (mut kept, mut skipped) = (Vec::new(), Vec::new());
+        for (i, entry) in source.0.iter().enumerate() {
+            match entry.as_ref().ok().map(|op| (op, derive(op, &check))) {
+                Some((op, Ok(keyed))) => kept.push((op, keyed)),
+                _ => skipped.push(i as u64 + 1),
+            }
+        }
+        let parsed = source.0.iter().filter(|e| e.is_ok()).count() as u64;
+        assert_eq!(
+            calls.load(Ordering::Relaxed),
+            parsed,
+            "one derive per parsed entry"
+        );
+        assert_eq!(plan.to_run(), kept.len());
+        assert_eq!(plan.valid(), kept.len() as u64);
+        for (index, (op, keyed)) in kept.iter().enumerate() {
+            assert!(plan.owns(index as u64));
+            let planned = plan.derivation(index, op).expect("kept in its place");
+            assert_eq!(
+                (planned.key, planned.partition),
+                (keyed.key, keyed.partition.clone())
+            );
+        }
+        assert_eq!(*reported.lock().unwrap(), skipped, "reported in order");
+        assert!(skipped.iter().all(|p| plan.is_skipped(*p)));
+        assert_eq!(plan.skipped(), skipped.len() as u64);
+    }
+
+    #[test]
+    fn the_first_invalid_entry_in_the_source_order_stops_the_plan() {
+        let calls = AtomicU64::new(0);
+        let observer: Observer = Arc::new(|_| {});
+        let options = JobOptions::default();
+        let derive = |op: &Operation| derive(op, &calls);
+        // Entry 5 (position 6) is refused before entry 7 does not parse.
+        match plan(&derive, &entries(2 * CHUNK, true), &options, &observer) {
+            Err(JobError::Derive { position: 6, .. }) => {}
+            other => panic!("expected the refusal at 6: {other:?}"),
+        }
+        // Without the refusals, the unreadable entry 7 (position 8) first.
+        match plan(&derive, &entries(2 * CHUNK, false), &options, &observer) {
+            Err(JobError::Unreadable { position: 8, .. }) => {}
+            other => panic!("expected the unreadable entry at 8: {other:?}"),
         }
     }
 }

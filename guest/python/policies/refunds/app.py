@@ -1,6 +1,7 @@
 """A refund policy with complete annotations, as an author writes one against
-``idem_policy`` (the scenario of guest/js/sdk/typecheck/refund-policy.ts, and
-the same cases file, guest/testdata/refund-cases.json): the key from the
+``idem_policy`` (the scenario of guest/js/sdk/typecheck/refund-policy.ts and
+guest/policies/refunds, and the same cases file,
+guest/testdata/refund-cases.json): the key from the
 customer, the charge and the refund; the amount and currency as the
 fingerprint; a duplicate waits while the refund is in progress, is run again
 after a retryable failure, goes to review after an expired claim; a missing id
