@@ -242,10 +242,27 @@ fn a_stopped_holder_and_a_retry_are_named_reviewed_and_resolved() {
         };
         // Refused for good, by mistake: the provider shows the charge. The
         // rejection is amended from the shell; a completion never is.
-        let rejected = resolve(&["--reject"]);
+        let rejected = resolve(&["--reject", "--json"]);
         assert!(rejected.status.success(), "{}", text(&rejected.stderr));
+        let fence = serde_json::from_slice::<Value>(&rejected.stdout).unwrap()["fence"].to_string();
+        // An amendment names the resolution it amends: never "whatever is
+        // current", which could be a colleague's amendment.
+        let unfenced = resolve(&["--amend", "--release"]);
+        assert_eq!(
+            unfenced.status.code(),
+            Some(2),
+            "{}",
+            text(&unfenced.stderr)
+        );
+        assert!(
+            text(&unfenced.stderr).contains("--fence"),
+            "{}",
+            text(&unfenced.stderr)
+        );
         let done = resolve(&[
             "--amend",
+            "--fence",
+            &fence,
             "--completed",
             "--body-file",
             body.to_str().unwrap(),
@@ -256,7 +273,22 @@ fn a_stopped_holder_and_a_retry_are_named_reviewed_and_resolved() {
             "{}",
             text(&done.stdout)
         );
-        let amend_again = resolve(&["--amend", "--release"]);
+        // A stale amendment (the rejection's fence, moved on since) is refused.
+        let stale = resolve(&["--amend", "--fence", &fence, "--release"]);
+        assert_eq!(stale.status.code(), Some(1));
+        assert!(
+            text(&stale.stderr).contains("moved on since"),
+            "{}",
+            text(&stale.stderr)
+        );
+        let completed = text(&done.stdout);
+        let completed = completed
+            .split("(fence ")
+            .nth(1)
+            .and_then(|rest| rest.split(')').next())
+            .expect("the completion's fence")
+            .to_string();
+        let amend_again = resolve(&["--amend", "--fence", &completed, "--release"]);
         assert_eq!(amend_again.status.code(), Some(1));
         assert!(
             text(&amend_again.stderr).contains("cannot be amended"),

@@ -52,9 +52,11 @@ export function defaultCaller(): string {
   const script = process.argv[1] ?? "";
   const program = basename(script, extname(script)) || "node";
   // Untrusted everywhere it is shown: nothing that moves a cursor.
-  let name = `${program}@${hostname() || "unknown"}:${process.pid}`.replace(/\p{Cc}/gu, "?").trim();
-  while (Buffer.byteLength(name, "utf8") > MAX_CALLER_BYTES) name = name.slice(0, -1);
-  return name;
+  // Cut by code point (a UTF-16 cut can leave half a pair) and trimmed after
+  // the cut (which can leave a space at the end): the sidecar refuses either.
+  const chars = Array.from(`${program}@${hostname() || "unknown"}:${process.pid}`.replace(/\p{Cc}/gu, "?"));
+  while (Buffer.byteLength(chars.join(""), "utf8") > MAX_CALLER_BYTES) chars.pop();
+  return chars.join("").trim();
 }
 
 export interface BeginOptions {

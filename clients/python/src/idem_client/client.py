@@ -58,10 +58,12 @@ def default_caller() -> str:
         program = "python"
     name = f"{program}@{socket.gethostname() or 'unknown'}:{os.getpid()}"
     # Untrusted everywhere it is shown: nothing that moves a cursor.
-    name = "".join(c if c.isprintable() else "?" for c in name).strip()
+    name = "".join(c if c.isprintable() else "?" for c in name)
     while len(name.encode("utf-8")) > MAX_CALLER_BYTES:
         name = name[:-1]
-    return name
+    # Stripped after the cut: a cut can leave a space at the end, which the
+    # sidecar refuses.
+    return name.strip()
 
 
 class IdemClient:

@@ -65,7 +65,9 @@ pub struct ResolveArgs {
     /// or another amendment moved it on since --fence, for a completed
     /// record (never overwritten) and for a holder's own end. The attempt
     /// log keeps both decisions; later duplicates get the amended one.
-    #[arg(long)]
+    /// Needs --fence (the fence of the resolution it amends): amending
+    /// whatever is current would overwrite a colleague's amendment unseen.
+    #[arg(long, requires = "fence")]
     pub amend: bool,
     /// JSON instead of text.
     #[arg(long)]
