@@ -55,7 +55,8 @@ fn schemathesis() -> Option<PathBuf> {
 
 /// The document as the fuzz reads it, written into `dir`: the published
 /// one, but with an operation's field numbers kept to integers of at most
-/// 15 digits, and `begin`'s `atomic` kept to `false`. The host refuses a
+/// 15 digits, `begin`'s `atomic` kept to `false` and its `caller` to 32
+/// characters (at most 128 UTF-8 bytes). The host refuses a
 /// number whose exact spelling runs past 128 digits (`7.8e-142`), and
 /// `atomic: true` on a store that is not PostgreSQL (the fuzz's store is
 /// SQLite): rules JSON Schema cannot state; everything else is the
@@ -78,6 +79,10 @@ fn fuzzed_document(root: &std::path::Path, dir: &std::path::Path) -> PathBuf {
     let atomic = &mut doc["components"]["schemas"]["BeginRequest"]["properties"]["atomic"];
     assert_eq!(atomic["type"], "boolean");
     atomic["const"] = serde_json::json!(false);
+    // `caller` is at most 128 UTF-8 bytes: 32 characters never exceed it.
+    let caller = &mut doc["components"]["schemas"]["BeginRequest"]["properties"]["caller"];
+    assert_eq!(caller["maxLength"], 128);
+    caller["maxLength"] = serde_json::json!(32);
     let fuzzed = dir.join("serve-openapi.fuzzed.json");
     std::fs::write(&fuzzed, doc.to_string()).unwrap();
     fuzzed
