@@ -37,6 +37,7 @@ mod serve_browser;
 mod serve_callers;
 mod serve_connections;
 mod serve_contract;
+mod serve_flow;
 mod serve_fuzz;
 mod serve_schema;
 mod serve_unstorable;

@@ -12,6 +12,7 @@ from idem_client import (
     ExecuteAnswer,
     IdemClient,
     InProgressAnswer,
+    NotAmendable,
     NotInProgress,
     PolicyRefused,
     ReplayAnswer,
@@ -103,6 +104,18 @@ def test_a_permanent_failure_is_replayed(client, op):
     assert isinstance(replay, ReplayAnswer), replay
     assert replay.state == "failed-permanent"
     assert replay.outcome.status == 2 and replay.outcome.error == "card declined"
+
+
+def test_amending_a_holders_own_end_is_refused_typed(client, op):
+    begun = client.begin(op("amend-declined"))
+    assert isinstance(begun, ExecuteAnswer), begun
+    done = client.fail(begun.key, begun.fence, retryable=False, status=2, error="card declined")
+    with pytest.raises(NotAmendable) as refused:
+        client.resolve(
+            begun.key, done.fence, "completed", reason="charged after all", by="ops", amend=True
+        )
+    assert refused.value.status == 409 and refused.value.state == "failed-permanent"
+    assert "a holder's end wrote it" in refused.value.detail
 
 
 def test_the_token_is_required(server_url, op):

@@ -86,6 +86,8 @@ export interface ResolveOptions {
   by: string;
   status?: number;
   body?: Body;
+  /** Amend a person's release or rejection written at `fence` (default false). */
+  amend?: boolean;
 }
 
 function bodyMembers(body: Body | undefined): { body?: string; body_base64?: string } {
@@ -195,7 +197,11 @@ export class IdemClient {
     return this.post("/v1/heartbeat", { key, fence, lease_ms: leaseMs });
   }
 
-  /** A person settles a record waiting for review, under the fence they saw. */
+  /**
+   * A person settles a record waiting for review, under the fence they saw; with `amend: true`,
+   * amends a person's release or rejection that was wrong (`fence` is the one that resolution
+   * wrote; the log keeps both decisions, and `NotAmendableError` says why one is refused).
+   */
   resolve(key: string, fence: number, options: ResolveOptions): Promise<Resolved> {
     return this.post("/v1/resolve", {
       key,
@@ -204,6 +210,7 @@ export class IdemClient {
       reason: options.reason,
       by: options.by,
       ...(options.status === undefined ? {} : { status: options.status }),
+      ...(options.amend ? { amend: true } : {}),
       ...bodyMembers(options.body),
     });
   }

@@ -108,6 +108,16 @@ export class NotWaitingForReviewError extends ConflictError {
   }
 }
 
+/**
+ * 409 `not-amendable`: an amendment of a record whose latest write is not a person's release or
+ * rejection (completed, a holder's end, still waiting for review).
+ */
+export class NotAmendableError extends ConflictError {
+  get state(): string | undefined {
+    return this.problem.state;
+  }
+}
+
 /** 413: the request, or the outcome's body, is past the limit (`limitBytes`). */
 export class TooLargeError extends ProblemError {
   get limitBytes(): number | undefined {
@@ -143,6 +153,7 @@ const BY_SLUG: Record<string, typeof ProblemError> = {
   "stale-fence": StaleFenceError,
   "not-in-progress": NotInProgressError,
   "not-waiting-for-review": NotWaitingForReviewError,
+  "not-amendable": NotAmendableError,
   "body-too-large": TooLargeError,
   "outcome-too-large": TooLargeError,
   "refused-by-policy": PolicyRefusedError,

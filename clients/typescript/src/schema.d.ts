@@ -300,7 +300,7 @@ export interface components {
             fence: number;
             lease_until_ms: number;
         };
-        /** @description A person's settlement. Not `body` with `body_base64`; a body only with `completed`; no status with `release`. */
+        /** @description A person's settlement. Not `body` with `body_base64`; a body only with `completed`; no status with `release`. With `amend`, a person's release or rejection is replaced while it is the record's latest write; the log keeps both decisions. */
         ResolveRequest: {
             /** @description 64 lower-case hex characters */
             key: string;
@@ -318,6 +318,8 @@ export interface components {
             reason: string;
             /** @description who decides: 1 to 256 bytes without control characters (64 characters always fit) */
             by: string;
+            /** @description amend a person's release or rejection (written at `fence`) rather than settle a record waiting for review; default false */
+            amend?: boolean;
         } & (unknown & unknown & unknown & unknown);
         Resolved: {
             /** @description 64 lower-case hex characters */
@@ -328,6 +330,8 @@ export interface components {
             fence: number;
             by: string;
             reason: string;
+            /** @description whether this was an amendment of a person's resolution */
+            amended: boolean;
             operation: components["schemas"]["ShownOperation"];
         };
         ReportRequest: {
@@ -1038,7 +1042,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The record is not waiting for review, or moved on since (stale fence). Nothing changed. */
+            /** @description The record is not waiting for review, or moved on since (stale fence); with `amend`, its latest write is not a person's release or rejection. Nothing changed. */
             409: {
                 headers: {
                     [name: string]: unknown;

@@ -8,6 +8,7 @@ import {
   BadRequestError,
   ConflictError,
   IdemClient,
+  NotAmendableError,
   NotInProgressError,
   PolicyRefusedError,
   StaleFenceError,
@@ -99,6 +100,19 @@ test("a permanent failure is replayed", needs("server"), async () => {
   assert.equal(replay.state, "failed-permanent");
   assert.equal(replay.outcome.status, 2);
   assert.equal(replay.outcome.error, "card declined");
+});
+
+test("amending a holder's own end is refused, typed", needs("server"), async () => {
+  const idem = client();
+  const begun = expectAnswer(await idem.begin(op("amend-declined")), "execute");
+  const done = await idem.fail(begun.key, begun.fence, false, { status: 2, error: "card declined" });
+  const refused = await idem
+    .resolve(begun.key, done.fence, { resolution: "completed", reason: "charged after all", by: "ops", amend: true })
+    .catch((e: unknown) => e);
+  assert.ok(refused instanceof NotAmendableError, String(refused));
+  assert.equal(refused.status, 409);
+  assert.equal(refused.state, "failed-permanent");
+  assert.match(refused.detail, /a holder's end wrote it/);
 });
 
 test("the token is required", needs("token"), async () => {

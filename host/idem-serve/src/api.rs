@@ -120,6 +120,10 @@ pub(crate) struct ResolveRequest {
     pub(crate) body_base64: Option<String>,
     pub(crate) reason: String,
     pub(crate) by: String,
+    /// Amend a person's release or rejection (written at `fence`) rather
+    /// than settle a record waiting for review.
+    #[serde(default)]
+    pub(crate) amend: bool,
 }
 
 /// `/v1/report`: which part of the attempt log (every member optional).

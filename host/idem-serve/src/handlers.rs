@@ -346,7 +346,9 @@ pub(crate) async fn heartbeat(
 }
 
 /// `POST /v1/resolve`: a person's settlement of a record waiting for
-/// review, conditional on the fence they saw, logged with who and why.
+/// review, conditional on the fence they saw, logged with who and why; or,
+/// with `amend`, a person's amendment of a release or rejection that was
+/// wrong (fenced the same way, both decisions kept in the log).
 pub(crate) async fn resolve(State(app): State<Arc<App>>, Api(req): Api<ResolveRequest>) -> Answer {
     let key = app.record_key(&req.key, "key")?;
     check_integer(req.fence, "fence")?;
@@ -387,15 +389,20 @@ pub(crate) async fn resolve(State(app): State<Arc<App>>, Api(req): Api<ResolveRe
         reason: req.reason.clone(),
         holder,
     };
-    let view = forensics::review::resolve(app.engine().store(), request)
-        .await
-        .map_err(store_error)?;
+    let store = app.engine().store();
+    let view = if req.amend {
+        forensics::review::amend(store, request).await
+    } else {
+        forensics::review::resolve(store, request).await
+    }
+    .map_err(store_error)?;
     Ok(Json(json!({
         "key": key.digest.to_hex(),
         "state": view.record.state.as_str(),
         "fence": view.record.fence,
         "by": req.by,
         "reason": req.reason,
+        "amended": req.amend,
         "operation": forensics::ShownOperation::of_record(&view.record),
     }))
     .into_response())

@@ -124,6 +124,21 @@ pub(crate) fn store_error(e: StoreError) -> ApiError {
             format!("no record has the key {}: it never existed, or it expired", key.digest),
         )
         .with("key", key.digest.to_hex()),
+        StoreError::NotEligible {
+            state,
+            why,
+            action: "amended",
+            ..
+        } => Problem::new(
+            StatusCode::CONFLICT,
+            "not-amendable",
+            "The record's resolution cannot be amended",
+            format!(
+                "the record is {} and its resolution cannot be amended ({why}); nothing changed",
+                state.as_str()
+            ),
+        )
+        .with("state", state.as_str()),
         StoreError::NotEligible { state, why, .. } => Problem::new(
             StatusCode::CONFLICT,
             "not-waiting-for-review",

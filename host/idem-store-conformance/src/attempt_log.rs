@@ -525,11 +525,27 @@ where
         c.fence,
     );
     clock.advance(ms(1_000));
-    store
+    let released = store
         .records()
         .resolve(resolution(&key(4), c.fence, Resolution::Release))
         .await
         .expect("resolve");
+    // Without the log a person's release cannot be told from a holder's
+    // end: an amendment is refused, saying so (not blaming a holder).
+    match store
+        .records()
+        .amend(resolution(
+            &key(4),
+            released.record.fence,
+            Resolution::Reject { status: 1 },
+        ))
+        .await
+    {
+        Err(StoreError::NotEligible { why, .. }) => {
+            assert!(why.contains("keeps no attempt log"), "{name}: {why}")
+        }
+        other => panic!("{name}: an amendment without the log: {other:?}"),
+    }
     store
         .records()
         .log_answers(vec![answer(

@@ -241,6 +241,8 @@ class Resolved:
     by: str
     reason: str
     operation: dict[str, Any]
+    amended: bool = False
+    """Whether this amended a person's earlier release or rejection."""
 
     @classmethod
     def parse(cls, doc: Mapping[str, Any]) -> Resolved:
@@ -251,4 +253,5 @@ class Resolved:
             by=doc["by"],
             reason=doc["reason"],
             operation=dict(doc["operation"]),
+            amended=bool(doc.get("amended", False)),
         )

@@ -200,9 +200,12 @@ class IdemClient:
         by: str,
         status: Optional[int] = None,
         body: Body = None,
+        amend: bool = False,
     ) -> Resolved:
         """A person settles a record waiting for review, under the fence
-        they saw."""
+        they saw; with `amend=True`, amends a person's release or rejection
+        that was wrong (`fence` is the one that resolution wrote; the log
+        keeps both decisions, and `NotAmendable` says why one is refused)."""
         request: dict[str, Any] = {
             "key": key,
             "fence": fence,
@@ -212,6 +215,8 @@ class IdemClient:
         }
         if status is not None:
             request["status"] = status
+        if amend:
+            request["amend"] = True
         request.update(_body_members(body))
         return Resolved.parse(self.post("/v1/resolve", request))
 

@@ -113,6 +113,16 @@ class NotWaitingForReview(Conflict):
         return self.problem.get("state")
 
 
+class NotAmendable(Conflict):
+    """409 `not-amendable`: an amendment of a record whose latest write is
+    not a person's release or rejection (completed, a holder's end, still
+    waiting for review)."""
+
+    @property
+    def state(self) -> Optional[str]:
+        return self.problem.get("state")
+
+
 class TooLarge(ProblemError):
     """413: the request, or the outcome's body, is past the limit
     (`limit_bytes`)."""
@@ -155,6 +165,7 @@ _BY_SLUG: dict[str, type[ProblemError]] = {
     "stale-fence": StaleFence,
     "not-in-progress": NotInProgress,
     "not-waiting-for-review": NotWaitingForReview,
+    "not-amendable": NotAmendable,
     "body-too-large": TooLarge,
     "outcome-too-large": TooLarge,
     "refused-by-policy": PolicyRefused,

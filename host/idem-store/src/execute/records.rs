@@ -128,24 +128,13 @@ impl<B: RecordBackend> Records for B {
 
     async fn resolve(&self, request: ResolveRequest) -> Result<RecordView, StoreError> {
         machine::check_resolution(&request, self.options().max_outcome_bytes)?;
-        let call = Call {
-            context: "resolving a record",
-            key: request.key.clone(),
-            draws_fence: true,
-            ownership: None,
-        };
         self.transact(
-            call,
+            settle_call("resolving a record", &request),
             Box::new(move |current, now, fences| {
                 let record =
                     machine::resolve_check(current, &request.key, request.observed_fence, now)?;
-                let fence = fences.next_fence()?;
-                let record = machine::resolved(record, fence, &request, now);
-                let mut entry = AttemptEntry::of_record(&record, request.resolution.event(), now);
-                entry.actor = Some(bounded_note(request.by.clone()));
-                entry.detail = Some(bounded_note(request.reason.clone()));
-                let view = RecordView::at(record.clone(), now);
-                Ok(Step::put(record, view).logging(entry))
+                let note = request.reason.clone();
+                settled(record, fences.next_fence()?, &request, note, now)
             }),
         )
         .await
@@ -160,6 +149,13 @@ impl<B: RecordBackend> Records for B {
                 MAX_NOTE_BYTES - AMENDS_NOTE_BYTES
             )));
         }
+        // Only the attempt log tells a person's resolution from a holder's
+        // end of the same state: without it, refuse for what is missing.
+        let not_a_person = if self.options().attempt_log {
+            "a holder's end wrote it, not a person: only a person's release or rejection can be amended"
+        } else {
+            "this store keeps no attempt log, so a person's resolution cannot be told from a holder's end"
+        };
         // Who wrote the fence: the entry that issued it (a claim, a
         // take-over or a resolution; answers and ends come after it under
         // the same fence). Read before the transaction: while the record
@@ -183,14 +179,8 @@ impl<B: RecordBackend> Records for B {
                     AttemptEvent::ResolvedReleased | AttemptEvent::ResolvedRejected
                 )
             });
-        let call = Call {
-            context: "amending a resolution",
-            key: request.key.clone(),
-            draws_fence: true,
-            ownership: None,
-        };
         self.transact(
-            call,
+            settle_call("amending a resolution", &request),
             Box::new(move |current, now, fences| {
                 let record =
                     machine::amend_check(current, &request.key, request.observed_fence, now)?;
@@ -199,19 +189,14 @@ impl<B: RecordBackend> Records for B {
                         key: request.key.clone(),
                         action: "amended",
                         state: record.state,
-                        why: "a holder's end wrote it, not a person: only a person's release or rejection can be amended",
+                        why: not_a_person,
                     });
                 };
-                let fence = fences.next_fence()?;
-                let record = machine::resolved(record, fence, &request, now);
-                let mut entry = AttemptEntry::of_record(&record, request.resolution.event(), now);
-                entry.actor = Some(bounded_note(request.by.clone()));
-                entry.detail = Some(bounded_note(format!(
+                let note = format!(
                     "{AMENDS}{amended} at fence {}: {}",
                     request.observed_fence, request.reason
-                )));
-                let view = RecordView::at(record.clone(), now);
-                Ok(Step::put(record, view).logging(entry))
+                );
+                settled(record, fences.next_fence()?, &request, note, now)
             }),
         )
         .await
@@ -332,4 +317,32 @@ pub(super) fn logged_if_fenced<T>(
         detail: Some(format!("{doing} refused: {why}")),
     };
     Ok(Step::refuse(refused).logging(entry))
+}
+
+/// The store call of a person's settlement: it draws a new fence.
+fn settle_call(context: &'static str, request: &ResolveRequest) -> Call {
+    Call {
+        context,
+        key: request.key.clone(),
+        draws_fence: true,
+        ownership: None,
+    }
+}
+
+/// The write of a person's settlement under `fence`: the record as
+/// resolved, and its log entry naming who (`by`) and `note` (the reason,
+/// and for an amendment what it amends).
+fn settled(
+    record: crate::vocabulary::Record,
+    fence: u64,
+    request: &ResolveRequest,
+    note: String,
+    now: u64,
+) -> Result<Step<RecordView>, StoreError> {
+    let record = machine::resolved(record, fence, request, now);
+    let mut entry = AttemptEntry::of_record(&record, request.resolution.event(), now);
+    entry.actor = Some(bounded_note(request.by.clone()));
+    entry.detail = Some(bounded_note(note));
+    let view = RecordView::at(record.clone(), now);
+    Ok(Step::put(record, view).logging(entry))
 }
