@@ -41,6 +41,14 @@ const OPERATIONS: [Option<&str>; 6] = [
     None,
 ];
 
+/// A lookup: the fields asked for, the records expected (sorted), and
+/// what the case shows.
+type Case = (
+    &'static [(&'static str, &'static str)],
+    &'static [u32],
+    &'static str,
+);
+
 /// The value of record 5's `invoice_id`, as the policy reads it.
 const ODD: &str = r#"it's 50% "off"_\"#;
 
@@ -135,7 +143,7 @@ where
     claimed(store, claim(&other(1), first, 1_000, 600_000)).await;
     tick();
 
-    let cases: [(&[(&str, &str)], &[u32], &str); 15] = [
+    let cases: [Case; 15] = [
         (
             &[("invoice_id", "R-1")],
             &[1, 101],

@@ -8,10 +8,12 @@
 -- column's JSON, and is NULL for a record that kept none (`!off-by-host`)
 -- or for text PostgreSQL's `jsonb` refuses, so that no claim can fail on
 -- the index; its search path is fixed, as every function's of the schema.
+-- Not PARALLEL SAFE: its exception block starts a subtransaction, which a
+-- parallel worker may not (a parallel scan calling it would fail).
 -- Building the index reads every record once and holds writes to
 -- `records` off meanwhile (see docs/guide/stores.md, "Migrations").
 CREATE FUNCTION {s}.idem_kept_fields(operation text) RETURNS jsonb
-    LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
+    LANGUAGE plpgsql IMMUTABLE STRICT
     SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
     IF left(operation, 1) <> '{' THEN
