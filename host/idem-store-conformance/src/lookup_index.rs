@@ -1,9 +1,10 @@
 //! A lookup by an operation's field (`idem inspect --field
 //! invoice_id=R-189`, the console's search) finds the same records on
-//! every store, whether the store reads them through an index (SQLite's
-//! `record_fields`, PostgreSQL's GIN index over the kept operation) or
-//! scans (the memory store): the index keeps up with every write that
-//! makes, keeps, replaces or collects a record's operation.
+//! every store, whether the store reads them through an index
+//! (PostgreSQL's GIN index over the kept operation) or scans (SQLite,
+//! passing over operations without the value's text; the memory store):
+//! the index keeps up with every write that makes, keeps, replaces or
+//! collects a record's operation.
 
 use std::future::Future;
 use std::time::Duration;

@@ -27,7 +27,7 @@ async fn a_version_1_file_is_upgraded_in_place() {
         // (the gate's entries included).
         let conn = rusqlite::Connection::open(&path).expect("open");
         conn.execute_batch(
-            "ALTER TABLE records DROP COLUMN operation; DROP TABLE registrations; DROP TABLE policy_components; DROP TABLE settings; DROP TABLE attempts; DROP TABLE memberships; DROP TABLE job_leases; DROP TABLE epoch_seq; DROP TABLE gate_entries; DROP TABLE record_fields; PRAGMA user_version = 1;",
+            "ALTER TABLE records DROP COLUMN operation; DROP TABLE registrations; DROP TABLE policy_components; DROP TABLE settings; DROP TABLE attempts; DROP TABLE memberships; DROP TABLE job_leases; DROP TABLE epoch_seq; DROP TABLE gate_entries; PRAGMA user_version = 1;",
         )
         .expect("downgrade");
     }
@@ -94,7 +94,7 @@ async fn a_version_4_log_keeps_its_timelines_when_upgraded() {
         conn.execute_batch(
             "DROP INDEX attempts_by_record; ALTER TABLE attempts DROP COLUMN anchor; \
              CREATE INDEX attempts_by_key ON attempts (namespace, key); \
-             DROP TABLE gate_entries; DROP TABLE record_fields; PRAGMA user_version = 4;",
+             DROP TABLE gate_entries; PRAGMA user_version = 4;",
         )
         .expect("downgrade");
     }
@@ -110,49 +110,6 @@ async fn a_version_4_log_keeps_its_timelines_when_upgraded() {
     assert_eq!(store.gc().await.expect("gc"), 1);
     let (_, collected) = timelines(store).await;
     assert_eq!(collected, vec![before[0].clone(), Vec::new()]);
-}
-
-/// A version-9 file (before the lookup index) gains the index on open,
-/// filled from the records it holds: a lookup by field, which reads the
-/// records only through the index, finds them.
-#[tokio::test]
-async fn a_version_9_file_gains_the_lookup_index() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("idem.db");
-    let store = open(&path).expect("create");
-    for n in 1..=3 {
-        let k = conformance::key(n);
-        store
-            .claim(request(&k, 1, 60_000, 60_000, 1))
-            .await
-            .expect("claim");
-    }
-    drop(store);
-    {
-        let conn = rusqlite::Connection::open(&path).expect("open");
-        conn.execute_batch("DROP TABLE record_fields; PRAGMA user_version = 9;")
-            .expect("downgrade");
-    }
-    let store = open(&path).expect("reopen");
-    assert_eq!(
-        store.schema_version().await.expect("version"),
-        idem_store::SCHEMA_VERSION
-    );
-    let k = conformance::key(2);
-    let found = store
-        .list(idem_store::ListFilter {
-            fields: vec![("key".into(), k.digest.to_string())],
-            ..Default::default()
-        })
-        .await
-        .expect("list");
-    assert_eq!(
-        found
-            .iter()
-            .map(|v| v.record.key.clone())
-            .collect::<Vec<_>>(),
-        [k]
-    );
 }
 
 /// Entries written while the log was on stay with their key when the log

@@ -33,15 +33,12 @@
 //! file; `row.rs` reads and writes rows; the backend ports
 //! (`crate::backend`): `records.rs` (records and their log),
 //! `ownership.rs` (memberships and job leases), `policy_registry.rs`;
-//! `fields.rs` the lookup index (a record's operation fields, for a lookup
-//! by field); `in_tx.rs` an effect's writes and its completion in one transaction;
+//! `in_tx.rs` an effect's writes and its completion in one transaction;
 //! `gate.rs` the gate a downstream keeps (its entries, and an effect
 //! behind it in the store's transaction).
 
 #[cfg(feature = "sqlite")]
 mod connection;
-#[cfg(feature = "sqlite")]
-mod fields;
 #[cfg(feature = "sqlite")]
 mod gate;
 #[cfg(feature = "sqlite")]

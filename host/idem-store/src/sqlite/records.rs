@@ -99,12 +99,6 @@ impl Inner {
         }
         let current = self.load(tx, &call.key)?;
         let created_before = current.as_ref().map(|r| r.created_ms);
-        // The operation the lookup index holds for this record now.
-        let kept_before = current
-            .as_ref()
-            .and_then(|r| r.operation.as_ref())
-            .and_then(|o| o.text())
-            .map(str::to_owned);
         let step = match decide(current, now, fences) {
             Err(refused) if refused.is_refusal() => return Ok(Err(refused)),
             Err(failed) => return Err(failed),
@@ -112,13 +106,6 @@ impl Inner {
         };
         if let Some(record) = &step.record {
             self.save(tx, record, created_before.is_some())?;
-            self.index_fields(
-                tx,
-                &call.key.namespace,
-                &call.key.digest.0,
-                kept_before.as_deref(),
-                record.operation.as_ref(),
-            )?;
             // Whether or not this store writes the log now: entries written
             // while it did must stay findable, and be collected with it.
             if let Some(before) = created_before.filter(|b| *b != record.created_ms) {
@@ -241,36 +228,26 @@ impl RecordBackend for SqliteStore {
         let filter = filter.clone();
         self.blocking(move |inner| {
             inner.read(|conn, now| {
-                // A lookup by field reads the records the lookup index
-                // (`fields.rs`) names for the first field; the others, and
-                // the exact spelling, are checked by the host.
-                let lookup = filter.lookup();
-                let sql = match lookup {
-                    None => format!(
-                        "SELECT {} FROM records WHERE NOT {EXPIRED} \
-                         AND (?2 IS NULL OR namespace = ?2) AND (?3 IS NULL OR partition = ?3) AND (?4 IS NULL OR state = ?4) \
-                         ORDER BY updated DESC, namespace, key LIMIT ?5",
-                        codec::column_list("")
-                    ),
-                    Some(_) => format!(
-                        "SELECT {} FROM record_fields f CROSS JOIN records r \
-                         ON r.namespace = f.namespace AND r.key = f.key \
-                         WHERE f.name = ?6 AND f.value IN (?7, json_extract(?8, '$')) AND NOT {EXPIRED} \
-                         AND (?2 IS NULL OR f.namespace = ?2) AND (?3 IS NULL OR r.partition = ?3) AND (?4 IS NULL OR r.state = ?4) \
-                         ORDER BY r.updated DESC, r.namespace, r.key LIMIT ?5",
-                        codec::column_list("r.")
-                    ),
-                };
+                let sql = format!(
+                    "SELECT {} FROM records WHERE NOT {EXPIRED} \
+                     AND (?2 IS NULL OR namespace = ?2) AND (?3 IS NULL OR partition = ?3) AND (?4 IS NULL OR state = ?4) \
+                     AND (?6 IS NULL OR instr(operation, ?6) > 0) \
+                     ORDER BY updated DESC, namespace, key LIMIT ?5",
+                    codec::column_list("")
+                );
                 let fail = |e| inner.err("listing records", e);
-                let mut stmt = conn.prepare_cached(&sql).map_err(fail)?;
-                let (now_i, limit) = (int(now), filter.backend_limit().map_or(-1, i64::from));
-                let state = filter.state.map(RecordState::as_str);
-                let mut params: Vec<&dyn rusqlite::ToSql> =
-                    vec![&now_i, &filter.namespace, &filter.partition, &state, &limit];
-                if let Some(l) = &lookup {
-                    params.extend([&l.name as &dyn rusqlite::ToSql, &l.text, &l.json]);
-                }
-                let mut rows = stmt.query(params.as_slice()).map_err(fail)?;
+                let mut stmt = conn.prepare(&sql).map_err(fail)?;
+                let limit = filter.backend_limit().map_or(-1, i64::from);
+                let mut rows = stmt
+                    .query(rusqlite::params![
+                        int(now),
+                        filter.namespace,
+                        filter.partition,
+                        filter.state.map(RecordState::as_str),
+                        limit,
+                        filter.needle()
+                    ])
+                    .map_err(fail)?;
                 let mut out = Vec::new();
                 while let Some(row) = rows.next().map_err(fail)? {
                     out.push(inner.decode(row)?);
@@ -288,13 +265,13 @@ impl RecordBackend for SqliteStore {
                 // Found by the retention index, at most `limit`, then
                 // deleted through the key index with their entries (through
                 // the log's record index: anchor, namespace, key).
-                let victims: Vec<(String, Vec<u8>, i64, Option<String>)> = tx
+                let victims: Vec<(String, Vec<u8>, i64)> = tx
                     .prepare_cached(&format!(
-                        "SELECT namespace, key, created, operation FROM records WHERE {EXPIRED} LIMIT ?2"
+                        "SELECT namespace, key, created FROM records WHERE {EXPIRED} LIMIT ?2"
                     ))
                     .map_err(fail)?
                     .query_map(rusqlite::params![int(now), i64::from(limit)], |row| {
-                        Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?))
+                        Ok((row.get(0)?, row.get(1)?, row.get(2)?))
                     })
                     .map_err(fail)?
                     .collect::<Result<_, _>>()
@@ -307,10 +284,7 @@ impl RecordBackend for SqliteStore {
                 let mut records = tx
                     .prepare_cached("DELETE FROM records WHERE namespace = ?1 AND key = ?2")
                     .map_err(fail)?;
-                for (namespace, key, created, operation) in &victims {
-                    if let Some(operation) = operation {
-                        inner.unindex_fields(tx, namespace, key, operation)?;
-                    }
+                for (namespace, key, created) in &victims {
                     entries
                         .execute(rusqlite::params![namespace, key, created])
                         .map_err(fail)?;

@@ -306,6 +306,16 @@ pub struct ListFilter {
 }
 
 impl ListFilter {
+    /// Text the kept operation of every record this filter keeps holds
+    /// (the first field's value as its JSON spells it, less any quotes):
+    /// a backend that scans (SQLite) passes over the rest without decoding
+    /// them.
+    pub(crate) fn needle(&self) -> Option<String> {
+        let (_, value) = self.fields.first()?;
+        let json = serde_json::to_string(value).expect("a string always serialises");
+        Some(json[1..json.len() - 1].to_string())
+    }
+
     /// The first field asked for, as a store's lookup index is asked for
     /// it (see [`FieldLookup`]); `None` when no field is.
     pub(crate) fn lookup(&self) -> Option<FieldLookup<'_>> {
