@@ -37,6 +37,7 @@ mod gates;
 mod in_tx;
 mod job_lease;
 mod kept_operations;
+mod lookup_index;
 pub mod model;
 mod ownership;
 mod pairs;
@@ -75,6 +76,7 @@ pub use kept_operations::{
     keep_operations_off_keeps_none, kept_operations_are_bounded, records_are_found_by_their_fields,
     records_keep_their_operation,
 };
+pub use lookup_index::a_lookup_by_field_is_the_same_on_every_store;
 pub use ownership::{membership_epochs, stale_epoch_is_refused};
 pub use pairs::a_finish_and_a_claim_in_one_call;
 pub use records::{
@@ -137,6 +139,7 @@ macro_rules! for_each_conformance_check {
             records_keep_their_operation,
             kept_operations_are_bounded,
             records_are_found_by_their_fields,
+            a_lookup_by_field_is_the_same_on_every_store,
             keep_operations_off_keeps_none,
             activation_pins_digests_and_logs_history,
             racing_activations_have_one_winner,

@@ -1,7 +1,9 @@
 //! A lookup by an operation's field (`idem inspect --field
 //! invoice_id=R-…`, the console's search) as the store grows: the
 //! latency of `Records::list` with `ListFilter::fields`, for a value one
-//! record holds and for one none holds, on SQLite and PostgreSQL.
+//! record holds and for one none holds, on SQLite and PostgreSQL; and, on
+//! the same store, what the lookup index costs a write: a lone caller's
+//! claim and completion of a fresh key (each its own commit), as latency.
 //!
 //! The records are loaded through the store's own batch claims and
 //! finishes, 1,000 per call, each keeping its canonical operation (as
@@ -90,6 +92,43 @@ async fn lookups(store: &Store, values: &[String], expect: usize) -> Vec<f64> {
     out
 }
 
+/// The latencies of `count` claims of fresh keys, each completed, one at
+/// a time, in µs, sorted: what one caller's write costs on this store.
+async fn claims(store: &Store, from: u64, count: u64) -> Vec<f64> {
+    let mut out = Vec::new();
+    for i in from..from + count {
+        let request = ClaimRequest {
+            key: RecordKey::new("billing", Digest::of_bytes(format!("W-{i}").as_bytes())),
+            policy_digest: format!("sha256:{}", "ab".repeat(32)),
+            fingerprint: Digest::of_bytes(b"fp"),
+            partition: format!("c{}", i % 1000),
+            lease: Duration::from_secs(300),
+            retention: Duration::from_secs(86_400),
+            holder: Holder::this_process(),
+            operation_digest: None,
+            operation: Some(KeptOperation::Kept(operation(i).replace("R-", "W-"))),
+            ownership: None,
+            effect_atomic: false,
+        };
+        let started = Instant::now();
+        let ClaimOutcome::Claimed(claim) = store.writes().claim(request).await.unwrap() else {
+            panic!("a fresh key");
+        };
+        store
+            .writes()
+            .complete(
+                &claim.key,
+                claim.fence,
+                Outcome::new(0, b"receipt".to_vec()),
+            )
+            .await
+            .unwrap();
+        out.push(started.elapsed().as_secs_f64() * 1e6);
+    }
+    out.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    out
+}
+
 fn median(sorted: &[f64]) -> f64 {
     sorted[sorted.len() / 2]
 }
@@ -97,8 +136,8 @@ fn median(sorted: &[f64]) -> f64 {
 async fn measure(name: &str, load_url: &str, url: &str, sizes: &[u64], samples: u64) {
     println!("{name}: lookup by invoice_id, {samples} lookups per size (median and max, ms)");
     println!(
-        "{:>10} {:>12} {:>10} {:>14} {:>10} {:>8}",
-        "records", "found p50", "max", "none p50", "max", "load s"
+        "{:>10} {:>12} {:>10} {:>14} {:>10} {:>8} {:>14} {:>10}",
+        "records", "found p50", "max", "none p50", "max", "load s", "claim p50 µs", "p90 µs"
     );
     let mut loaded = 0;
     for &size in sizes {
@@ -123,12 +162,18 @@ async fn measure(name: &str, load_url: &str, url: &str, sizes: &[u64], samples: 
         lookups(&store, &present[..1], 1).await;
         let found = lookups(&store, &present, 1).await;
         let none = lookups(&store, &absent, 0).await;
+        // Fresh keys of their own (`W-…`), not counted among the records
+        // the next size loads; once unmeasured to warm the statements.
+        claims(&store, size * 10, 20).await;
+        let writes = claims(&store, size * 10 + 20, samples * 20).await;
         println!(
-            "{size:>10} {:>12.1} {:>10.1} {:>14.1} {:>10.1} {load_s:>8.0}",
+            "{size:>10} {:>12.1} {:>10.1} {:>14.1} {:>10.1} {load_s:>8.0} {:>14.0} {:>10.0}",
             median(&found),
             found[found.len() - 1],
             median(&none),
             none[none.len() - 1],
+            median(&writes),
+            writes[writes.len() * 9 / 10],
         );
     }
 }

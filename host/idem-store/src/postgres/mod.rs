@@ -46,6 +46,21 @@
 //!   configured with `default_transaction_isolation = serializable` would
 //!   raise them: the whole call is retried (a few times), which is safe
 //!   because a failed transaction changed nothing.
+//! - **The lookup index** (migration 10): a lookup by an operation's field
+//!   (`idem inspect --field invoice_id=R-189`, the console's search) asks a
+//!   GIN index (`jsonb_path_ops`) over the kept operation's `fields`, as
+//!   `jsonb`, for the records containing `{"invoice_id": "R-189"}` (and
+//!   `{"amount": 150}` beside `{"amount": "150"}` when the value is also a
+//!   JSON number or boolean); the host then checks each field's spelling.
+//!   Every field of every operation is served without a declaration, which
+//!   an expression index per field (`operation::jsonb -> 'fields' ->>
+//!   'invoice_id'`) would need; the `operation` column stays `text` (a
+//!   `jsonb` column would re-encode every claim's operation and change what
+//!   is read back), the index being over an expression of it
+//!   (`idem_kept_fields`, NULL for a record that kept none or for text
+//!   `jsonb` refuses, so that no claim fails on the index). GIN's pending
+//!   list keeps an insert's cost to an append; see `docs/benchmarks.md`
+//!   ("the lookup index") for what a claim pays.
 //! - **Cancellation**: a call dropped mid-transaction discards its
 //!   connection (the server rolls back) instead of returning it to the pool
 //!   with a transaction open.

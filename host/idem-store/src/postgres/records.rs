@@ -342,22 +342,43 @@ impl RecordBackend for PostgresStore {
         let (manual, offset) = inner.clock();
         let limit = filter.backend_limit().map(i64::from);
         let state = filter.state.map(RecordState::as_str);
-        let needle = filter.needle();
-        let rows = inner
-            .query(
-                "listing records",
-                &inner.sql.list,
-                &[
-                    &manual,
-                    &offset,
-                    &filter.namespace,
-                    &filter.partition,
-                    &state,
-                    &limit,
-                    &needle,
-                ],
-            )
-            .await?;
+        let rows = match filter.lookup() {
+            None => {
+                inner
+                    .query(
+                        "listing records",
+                        &inner.sql.list,
+                        &[
+                            &manual,
+                            &offset,
+                            &filter.namespace,
+                            &filter.partition,
+                            &state,
+                            &limit,
+                        ],
+                    )
+                    .await?
+            }
+            Some(lookup) => {
+                let (text, json) = lookup.containment();
+                inner
+                    .query(
+                        "looking records up by a field",
+                        &inner.sql.list_by_field,
+                        &[
+                            &manual,
+                            &offset,
+                            &filter.namespace,
+                            &filter.partition,
+                            &state,
+                            &limit,
+                            &text,
+                            &json,
+                        ],
+                    )
+                    .await?
+            }
+        };
         let mut now = None;
         let mut out = Vec::with_capacity(rows.len());
         for row in &rows {

@@ -308,11 +308,26 @@ pub struct ListFilter {
 impl ListFilter {
     /// Text the kept operation of every record this filter keeps holds
     /// (the first field's value as its JSON spells it, less any quotes):
-    /// a backend passes over the rest without decoding them.
+    /// a backend that scans (SQLite) passes over the rest without decoding
+    /// them.
     pub(crate) fn needle(&self) -> Option<String> {
         let (_, value) = self.fields.first()?;
         let json = serde_json::to_string(value).expect("a string always serialises");
         Some(json[1..json.len() - 1].to_string())
+    }
+
+    /// The first field asked for, as a store's lookup index is asked for
+    /// it (see [`FieldLookup`]); `None` when no field is.
+    pub(crate) fn lookup(&self) -> Option<FieldLookup<'_>> {
+        let (name, text) = self.fields.first()?;
+        // A number or a boolean is also looked for as one: the operation
+        // `{"amount": 150}` has `amount` = `150` as the policy reads it.
+        let json = matches!(
+            serde_json::from_str::<serde_json::Value>(text),
+            Ok(serde_json::Value::Number(_) | serde_json::Value::Bool(_))
+        )
+        .then_some(text.as_str());
+        Some(FieldLookup { name, text, json })
     }
 
     /// How many records a backend returns: all that match the rest when
@@ -343,5 +358,32 @@ impl ListFilter {
                 .get(name)
                 .is_some_and(|v| v.as_material() == value.as_str())
         })
+    }
+}
+
+/// One field of a [`ListFilter`] as a store's lookup index is asked for it:
+/// every record whose kept operation has the field `name` spelt as the
+/// JSON string `text`, or as the JSON `json` (a number or a boolean). A
+/// superset of what the filter keeps (`1.50` finds `1.5` too):
+/// [`ListFilter::keeps`] decides.
+pub(crate) struct FieldLookup<'a> {
+    /// The field's name.
+    pub name: &'a str,
+    /// The value, looked for as a JSON string.
+    pub text: &'a str,
+    /// The value's own text when it is a JSON number or boolean.
+    pub json: Option<&'a str>,
+}
+
+impl FieldLookup<'_> {
+    /// The `jsonb` documents the operation's fields must contain one of:
+    /// `{"name": "text"}`, and `{"name": json}` when the value is also JSON.
+    pub(crate) fn containment(&self) -> (String, Option<String>) {
+        let name = serde_json::to_string(self.name).expect("a string always serialises");
+        let text = serde_json::to_string(self.text).expect("a string always serialises");
+        (
+            format!("{{{name}:{text}}}"),
+            self.json.map(|json| format!("{{{name}:{json}}}")),
+        )
     }
 }

@@ -31,6 +31,12 @@ pub(in crate::postgres) struct Sql {
     /// Many keys at one clock, in the order asked ($3 namespaces, $4 keys).
     pub(in crate::postgres) get_many: String,
     pub(in crate::postgres) list: String,
+    /// A lookup by field: the records the lookup index (migration 10, a
+    /// GIN index over the kept operation's fields) finds containing `$7`
+    /// or `$8` (`jsonb` documents sent as text; `$8` may be NULL), then the rest of
+    /// the filter. Its own statement, with no `$7 IS NULL OR`, so that a
+    /// generic plan still uses the index.
+    pub(in crate::postgres) list_by_field: String,
     pub(in crate::postgres) gc: String,
     pub(in crate::postgres) epoch_for_share: String,
     pub(in crate::postgres) join: String,
@@ -181,7 +187,18 @@ impl Sql {
                    SELECT r.* FROM {s}.records r WHERE NOT {EXPIRED} \
                    AND ($3::text IS NULL OR r.namespace = $3) AND ($4::text IS NULL OR r.partition = $4) \
                    AND ($5::text IS NULL OR r.state = $5) \
-                   AND ($7::text IS NULL OR strpos(r.operation, $7) > 0) \
+                   ORDER BY r.updated DESC, r.namespace COLLATE \"C\", r.key LIMIT $6::int8 \
+                 ) r ON true ORDER BY r.updated DESC, r.namespace COLLATE \"C\", r.key"
+            ),
+            list_by_field: format!(
+                "WITH n AS MATERIALIZED (SELECT {NOW} AS ms) \
+                 SELECT n.ms, {r_columns} FROM n LEFT JOIN LATERAL ( \
+                   SELECT r.* FROM {s}.records r WHERE NOT {EXPIRED} \
+                   AND r.operation LIKE '{{%' \
+                   AND ({s}.idem_kept_fields(r.operation) @> $7::text::jsonb \
+                        OR {s}.idem_kept_fields(r.operation) @> $8::text::jsonb) \
+                   AND ($3::text IS NULL OR r.namespace = $3) AND ($4::text IS NULL OR r.partition = $4) \
+                   AND ($5::text IS NULL OR r.state = $5) \
                    ORDER BY r.updated DESC, r.namespace COLLATE \"C\", r.key LIMIT $6::int8 \
                  ) r ON true ORDER BY r.updated DESC, r.namespace COLLATE \"C\", r.key"
             ),
@@ -323,6 +340,7 @@ mod tests {
             get,
             get_many,
             list,
+            list_by_field,
             gc,
             epoch_for_share,
             join,
@@ -353,6 +371,7 @@ mod tests {
             ("get", get),
             ("get_many", get_many),
             ("list", list),
+            ("list_by_field", list_by_field),
             ("gc", gc),
             ("epoch_for_share", epoch_for_share),
             ("join", join),
