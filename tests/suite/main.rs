@@ -30,6 +30,7 @@ mod policy_runtime;
 mod ports;
 mod report_cli;
 mod report_page;
+mod review_cli;
 mod run_cli;
 mod serve;
 mod serve_atomic;

@@ -27,7 +27,7 @@ mod input;
 mod ops_file;
 mod policy_args;
 mod record_key;
-mod report_page;
+mod report;
 mod run_flags;
 mod shown;
 mod store_args;

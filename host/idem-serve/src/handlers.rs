@@ -12,9 +12,10 @@ use http::{HeaderValue, StatusCode, header};
 use idem::core::Operation;
 use idem::engine::{Begin, Engine, EngineError};
 use idem::forensics;
+use idem::forensics::report::{ReportScope, read_report};
 use idem::store::{
-    AttemptFilter, CallerName, Database, Ending, Holder, Outcome, RecordKey, RecordState,
-    Resolution, ResolveRequest as StoreResolve, StoreError,
+    CallerName, Database, Ending, Holder, Outcome, RecordKey, RecordState, Resolution,
+    ResolveRequest as StoreResolve, StoreError,
 };
 use serde_json::{Value, json};
 
@@ -411,8 +412,9 @@ pub(crate) async fn resolve(State(app): State<Arc<App>>, Api(req): Api<ResolveRe
 /// How many duplicates' operations a report looks up (one store read each).
 const REPORT_OPERATIONS: usize = 1_000;
 
-/// `POST /v1/report`: why it ran twice, in this policy's namespace (the
-/// analysis `idem report --json` prints).
+/// `POST /v1/report`: why it ran twice, in this policy's namespace: the
+/// report model ([`read_report`]) whose analysis `idem report --json`
+/// prints.
 pub(crate) async fn report(State(app): State<Arc<App>>, Api(req): Api<ReportRequest>) -> Answer {
     let key = match &req.key {
         Some(text) => Some(app.record_key(text, "key")?),
@@ -431,30 +433,18 @@ pub(crate) async fn report(State(app): State<Arc<App>>, Api(req): Api<ReportRequ
     // back: a report must see every answer this server gave before it
     // was asked (a client that got a replay, then asks, finds it).
     app.engine().flush_log().await;
-    let filter = AttemptFilter {
+    let scope = ReportScope {
         namespace: Some(namespace.clone()),
         key,
         since_ms: req.since_ms,
         until_ms: req.until_ms,
-        ..AttemptFilter::default()
+        run_id: req.run_id.clone(),
+        ..ReportScope::default()
     };
-    let mut entries = forensics::read_log(app.engine().store(), filter)
+    let found = read_report(app.engine().store(), &scope, REPORT_OPERATIONS)
         .await
         .map_err(store_error)?;
-    if let Some(run) = &req.run_id {
-        let keys: std::collections::BTreeSet<_> = entries
-            .iter()
-            .filter(|e| forensics::caller_of(e).as_deref() == Some(run.as_str()))
-            .map(|e| e.key.clone())
-            .collect();
-        entries.retain(|e| keys.contains(&e.key));
-    }
-    let mut analysis = forensics::analyse(&entries);
-    analysis
-        .look_up_operations(app.engine().store(), REPORT_OPERATIONS)
-        .await
-        .map_err(store_error)?;
-    let mut out = serde_json::to_value(analysis).expect("an analysis serialises");
+    let mut out = serde_json::to_value(found.analysis).expect("an analysis serialises");
     out["namespace"] = json!(namespace);
     out["since_ms"] = json!(req.since_ms);
     out["until_ms"] = json!(req.until_ms);

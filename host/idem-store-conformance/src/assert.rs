@@ -70,6 +70,7 @@ pub fn holder(who: u32) -> Holder {
         attempt: Some(1),
         host: "conformance-host".to_string(),
         pid: 1000 + who,
+        named: false,
         token: None,
     }
 }
@@ -214,6 +215,7 @@ pub(super) fn resolution(key: &RecordKey, fence: u64, resolution: Resolution) ->
             attempt: None,
             host: "ops-host".into(),
             pid: 7,
+            named: false,
             token: None,
         },
     }

@@ -246,6 +246,7 @@ pub fn decode(
                 .map_err(|e| read_err("outcome_error", e))?,
         }),
     };
+    let pid = small(int("holder_pid")?, "holder_pid")?;
     let attempt = row
         .opt_i64(&name("holder_attempt"))
         .map_err(|e| read_err("holder_attempt", e))?;
@@ -293,7 +294,9 @@ pub fn decode(
                 .map_err(|e| read_err("holder_trigger", e))?,
             attempt: attempt.map(|a| small(a, "holder_attempt")).transpose()?,
             host: text("holder_host")?,
-            pid: small(int("holder_pid")?, "holder_pid")?,
+            pid,
+            // Pid 0 is how every store keeps a caller that named itself.
+            named: pid == 0,
             token,
         },
         operation,
@@ -431,16 +434,25 @@ pub fn decode_attempt(row: &impl ColumnReader, store: &str) -> Result<AttemptEnt
         .map_err(corrupt)?;
     let holder = match opt_text("host")? {
         None => None,
-        Some(host) => Some(Holder {
-            run_id: opt_text("run_id")?,
-            trigger: opt_text("trigger")?,
-            attempt: opt_int("attempt")?
-                .map(|a| small(a, "attempt"))
-                .transpose()?,
-            host,
-            pid: small(opt_int("pid")?.unwrap_or(0), "pid")?,
-            token: None,
-        }),
+        Some(host) => {
+            // Host and pid are written together, from one holder; pid 0 is
+            // a caller that named itself. A NULL pid beside a host was
+            // never written so, and never meant a name: the log predates
+            // named callers, where a holder was always a process, so it
+            // reads as a process whose pid is not known (`host:0`).
+            let pid = opt_int("pid")?;
+            Some(Holder {
+                run_id: opt_text("run_id")?,
+                trigger: opt_text("trigger")?,
+                attempt: opt_int("attempt")?
+                    .map(|a| small(a, "attempt"))
+                    .transpose()?,
+                host,
+                pid: small(pid.unwrap_or(0), "pid")?,
+                named: pid == Some(0),
+                token: None,
+            })
+        }
     };
     Ok(AttemptEntry {
         id: unsigned("id")?,
@@ -454,4 +466,61 @@ pub fn decode_attempt(row: &impl ColumnReader, store: &str) -> Result<AttemptEnt
         actor: opt_text("actor")?,
         detail: opt_text("detail")?,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+
+    /// An attempt-log row as plain values: text, or an integer; a column
+    /// left out is NULL.
+    struct Row(HashMap<&'static str, Result<String, i64>>);
+
+    impl ColumnReader for Row {
+        fn opt_text(&self, column: &str) -> Result<Option<String>, String> {
+            Ok(self.0.get(column).and_then(|v| v.clone().ok()))
+        }
+        fn opt_bytes(&self, column: &str) -> Result<Option<Vec<u8>>, String> {
+            Ok((column == "key").then(|| vec![7; 32]))
+        }
+        fn opt_i64(&self, column: &str) -> Result<Option<i64>, String> {
+            Ok(self.0.get(column).and_then(|v| v.clone().err()))
+        }
+        fn opt_i32(&self, column: &str) -> Result<Option<i32>, String> {
+            Ok(self.opt_i64(column)?.map(|v| v as i32))
+        }
+        fn opt_bool(&self, _: &str) -> Result<Option<bool>, String> {
+            Ok(None)
+        }
+    }
+
+    fn entry_with_pid(pid: Option<i64>) -> AttemptEntry {
+        let mut columns = HashMap::from([
+            ("id", Err(1)),
+            ("namespace", Ok("ns".to_string())),
+            ("event", Ok("executed".to_string())),
+            ("fence", Err(1)),
+            ("at_ms", Err(10)),
+            ("host", Ok("web-3".to_string())),
+        ]);
+        if let Some(pid) = pid {
+            columns.insert("pid", Err(pid));
+        }
+        decode_attempt(&Row(columns), "test").expect("the row decodes")
+    }
+
+    #[test]
+    fn a_null_pid_is_a_process_whose_pid_is_unknown_never_a_named_caller() {
+        let legacy = entry_with_pid(None).holder.expect("a holder");
+        assert!(!legacy.is_named());
+        assert_eq!(legacy.who(), "web-3:0");
+        let named = entry_with_pid(Some(0)).holder.expect("a holder");
+        assert!(named.is_named());
+        assert_eq!(named.who(), "web-3");
+        let process = entry_with_pid(Some(4242)).holder.expect("a holder");
+        assert!(!process.is_named());
+        assert_eq!(process.who(), "web-3:4242");
+    }
 }

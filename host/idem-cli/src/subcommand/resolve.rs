@@ -14,9 +14,9 @@ use serde_json::json;
 
 use crate::exit::{Failure, INCOMPLETE, SUCCESS};
 use crate::record_key;
+use crate::report::OPERATION_CHARS;
 use crate::shown::say;
 use crate::store_args::{StoreArgs, runtime};
-use crate::subcommand::review::OPERATION_CHARS;
 
 /// `idem resolve`'s flags.
 #[derive(Args, Debug)]

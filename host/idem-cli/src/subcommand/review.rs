@@ -3,23 +3,16 @@
 //! end), each with its timeline; `idem resolve` settles one.
 
 use clap::Args;
-use idem::forensics::{
-    self,
-    review::{re_executing_records_matching, waiting_for_review_matching},
-};
+use idem::forensics::report::RecordReport;
+use idem::forensics::review::{re_executing_records_matching, waiting_for_review_matching};
 use idem_core::RecordState;
 use idem_store::ListFilter;
-use serde_json::json;
 
 use crate::exit::{Failure, SUCCESS};
+use crate::report;
 use crate::shown::say;
 use crate::store_args::{StoreArgs, runtime};
 use crate::subcommand::inspect::field_filter;
-use crate::subcommand::report::entry_json;
-use crate::when;
-
-/// How much of an operation a line shows.
-pub const OPERATION_CHARS: usize = 160;
 
 /// `idem review`'s flags.
 #[derive(Args, Debug)]
@@ -70,28 +63,13 @@ pub fn run(args: ReviewArgs) -> Result<u8, Failure> {
         let (waiting, total) = waiting_for_review_matching(&store, &scope, args.limit)
             .await
             .map_err(|e| Failure::input(format!("cannot read {}: {e}", args.store.shown())))?;
+        let waiting: Vec<RecordReport> = waiting
+            .into_iter()
+            .map(|w| RecordReport::of(w.view, &w.timeline))
+            .collect();
         if args.json {
-            let out: Vec<serde_json::Value> = waiting
-                .iter()
-                .map(|w| {
-                    let r = &w.view.record;
-                    json!({
-                        "key": r.key.to_string(),
-                        "state": r.state.as_str(),
-                        "fence": r.fence,
-                        "attempts": r.attempts,
-                        "why": w.why,
-                        "operation": w.operation,
-                        "updated_ms": r.updated_ms,
-                        "holder": {
-                            "run_id": r.holder.run_id, "trigger": r.holder.trigger,
-                            "host": r.holder.host, "pid": r.holder.pid,
-                            "who": r.holder.who(),
-                        },
-                        "timeline": w.timeline.iter().zip(forensics::shown_events(&w.timeline)).map(|(e, shown)| entry_json(e, shown)).collect::<Vec<_>>(),
-                    })
-                })
-                .collect();
+            let out: Vec<serde_json::Value> =
+                waiting.iter().map(report::json::waiting_record).collect();
             println!("{:#}", serde_json::Value::Array(out));
             return Ok(SUCCESS);
         }
@@ -106,7 +84,11 @@ pub fn run(args: ReviewArgs) -> Result<u8, Failure> {
             (true, _) => " that match",
         };
         if waiting.is_empty() {
-            say!("nothing{} waits for review in {}", that_match(1), args.store.shown());
+            say!(
+                "nothing{} waits for review in {}",
+                that_match(1),
+                args.store.shown()
+            );
             say_re_executing(re_executing);
             return Ok(SUCCESS);
         }
@@ -117,44 +99,16 @@ pub fn run(args: ReviewArgs) -> Result<u8, Failure> {
             if total == 1 { "s" } else { "" },
             args.store.shown(),
             if total > waiting.len() {
-                format!(" (the {} changed last shown: raise --limit for more)", waiting.len())
+                format!(
+                    " (the {} changed last shown: raise --limit for more)",
+                    waiting.len()
+                )
             } else {
                 String::new()
             }
         );
-        for w in &waiting {
-            let r = &w.view.record;
-            say!();
-            say!("{} (fence {}, attempt {})", r.key, r.fence, r.attempts);
-            say!("  operation: {}", w.operation.line(OPERATION_CHARS));
-            say!("  {}", w.why);
-            say!(
-                "  last held by {} {} on {}",
-                r.holder.run_id.as_deref().unwrap_or("-"),
-                r.holder.trigger.as_deref().unwrap_or("-"),
-                r.holder.who()
-            );
-            let shown = forensics::shown_events(&w.timeline);
-            for (e, shown) in w.timeline.iter().zip(shown) {
-                let who = match (&e.actor, &e.holder) {
-                    (Some(actor), _) => format!("{actor} (by hand)"),
-                    (None, Some(h)) => forensics::shown_holder(h),
-                    (None, None) => "(holder of that fence)".into(),
-                };
-                say!(
-                    "    {}  {:<18} fence {:<6} {}{}",
-                    when::utc(e.at_ms),
-                    shown.as_str(),
-                    e.fence,
-                    who,
-                    e.detail.as_deref().map(|d| format!(": {d}")).unwrap_or_default()
-                );
-            }
-            say!(
-                "  settle: idem resolve --store {} {} (--completed | --release | --reject) --reason TEXT",
-                args.store.shown(),
-                r.key
-            );
+        for record in &waiting {
+            report::text::waiting_record(record, &args.store.shown());
         }
         say_re_executing(re_executing);
         Ok(SUCCESS)

@@ -15,9 +15,10 @@ use std::sync::Arc;
 use axum::extract::{Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
+use idem::forensics::report::{ReportScope, read_report};
 use idem::forensics::review::waiting_records_matching;
-use idem::forensics::{self, Analysis, Cause, ShownOperation};
-use idem::store::{AttemptFilter, ListFilter, RecordKey, RecordState, RecordView, StoreError};
+use idem::forensics::{Analysis, Cause, ShownOperation};
+use idem::store::{ListFilter, RecordKey, RecordState, RecordView, StoreError};
 use serde::Deserialize;
 
 use super::page::{self, Notice, esc, url_encoded, utc};
@@ -221,16 +222,14 @@ async fn read(
     nothing: bool,
 ) -> Result<Listing, StoreError> {
     let now = store.clock().now_ms();
-    let entries = forensics::read_log(
-        store,
-        AttemptFilter {
-            namespace: Some(namespace.to_string()),
-            since_ms: Some(now.saturating_sub(asked.window.1)),
-            ..AttemptFilter::default()
-        },
-    )
-    .await?;
-    let analysis = forensics::analyse(&entries);
+    // The report model over the window; the rows name their operations
+    // themselves, so no duplicate's is looked up.
+    let window = ReportScope {
+        namespace: Some(namespace.to_string()),
+        since_ms: Some(now.saturating_sub(asked.window.1)),
+        ..ReportScope::default()
+    };
+    let analysis = read_report(store, &window, 0).await?.analysis;
     let mut listing = Listing {
         rows: Vec::new(),
         total: Some(0),

@@ -11,9 +11,9 @@ use std::sync::Arc;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
-use idem::forensics::review::{timeline, waits_for_review};
-use idem::forensics::{ShownOperation, shown_events};
-use idem::store::{AttemptEntry, Digest, RecordKey, RecordView};
+use idem::forensics::ShownOperation;
+use idem::forensics::report::{RecordReport, TimelineEntry};
+use idem::store::{Digest, RecordKey};
 use serde::Deserialize;
 
 use super::page::{self, Notice, esc, utc};
@@ -67,15 +67,8 @@ pub(crate) async fn render(
     let store = app.engine.store();
     // Every answer given before the page was asked for is on it.
     app.engine.flush_log().await;
-    let read = async {
-        let Some(view) = store.records().get(key).await? else {
-            return Ok(None);
-        };
-        let entries = timeline(store, key).await?;
-        Ok::<_, idem::store::StoreError>(Some((view, entries)))
-    };
-    let (view, entries) = match read.await {
-        Ok(Some(read)) => read,
+    let record = match RecordReport::read(store, key).await {
+        Ok(Some(record)) => record,
         Ok(None) => {
             // A refused form keeps its own status (a forged form is 403
             // whether or not its key names a record).
@@ -99,12 +92,7 @@ pub(crate) async fn render(
         }
     };
     let secret = caller.secret(&console.server_secret);
-    let form_token = tokens::form_token(&secret, key, view.record.fence);
-    let shown = Shown {
-        view: &view,
-        entries: &entries,
-        form_token: &form_token,
-    };
+    let form_token = tokens::form_token(&secret, key, record.view.record.fence);
     let mut out = page::head(&format!("idem: record {}", &key.digest.to_hex()[..16]));
     page::top(
         &mut out,
@@ -113,31 +101,24 @@ pub(crate) async fn render(
         matches!(caller, Caller::Session { .. }),
     );
     page::notice(&mut out, notice.as_ref());
-    record_page(&mut out, &shown);
+    record_page(&mut out, &record, &form_token);
     out.push_str("</body></html>\n");
     html(status, out)
 }
 
-/// What a record's page shows.
-struct Shown<'a> {
-    view: &'a RecordView,
-    /// Its attempt-log entries, oldest first.
-    entries: &'a [AttemptEntry],
-    /// The settle form's token, for the record's key and fence.
-    form_token: &'a str,
-}
-
-fn record_page(out: &mut String, shown: &Shown<'_>) {
-    let view = shown.view;
+/// The record's part of the page; its settle form signed with
+/// `form_token` (for its key and the fence shown).
+fn record_page(out: &mut String, record: &RecordReport, form_token: &str) {
+    let view = &record.view;
     let r = &view.record;
     let hex = r.key.digest.to_hex();
-    let operation = ShownOperation::of_record(r);
+    let operation = &record.operation;
     let _ = write!(
         out,
         "<section class=\"record\" id=\"r-{hex}\"><h3>{hex}</h3><p class=\"op\">{}</p>",
         esc(&operation.line(200))
     );
-    if let ShownOperation::Kept { fields, .. } = &operation {
+    if let ShownOperation::Kept { fields, .. } = operation {
         out.push_str("<table class=\"fields\">");
         for (name, value) in fields {
             let _ = write!(
@@ -149,7 +130,7 @@ fn record_page(out: &mut String, shown: &Shown<'_>) {
         }
         out.push_str("</table>");
     }
-    let why = waits_for_review(view);
+    let why = record.waits;
     if let Some(why) = why {
         let _ = write!(out, "<p class=\"why\">waits for review: {}</p>", esc(why));
     }
@@ -190,72 +171,50 @@ fn record_page(out: &mut String, shown: &Shown<'_>) {
         );
     }
     out.push_str("</table>");
-    settled_by(out, shown.entries);
-    timeline_table(out, shown.entries);
+    settled_by(out, record);
+    timeline_table(out, &record.timeline);
     if why.is_some() {
-        settle_form(out, &hex, r.fence, shown.form_token, false);
-    } else if amendable(r, shown.entries) {
+        settle_form(out, &hex, r.fence, form_token, false);
+    } else if record.amendable {
         let _ = write!(
             out,
             "<p class=\"why\">A person released or refused it at fence {}: if that was wrong, amend it \
              (both decisions stay in the log; later duplicates get the amended one).</p>",
             r.fence
         );
-        settle_form(out, &hex, r.fence, shown.form_token, true);
+        settle_form(out, &hex, r.fence, form_token, true);
     }
     out.push_str("</section>\n");
 }
 
-/// Whether a person's release or rejection wrote the record's fence, so a
-/// person may amend it ([`idem::store::Records::amend`] checks the same).
-fn amendable(r: &idem::store::Record, entries: &[AttemptEntry]) -> bool {
-    use idem::store::{AttemptEvent, RecordState};
-    matches!(
-        r.state,
-        RecordState::FailedPermanent | RecordState::FailedRetryable
-    ) && entries
-        .iter()
-        .rfind(|e| e.fence == r.fence && (e.event.starts_execution() || e.event.is_resolution()))
-        .is_some_and(|e| {
-            matches!(
-                e.event,
-                AttemptEvent::ResolvedReleased | AttemptEvent::ResolvedRejected
-            )
-        })
-}
-
 /// Who settled the record by hand and why, newest first (from the attempt
 /// log: a person's resolution carries their name and reason).
-fn settled_by(out: &mut String, entries: &[AttemptEntry]) {
-    for e in entries.iter().rev().filter(|e| e.actor.is_some()) {
+fn settled_by(out: &mut String, record: &RecordReport) {
+    for s in record.settled.iter().rev() {
         let _ = write!(
             out,
             "<p class=\"settled\">Settled by <b>{}</b> ({}, fence {}) at {}: {}</p>",
-            esc(e.actor.as_deref().unwrap_or_default()),
-            e.event.as_str(),
-            e.fence,
-            utc(e.at_ms),
-            esc(e.detail.as_deref().unwrap_or("(no reason given)"))
+            esc(s.by.as_deref().unwrap_or_default()),
+            s.resolution,
+            s.fence,
+            utc(s.at_ms),
+            esc(s.reason.as_deref().unwrap_or("(no reason given)"))
         );
     }
 }
 
 /// The attempt-log timeline, oldest first.
-pub(crate) fn timeline_table(out: &mut String, entries: &[AttemptEntry]) {
+fn timeline_table(out: &mut String, timeline: &[TimelineEntry]) {
     out.push_str("<table class=\"timeline\"><tr><th>time (UTC)</th><th>event</th><th>fence</th><th>who</th><th>detail</th></tr>");
-    for (e, shown) in entries.iter().zip(shown_events(entries)) {
-        let who = match (&e.actor, &e.holder) {
-            (Some(actor), _) => format!("{actor} (by hand)"),
-            (None, Some(h)) => idem::forensics::shown_holder(h),
-            (None, None) => "(the holder of that fence)".into(),
-        };
+    for t in timeline {
+        let e = &t.entry;
         let _ = write!(
             out,
             "<tr><td class=\"t\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             utc(e.at_ms),
-            shown.as_str(),
+            t.reads_as.as_str(),
             e.fence,
-            esc(&who),
+            esc(&t.who()),
             esc(e.detail.as_deref().unwrap_or(""))
         );
     }

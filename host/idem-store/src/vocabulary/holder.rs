@@ -18,8 +18,14 @@ pub struct Holder {
     /// ([`Holder::named`], `pid` 0), that name.
     pub host: String,
     /// Process id of the holding process; 0 for a holder that named itself
-    /// (no process a store's caller runs as has pid 0).
+    /// (no process a store's caller runs as has pid 0), or for a process
+    /// whose pid an attempt-log entry does not give.
     pub pid: u32,
+    /// Whether it is a caller that named itself ([`Holder::named`]): `host`
+    /// is then that name. The stores keep it as pid 0 (no schema change);
+    /// a record or an entry read back with pid 0 is one, and an entry whose
+    /// pid is NULL is a process whose pid was not written.
+    pub named: bool,
     /// The claim attempt's own identity ([`HolderToken::new`]), stored with
     /// the record: a claim sent again after its answer was lost (the
     /// connection dropped after the commit) finds its own record and goes
@@ -38,6 +44,7 @@ impl Holder {
             attempt: None,
             host: host_name(),
             pid: std::process::id(),
+            named: false,
             token: None,
         }
     }
@@ -54,6 +61,7 @@ impl Holder {
             attempt: None,
             host: caller.0.clone(),
             pid: 0,
+            named: true,
             token: None,
         }
     }
@@ -61,7 +69,7 @@ impl Holder {
     /// Who it is, as a person reads it: `host:pid` for a process, the
     /// name for a holder that named itself.
     pub fn who(&self) -> String {
-        if self.pid == 0 {
+        if self.named {
             self.host.clone()
         } else {
             format!("{}:{}", self.host, self.pid)
@@ -70,7 +78,7 @@ impl Holder {
 
     /// Whether it is a caller that named itself ([`Holder::named`]).
     pub fn is_named(&self) -> bool {
-        self.pid == 0
+        self.named
     }
 
     /// The same holder without its token: what the attempt log keeps.

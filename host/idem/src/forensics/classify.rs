@@ -4,7 +4,7 @@
 use idem_store::{AttemptEntry, AttemptEvent, EXPIRED_WITHOUT_EFFECT};
 
 use super::runs::ends_attempt;
-use super::{Activity, Cause, Duplicate, Spans, caller_of, human_ms, is_ask, process_of};
+use super::{Activity, Caller, Cause, Duplicate, Spans, caller_of, human_ms, is_ask, process_of};
 
 fn trigger(entry: &AttemptEntry) -> Option<&str> {
     entry.holder.as_ref()?.trigger.as_deref()
@@ -37,7 +37,7 @@ pub(crate) fn classify_key(timeline: &[&AttemptEntry], spans: &Spans) -> Option<
     if asks.len() < 2 {
         return None;
     }
-    let mut runs: Vec<String> = Vec::new();
+    let mut runs: Vec<Caller> = Vec::new();
     for ask in &asks {
         if let Some(run) = caller_of(ask)
             && !runs.contains(&run)
@@ -45,6 +45,7 @@ pub(crate) fn classify_key(timeline: &[&AttemptEntry], spans: &Spans) -> Option<
             runs.push(run);
         }
     }
+    let runs: Vec<String> = runs.iter().map(Caller::to_string).collect();
     let (cause, explanation) = take_over(timeline)
         .or_else(|| lapsed_to_review(timeline))
         .or_else(|| by_trigger(&asks, spans))
@@ -121,9 +122,7 @@ fn take_over(timeline: &[&AttemptEntry]) -> Option<(Cause, String)> {
                 // the trigger says whose.
                 return None;
             }
-            let came_back = after(timeline, over)
-                .into_iter()
-                .find(|e| e.fence == earlier.fence && e.event == AttemptEvent::Fenced);
+            let came_back = late_write(timeline, earlier, over);
             let lost = before(timeline, over)
                 .iter()
                 .any(|e| e.fence == earlier.fence && e.event == AttemptEvent::MarkedUnknown);
@@ -133,20 +132,18 @@ fn take_over(timeline: &[&AttemptEntry]) -> Option<(Cause, String)> {
                     atomic_expiry(earlier, over, came_back),
                 ));
             }
-            let after = match came_back {
-                Some(fenced) => format!(
-                    "; {} came back {} after the take-over and its write was refused (fenced)",
-                    name(earlier),
-                    human_ms(fenced.at_ms.saturating_sub(over.at_ms))
-                ),
-                None if lost => format!(
+            let after = if came_back.is_none() && lost {
+                format!(
                     "; {}'s outcome had been sent to review (unknown) and it never wrote again",
                     name(earlier)
-                ),
-                None => format!(
-                    "; {} never wrote again (crashed, or still paused)",
-                    name(earlier)
-                ),
+                )
+            } else {
+                afterwards(
+                    earlier,
+                    over,
+                    came_back,
+                    "after the take-over and its write was refused (fenced)",
+                )
             };
             Some((
                 Cause::TakeOverAfterPause,
@@ -183,20 +180,12 @@ fn lapsed_to_review(timeline: &[&AttemptEntry]) -> Option<(Cause, String)> {
     let finder = timeline.iter().copied().find(|e| {
         e.event == AttemptEvent::Rejected && e.fence == marked.fence && e.at_ms >= earlier.at_ms
     })?;
-    let came_back = after(timeline, marked)
-        .into_iter()
-        .find(|e| e.fence == earlier.fence && e.event == AttemptEvent::Fenced);
-    let after = match came_back {
-        Some(fenced) => format!(
-            "; {} came back {} later and its write was refused (fenced)",
-            name(earlier),
-            human_ms(fenced.at_ms.saturating_sub(marked.at_ms))
-        ),
-        None => format!(
-            "; {} never wrote again (crashed, or still paused)",
-            name(earlier)
-        ),
-    };
+    let after = afterwards(
+        earlier,
+        marked,
+        late_write(timeline, earlier, marked),
+        "later and its write was refused (fenced)",
+    );
     Some((
         Cause::TakeOverAfterPause,
         format!(
@@ -207,6 +196,41 @@ fn lapsed_to_review(timeline: &[&AttemptEntry]) -> Option<(Cause, String)> {
             human_ms(finder.at_ms.saturating_sub(earlier.at_ms)),
         ),
     ))
+}
+
+/// The refused late write of `earlier`'s holder after `since` (a
+/// take-over, or the mark-unknown that sent it to review): the deposed
+/// holder came back.
+fn late_write<'a>(
+    timeline: &[&'a AttemptEntry],
+    earlier: &AttemptEntry,
+    since: &AttemptEntry,
+) -> Option<&'a AttemptEntry> {
+    after(timeline, since)
+        .into_iter()
+        .find(|e| e.fence == earlier.fence && e.event == AttemptEvent::Fenced)
+}
+
+/// The close of an explanation about `earlier`'s holder once it was
+/// deposed at `since`: it came back (`came_back`, how long after, then
+/// `refused`, what became of its write), or it never wrote again.
+fn afterwards(
+    earlier: &AttemptEntry,
+    since: &AttemptEntry,
+    came_back: Option<&AttemptEntry>,
+    refused: &str,
+) -> String {
+    match came_back {
+        Some(fenced) => format!(
+            "; {} came back {} {refused}",
+            name(earlier),
+            human_ms(fenced.at_ms.saturating_sub(since.at_ms))
+        ),
+        None => format!(
+            "; {} never wrote again (crashed, or still paused)",
+            name(earlier)
+        ),
+    }
 }
 
 /// Whether `entry` is a take-over of a claim that expired with its effect
@@ -224,17 +248,12 @@ fn atomic_expiry(
     over: &AttemptEntry,
     came_back: Option<&AttemptEntry>,
 ) -> String {
-    let after = match came_back {
-        Some(fenced) => format!(
-            "; {} came back {} after it and its commit was refused inside its own transaction (fenced): its writes rolled back",
-            name(earlier),
-            human_ms(fenced.at_ms.saturating_sub(over.at_ms))
-        ),
-        None => format!(
-            "; {} never wrote again (crashed, or still paused)",
-            name(earlier)
-        ),
-    };
+    let after = afterwards(
+        earlier,
+        over,
+        came_back,
+        "after it and its commit was refused inside its own transaction (fenced): its writes rolled back",
+    );
     format!(
         "{} started it at fence {} and its claim expired after {} without an end; its effect is atomic with its end, so nothing was done; {} re-executed it under fence {}{after}",
         name(earlier),
@@ -363,7 +382,7 @@ fn same_run(asks: &[&AttemptEntry], spans: &Spans) -> Option<(Cause, String)> {
         } else {
             format!(
                 "{run} asked again {gap} later from the same process ({}): its caller retried, or the operation is in its input twice",
-                process_of(later).unwrap_or_default()
+                process_of(later).map(|p| p.to_string()).unwrap_or_default()
             )
         };
         return Some((Cause::ClientRetry, explanation));
@@ -375,7 +394,10 @@ fn same_run(asks: &[&AttemptEntry], spans: &Spans) -> Option<(Cause, String)> {
     } else {
         ((other, b), (first, a))
     };
-    let (early_name, late_name) = (process_of(early)?, process_of(late)?);
+    let (early_name, late_name) = (
+        process_of(early)?.to_string(),
+        process_of(late)?.to_string(),
+    );
     let start = late_p.first_ms;
     let gap = human_ms(start.saturating_sub(early_p.first_ms));
     if early_p.last_ms >= start {

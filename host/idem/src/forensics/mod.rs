@@ -22,6 +22,7 @@ mod classify;
 mod events;
 mod explain;
 pub mod operation;
+pub mod report;
 pub mod review;
 mod runs;
 
@@ -36,7 +37,7 @@ pub use explain::explain_this_process;
 pub use operation::ShownOperation;
 pub use review::read_log;
 pub(crate) use runs::{Activity, Spans, process_of};
-pub use runs::{RunSummary, Settled, runs_of, shown_holder};
+pub use runs::{Caller, RunSummary, Settled, caller_of, runs_of, shown_holder};
 use runs::{run_spans, run_summaries};
 
 /// Why an operation was asked for more than once.
@@ -123,17 +124,6 @@ impl std::fmt::Display for Cause {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
     }
-}
-
-/// Who asked: a run id, or, when the operation named no run, the name the
-/// caller gave itself (a client of `idem serve`) or else its process
-/// (`host:pid`).
-pub fn caller_of(entry: &AttemptEntry) -> Option<String> {
-    let holder = entry.holder.as_ref()?;
-    Some(match &holder.run_id {
-        Some(run) => run.clone(),
-        None => holder.who(),
-    })
 }
 
 /// One key asked for more than once (or one business operation under two
@@ -381,6 +371,7 @@ fn key_drift(by_key: &BTreeMap<&RecordKey, Vec<&AttemptEntry>>) -> Vec<Duplicate
         let runs: Vec<String> = [caller_of(earlier), caller_of(entry)]
             .into_iter()
             .flatten()
+            .map(|caller| caller.to_string())
             .collect();
         let policy = |e: &AttemptEntry| e.policy_digest.clone().unwrap_or_default();
         let same_policy = policy(earlier) == policy(entry);

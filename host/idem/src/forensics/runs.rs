@@ -7,7 +7,61 @@ use std::collections::{HashMap, HashSet};
 use idem_store::{AttemptEntry, AttemptEvent, Holder, RecordKey};
 use serde::Serialize;
 
-use super::{caller_of, ser_key};
+use super::ser_key;
+
+/// Who asked, as a key: a run, a caller that named itself, or a process.
+/// Two of them may read alike (a caller named `web-3:4242` and the process
+/// 4242 on `web-3`, or a run id and a name); as keys they never meet.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
+pub enum Caller {
+    /// A run id.
+    Run(String),
+    /// The name a caller gave itself (a client of `idem serve`).
+    Named(String),
+    /// A process, by host and pid (0 when the log does not give it).
+    Process {
+        /// Its host name.
+        host: String,
+        /// Its pid.
+        pid: u32,
+    },
+}
+
+impl Caller {
+    /// The holder's name or process, whatever its run.
+    pub fn of_holder(holder: &Holder) -> Caller {
+        if holder.is_named() {
+            Caller::Named(holder.host.clone())
+        } else {
+            Caller::Process {
+                host: holder.host.clone(),
+                pid: holder.pid,
+            }
+        }
+    }
+}
+
+/// As a person reads it: the run id, the name, or `host:pid`
+/// ([`Holder::who`]).
+impl std::fmt::Display for Caller {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Caller::Run(text) | Caller::Named(text) => f.write_str(text),
+            Caller::Process { host, pid } => write!(f, "{host}:{pid}"),
+        }
+    }
+}
+
+/// Who asked: the run, or, when the operation named no run, the name the
+/// caller gave itself (a client of `idem serve`) or else its process.
+pub fn caller_of(entry: &AttemptEntry) -> Option<Caller> {
+    let holder = entry.holder.as_ref()?;
+    Some(match &holder.run_id {
+        Some(run) => Caller::Run(run.clone()),
+        None => Caller::of_holder(holder),
+    })
+}
 
 /// Whether `event` ends the attempt of its fence (by its holder or by a
 /// person).
@@ -91,9 +145,9 @@ impl Activity {
 #[derive(Debug, Default)]
 pub(crate) struct Spans {
     /// By run (or process, when the caller named no run): [`caller_of`].
-    pub(crate) runs: HashMap<String, Activity>,
-    /// By process (`host:pid`): several processes may carry one run id.
-    pub(crate) processes: HashMap<String, Activity>,
+    pub(crate) runs: HashMap<Caller, Activity>,
+    /// By process (or name): several processes may carry one run id.
+    pub(crate) processes: HashMap<Caller, Activity>,
 }
 
 /// A holder as a timeline shows it: its run, with the caller's name when
@@ -109,8 +163,8 @@ pub fn shown_holder(holder: &Holder) -> String {
 
 /// The process (`host:pid`) that wrote an entry, or the name of the
 /// caller it wrote it for (a client of `idem serve`), when it names one.
-pub(crate) fn process_of(entry: &AttemptEntry) -> Option<String> {
-    Some(entry.holder.as_ref()?.who())
+pub(crate) fn process_of(entry: &AttemptEntry) -> Option<Caller> {
+    entry.holder.as_ref().map(Caller::of_holder)
 }
 
 pub(crate) fn run_spans(entries: &[AttemptEntry]) -> Spans {
@@ -120,7 +174,7 @@ pub(crate) fn run_spans(entries: &[AttemptEntry]) -> Spans {
         .map(|e| (&e.key, e.fence))
         .collect();
     let mut spans = Spans::default();
-    let see = |map: &mut HashMap<String, Activity>, who: String, entry: &AttemptEntry| {
+    let see = |map: &mut HashMap<Caller, Activity>, who: Caller, entry: &AttemptEntry| {
         let span = map.entry(who).or_insert(Activity {
             first_ms: entry.at_ms,
             last_ms: entry.at_ms,
@@ -151,7 +205,7 @@ pub(crate) fn run_spans(entries: &[AttemptEntry]) -> Spans {
 /// the record's holder but was done to it by whoever found it lost (that
 /// caller's answer is an entry of its own), and for a resolution, which is
 /// a person's act and not a run (see [`super::Analysis::settled`]).
-pub fn runs_of(entries: &[AttemptEntry]) -> Vec<Option<String>> {
+pub fn runs_of(entries: &[AttemptEntry]) -> Vec<Option<Caller>> {
     let owners = fence_owners(entries);
     entries
         .iter()
@@ -165,7 +219,7 @@ pub fn runs_of(entries: &[AttemptEntry]) -> Vec<Option<String>> {
 }
 
 /// Who holds each (key, fence): the caller of the entry that issued it.
-fn fence_owners(entries: &[AttemptEntry]) -> HashMap<(&RecordKey, u64), String> {
+fn fence_owners(entries: &[AttemptEntry]) -> HashMap<(&RecordKey, u64), Caller> {
     entries
         .iter()
         .filter(|e| e.event.starts_execution())
@@ -176,12 +230,12 @@ fn fence_owners(entries: &[AttemptEntry]) -> HashMap<(&RecordKey, u64), String> 
 pub(crate) fn run_summaries(entries: &[AttemptEntry]) -> Vec<RunSummary> {
     let shown = super::shown_events(entries);
     let mut runs: Vec<RunSummary> = Vec::new();
-    let mut index: HashMap<String, usize> = HashMap::new();
+    let mut index: HashMap<Caller, usize> = HashMap::new();
     for ((entry, run), shown) in entries.iter().zip(runs_of(entries)).zip(shown) {
         let Some(run) = run else { continue };
         let i = *index.entry(run.clone()).or_insert_with(|| {
             runs.push(RunSummary {
-                run,
+                run: run.to_string(),
                 trigger: entry.holder.as_ref().and_then(|h| h.trigger.clone()),
                 first_ms: entry.at_ms,
                 last_ms: entry.at_ms,

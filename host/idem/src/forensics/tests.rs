@@ -18,6 +18,7 @@ fn entry(
         attempt: Some(1),
         host: "h".into(),
         pid: 1,
+        named: false,
         token: None,
     });
     entry.policy_digest = Some("sha256:p".into());
@@ -407,4 +408,33 @@ fn two_named_clients_at_once_are_an_overlap_not_a_client_retry() {
     ];
     let found = analyse(&log);
     assert_eq!(found.causes(), vec![(Cause::Overlap, 1)]);
+}
+
+#[test]
+fn a_caller_named_like_a_process_is_not_that_process() {
+    // A client named `web-3:4242` and the process 4242 on `web-3` read
+    // alike; they are two callers, at once.
+    let process = |mut e: AttemptEntry| {
+        e.holder = Some(Holder {
+            host: "web-3".into(),
+            pid: 4242,
+            ..Holder::default()
+        });
+        e
+    };
+    let log = vec![
+        by_caller(
+            entry(1, 1, 1, AttemptEvent::Executed, None, 10),
+            "web-3:4242",
+        ),
+        process(entry(2, 1, 1, AttemptEvent::InProgress, None, 20)),
+        by_caller(
+            entry(3, 1, 1, AttemptEvent::Completed, None, 30),
+            "web-3:4242",
+        ),
+    ];
+    let found = analyse(&log);
+    assert_eq!(found.runs.len(), 2, "{:?}", found.runs);
+    assert_eq!(found.causes(), vec![(Cause::Overlap, 1)]);
+    assert_eq!(found.duplicates[0].runs, vec!["web-3:4242", "web-3:4242"]);
 }

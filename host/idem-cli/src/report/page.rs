@@ -6,14 +6,14 @@
 
 use std::fmt::Write as _;
 
-use idem::forensics::{self, Analysis, Cause, ShownEvent};
+use idem::forensics::report::WaitingNow;
+use idem::forensics::{self, Analysis, Caller, Cause, ShownEvent};
 // Every text on the page is shown this way: a control or bidi character
 // in an operation, a reason or a name is spelt out, never obeyed.
 use idem_serve::html_shown as esc;
 use idem_store::{AttemptEntry, AttemptEvent};
 
-use crate::subcommand::report::WaitingNow;
-use crate::subcommand::review::OPERATION_CHARS;
+use super::OPERATION_CHARS;
 use crate::when;
 
 /// The colour of an entry's mark, as it reads to a person.
@@ -103,31 +103,44 @@ table{border-collapse:collapse;margin-top:8px}td,th{padding:3px 10px;border-bott
 /// A mark-unknown is drawn on the lane of the run that lost the attempt,
 /// and a resolution on a lane of the person who settled it.
 fn lanes(entries: &[AttemptEntry]) -> (Vec<String>, Vec<Option<usize>>) {
-    let lane_of: Vec<Option<String>> = forensics::runs_of(entries)
+    // A lane is a caller, or a person; two that read alike keep two lanes.
+    let lane_of: Vec<Option<(Option<Caller>, String)>> = forensics::runs_of(entries)
         .into_iter()
         .zip(entries)
         .map(|(run, e)| match e.event {
             AttemptEvent::MarkedUnknown => run.or_else(|| forensics::caller_of(e)),
-            event if event.is_resolution() => Some(format!(
-                "{} (by hand)",
-                e.actor.as_deref().unwrap_or("a person")
-            )),
+            event if event.is_resolution() => None,
             _ => run,
         })
+        .zip(entries)
+        .map(|(caller, e)| match caller {
+            Some(caller) => Some((Some(caller.clone()), caller.to_string())),
+            None if e.event.is_resolution() => Some((
+                None,
+                format!("{} (by hand)", e.actor.as_deref().unwrap_or("a person")),
+            )),
+            None => None,
+        })
         .collect();
-    let mut first_seen: Vec<(u64, String)> = Vec::new();
+    let mut first_seen: Vec<(u64, &(Option<Caller>, String))> = Vec::new();
     for (e, lane) in entries.iter().zip(&lane_of) {
-        if let Some(name) = lane
-            && !first_seen.iter().any(|(_, n)| n == name)
+        if let Some(lane) = lane
+            && !first_seen.iter().any(|(_, seen)| *seen == lane)
         {
-            first_seen.push((e.at_ms, name.clone()));
+            first_seen.push((e.at_ms, lane));
         }
     }
-    first_seen.sort();
-    let names: Vec<String> = first_seen.into_iter().map(|(_, n)| n).collect();
+    first_seen.sort_by(|a, b| (a.0, &a.1.1).cmp(&(b.0, &b.1.1)));
     let index = lane_of
         .iter()
-        .map(|l| l.as_ref().and_then(|n| names.iter().position(|m| m == n)))
+        .map(|l| {
+            l.as_ref()
+                .and_then(|l| first_seen.iter().position(|(_, seen)| *seen == l))
+        })
+        .collect();
+    let names = first_seen
+        .iter()
+        .map(|(_, (_, name))| name.clone())
         .collect();
     (names, index)
 }

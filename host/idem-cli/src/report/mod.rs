@@ -1,0 +1,20 @@
+//! The faces of the report model ([`idem::forensics::report`]): what
+//! `idem report`, `idem review` and `idem inspect` print, as text
+//! ([`text`]), JSON ([`json`]) and the self-contained page of `idem report
+//! --html` ([`page`]). The model is read once in the library; these only
+//! render it, so every view names the same events, callers and causes.
+
+pub mod json;
+pub mod page;
+pub mod text;
+
+/// How much of an operation a line shows.
+pub const OPERATION_CHARS: usize = 160;
+
+/// A short form of a `namespace/key` for tables.
+pub fn short_key(key: &str) -> String {
+    match key.split_once('/') {
+        Some((ns, hex)) => format!("{ns}/{}…", &hex[..hex.len().min(12)]),
+        None => key.to_string(),
+    }
+}
