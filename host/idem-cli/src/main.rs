@@ -32,6 +32,8 @@ mod run_flags;
 mod shown;
 mod store_args;
 mod subcommand;
+#[cfg(feature = "otel")]
+mod trace_export;
 mod user_command;
 mod when;
 mod worker;
@@ -100,13 +102,26 @@ fn main() -> ExitCode {
     // Without IDEM_LOG: errors, and the sidecar's warnings about its
     // connections (a full file table, a flood over the cap). Colour only on
     // a terminal: a log file gets no escape codes.
+    // Each layer filters for itself: IDEM_LOG says what is logged, not
+    // what is traced.
+    use tracing_subscriber::Layer as _;
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
     let filter = tracing_subscriber::EnvFilter::try_from_env("IDEM_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("error,idem_serve=warn"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let log = tracing_subscriber::fmt::layer()
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr)
-        .init();
+        .with_filter(filter);
+    let registry = tracing_subscriber::registry().with(log);
+    #[cfg(feature = "otel")]
+    let exporting = {
+        let (traces, exporting) = trace_export::layer().unzip();
+        registry.with(traces).init();
+        exporting
+    };
+    #[cfg(not(feature = "otel"))]
+    registry.init();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::New(args) => subcommand::new::run(args),
@@ -129,6 +144,12 @@ fn main() -> ExitCode {
         Command::Policy(args) => subcommand::policy::run(args),
         Command::Cache(args) => subcommand::cache::run(args),
     };
+    // Every command that returns here (serve after its drain) flushes the
+    // spans it made.
+    #[cfg(feature = "otel")]
+    if let Some(exporting) = exporting {
+        exporting.shutdown();
+    }
     match result {
         Ok(code) => ExitCode::from(code),
         Err(f) => {

@@ -49,6 +49,7 @@ mod handlers;
 mod json;
 mod metrics_export;
 mod problem;
+mod request_span;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -255,6 +256,8 @@ impl Sidecar {
                 Arc::new(guard),
                 browser::check,
             ))
+            // Around everything, a refused request included: its span.
+            .layer(axum::middleware::from_fn(request_span::trace))
             .with_state(app)
     }
 

@@ -8,6 +8,7 @@ use idem::engine::{Begin, Engine, EngineError};
 use idem::job::{Performed, begin_riding_out, run_effect_riding_out};
 use idem::policy::LoadedPolicy;
 use idem_core::Operation;
+use tracing::Instrument;
 
 use crate::exit::{self, Failure, engine_failure};
 use crate::input::read_op_bytes;
@@ -57,7 +58,23 @@ pub fn run(args: ExecArgs) -> Result<u8, Failure> {
             Err(code) => return Ok(code),
         };
         let engine = Engine::new(policy, store, args.run.engine_options());
-        let code = exec(&engine, &op, &args).await;
+        // The operation's span, around its claim, command and end (the
+        // engine's spans are its children).
+        let span = tracing::info_span!(
+            "idem.operation",
+            idem.namespace = tracing::field::Empty,
+            idem.key = tracing::field::Empty,
+            idem.run_id = op
+                .run
+                .as_ref()
+                .map(|r| idem_core::text::bounded(&r.run_id, 256)),
+            idem.run.attempt = op.run.as_ref().map(|r| r.attempt),
+            process.exit.code = tracing::field::Empty,
+        );
+        let code = exec(&engine, &op, &args).instrument(span.clone()).await;
+        if let Ok(code) = &code {
+            span.record("process.exit.code", code);
+        }
         // The answer this call got (a replay, a conflict…) into the
         // attempt log before the process ends.
         engine.flush_log().await;
@@ -103,6 +120,9 @@ async fn exec(engine: &Engine, op: &Operation, args: &ExecArgs) -> Result<u8, Fa
         }
         Err(e) => return Err(engine_failure(e)),
     };
+    let span = tracing::Span::current();
+    span.record("idem.namespace", begun.key().namespace.as_str());
+    span.record("idem.key", begun.key().digest.to_string());
     // A command's usual duration is unknown here: the policy's hint when
     // shorter than the holder's lease, else the lease left (by then the
     // holder has ended, or the next run is the policy's to decide).

@@ -75,6 +75,10 @@ impl Ticket for Delivered {
         self.settling.progress_every
     }
 
+    fn origin(&self) -> Option<String> {
+        Some(self.delivery.describe())
+    }
+
     async fn in_progress(&self) {
         if let Err(e) = self.delivery.in_progress().await {
             self.warn_failed(e);

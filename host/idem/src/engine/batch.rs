@@ -73,6 +73,11 @@ impl FirstClaim {
         )
     }
 
+    /// The request it was claimed with.
+    pub(crate) fn request(&self) -> &ClaimRequest {
+        &self.request
+    }
+
     /// The operation's key.
     pub(crate) fn key(&self) -> idem_core::Digest {
         self.keyed.key
@@ -132,7 +137,14 @@ impl Engine {
         &self,
         items: Vec<ToClaim>,
     ) -> Result<Vec<FirstClaim>, (EngineError, Vec<ToClaim>)> {
-        let (found, fresh) = match self.claim_fresh(&items).await {
+        use tracing::Instrument;
+        let span = tracing::debug_span!(
+            "idem.claim_batch",
+            db.system.name = telemetry::db_system(&self.store),
+            db.operation.name = "claim",
+            db.operation.batch.size = items.len(),
+        );
+        let (found, fresh) = match self.claim_fresh(&items).instrument(span).await {
             Ok(answers) => answers,
             Err(e) => return Err((e, items)),
         };
@@ -238,14 +250,25 @@ impl Engine {
         &self,
         finishes: &[Finish],
     ) -> Result<Vec<Result<(), EngineError>>, EngineError> {
+        use tracing::Instrument;
         let count = finishes.len();
-        let results = self.store.writes().finish_many(finishes.to_vec()).await?;
-        let results = one_answer_each(results, count, "finishes")?;
-        let mut answers = Vec::with_capacity(count);
-        for (result, finish) in results.into_iter().zip(finishes) {
-            answers.push(self.finish_answer(finish, result).await);
+        let span = tracing::debug_span!(
+            "idem.finish_batch",
+            db.system.name = telemetry::db_system(&self.store),
+            db.operation.name = "finish",
+            db.operation.batch.size = count,
+        );
+        async {
+            let results = self.store.writes().finish_many(finishes.to_vec()).await?;
+            let results = one_answer_each(results, count, "finishes")?;
+            let mut answers = Vec::with_capacity(count);
+            for (result, finish) in results.into_iter().zip(finishes) {
+                answers.push(self.finish_answer(finish, result).await);
+            }
+            Ok(answers)
         }
-        Ok(answers)
+        .instrument(span)
+        .await
     }
 
     /// What the store's answer to `finish` means to its holder: an end

@@ -221,10 +221,17 @@ pub(crate) async fn end_fenced(
     use tracing::Instrument;
     let span = tracing::debug_span!(
         "idem.finish",
-        key = %key,
-        fence,
-        ending = super::telemetry::ending(ending),
-        result = tracing::field::Empty,
+        idem.namespace = %key.namespace,
+        idem.key = %key.digest,
+        idem.fence = fence,
+        idem.ending = super::telemetry::ending(ending),
+        idem.result = tracing::field::Empty,
+        db.system.name = super::telemetry::db_system(store),
+        db.operation.name = match ending {
+            Ending::Completed => "complete",
+            Ending::Failed { .. } => "fail",
+        },
+        otel.status_code = tracing::field::Empty,
     );
     async {
         // Kept to recognise this holder's own earlier write of the same end

@@ -404,9 +404,16 @@ impl Engine {
         let started = std::time::Instant::now();
         let span = tracing::debug_span!(
             "idem.begin",
-            key = %request.key,
-            fence = tracing::field::Empty,
-            answer = tracing::field::Empty,
+            idem.namespace = %request.key.namespace,
+            idem.key = %request.key.digest,
+            idem.holder = telemetry::holder(&request.holder),
+            idem.run_id = telemetry::run_id(&request.holder),
+            idem.fence = tracing::field::Empty,
+            idem.attempt = tracing::field::Empty,
+            idem.answer = tracing::field::Empty,
+            db.system.name = telemetry::db_system(&self.store),
+            db.operation.name = "claim",
+            otel.status_code = tracing::field::Empty,
         );
         async {
             let result = self.settle(op, keyed, request, first).await;
@@ -461,8 +468,22 @@ pub(crate) fn derive_with(
     op: &Operation,
     now_ms: u64,
 ) -> Result<KeyedDerivation, EngineError> {
-    let derived = policy.derive(op, now_ms)?;
-    derived.value.map_err(EngineError::Refused)
+    let span = tracing::debug_span!(
+        "idem.derive",
+        idem.namespace = tracing::field::Empty,
+        otel.status_code = tracing::field::Empty,
+    );
+    let _entered = span.enter();
+    let derived = policy.derive(op, now_ms).map(|d| d.value);
+    match &derived {
+        Ok(Ok(keyed)) => {
+            span.record("idem.namespace", keyed.namespace.as_str());
+        }
+        _ => {
+            span.record("otel.status_code", "ERROR");
+        }
+    }
+    derived?.map_err(EngineError::Refused)
 }
 
 /// Who claims: the run from the operation, this host and pid (or the name

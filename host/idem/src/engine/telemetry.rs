@@ -1,5 +1,5 @@
-//! Spans, events and metrics of the engine: a `tracing` span per begin,
-//! finish and resolution (key, fence, answer) at debug level, an event at
+//! Spans, events and metrics of the engine: a `tracing` span per derive,
+//! begin, finish and resolution at debug level, an event at
 //! info level (warn for what needs a look) for each thing an operator wants
 //! in a service's log, and counters and a histogram through the `metrics`
 //! facade, so a service exports them with the recorder it already uses
@@ -21,8 +21,27 @@
 //!   ([`forensics::review::resolve`](crate::forensics::review::resolve)).
 //!
 //! A duplicate answered "in progress" and a fresh claim are debug-level
-//! (the `idem.begin` span's `answer`): one is a retry's noise, the other
+//! (the `idem.begin` span's `idem.answer`): one is a retry's noise, the other
 //! is told by its `idem.finished`.
+//!
+//! Spans (their attributes follow OpenTelemetry's conventions where they
+//! are stable, `db.*` for the store's calls; the rest are `idem.*`; an
+//! OpenTelemetry layer, such as `idem`'s `otel` feature installs, exports
+//! them as they are):
+//! - `idem.derive`: the policy's derivation (`idem.namespace`);
+//! - `idem.begin`: the claim and a duplicate's settling (`idem.namespace`,
+//!   `idem.key`, `idem.holder`, `idem.run_id`, `idem.answer`, and for an
+//!   execution `idem.fence`, `idem.attempt`; `db.system.name`,
+//!   `db.operation.name` `claim`);
+//! - `idem.finish`: a holder's end (`idem.key`, `idem.fence`,
+//!   `idem.ending`, `idem.result`; `db.operation.name` `complete` or
+//!   `fail`); `idem.finish_batch` for ends written together
+//!   (`db.operation.batch.size`);
+//! - `idem.effect` ([`crate::job`]): the effect under a held claim
+//!   (`idem.key`, `idem.fence`, `idem.attempt`, `idem.effect.outcome`);
+//! - `idem.operation` ([`crate::job`], at info): one operation of a job or
+//!   a consumer, around all of the above (`messaging.operation.type`
+//!   `process` and `idem.message` for a consumer's message).
 //!
 //! Metric names (all prefixed `idem_`):
 //! - `idem_begin_total{answer}`: begins by answer (`execute`,
@@ -43,7 +62,7 @@
 
 use std::time::Instant;
 
-use idem_store::{Ending, RecordKey};
+use idem_store::{Ending, Holder, RecordKey, Store};
 
 use super::{Begin, EngineError};
 
@@ -70,9 +89,13 @@ pub(crate) fn begun(result: &Result<Begin, EngineError>, started: Instant) {
     let answer = answer(result);
     announce(result, answer);
     let span = tracing::Span::current();
-    span.record("answer", answer);
+    span.record("idem.answer", answer);
     if let Ok(Begin::Execute(e)) = result {
-        span.record("fence", e.fence());
+        span.record("idem.fence", e.fence());
+        span.record("idem.attempt", e.attempt());
+    }
+    if result.is_err() {
+        span.record("otel.status_code", "ERROR");
     }
     metrics::counter!("idem_begin_total", "answer" => answer).increment(1);
     metrics::histogram!("idem_begin_seconds").record(started.elapsed().as_secs_f64());
@@ -141,7 +164,11 @@ pub(crate) fn finished_with(
         Some(EngineError::Fenced(_)) => "fenced",
         Some(_) => "error",
     };
-    tracing::Span::current().record("result", outcome);
+    let span = tracing::Span::current();
+    span.record("idem.result", outcome);
+    if error.is_some() {
+        span.record("otel.status_code", "ERROR");
+    }
     let ending_label = self::ending(ending);
     match error {
         None => tracing::info!(key = %key, fence, ending = ending_label, "idem.finished"),
@@ -152,4 +179,40 @@ pub(crate) fn finished_with(
     }
     metrics::counter!("idem_finish_total", "ending" => ending_label, "result" => outcome)
         .increment(1);
+}
+
+/// The longest text from outside (a run id, a caller's name) kept in a
+/// span's attribute, in bytes.
+pub(crate) const MAX_ATTRIBUTE: usize = 256;
+
+/// OpenTelemetry's `db.system.name` of `store`: `sqlite`, `postgresql`, or
+/// `other_sql` (a store made by an embedder).
+pub(crate) fn db_system(store: &Store) -> &'static str {
+    let name = store.describe();
+    if name.starts_with("sqlite") {
+        "sqlite"
+    } else if name.starts_with("postgres") {
+        "postgresql"
+    } else {
+        "other_sql"
+    }
+}
+
+/// Who holds a claim, as the attempt log names it: a caller's own name,
+/// or this host and process.
+pub(crate) fn holder(holder: &Holder) -> String {
+    let who = if holder.pid == 0 {
+        holder.host.clone()
+    } else {
+        format!("{}:{}", holder.host, holder.pid)
+    };
+    idem_core::text::bounded(&who, MAX_ATTRIBUTE)
+}
+
+/// The run id a claim is made under, bounded, if any.
+pub(crate) fn run_id(holder: &Holder) -> Option<String> {
+    holder
+        .run_id
+        .as_deref()
+        .map(|run| idem_core::text::bounded(run, MAX_ATTRIBUTE))
 }

@@ -5,6 +5,7 @@ use std::future::Future;
 
 use idem_core::Operation;
 use idem_store::{Ending, Outcome};
+use tracing::Instrument;
 
 use crate::engine::{EngineError, ExecContext, Execution, Failed, heartbeat_loop};
 
@@ -117,11 +118,34 @@ pub(crate) async fn run_effect_recording<E: Effect>(
     // (docs/benchmarks.md, "the consumer's timers"). A refused heartbeat
     // (deposed) ends the beating; the effect runs on, and its end is then
     // refused by the fence.
-    let mut run = std::pin::pin!(effect.run(op, execution.context()));
+    let ctx = execution.context();
+    let span = tracing::debug_span!(
+        "idem.effect",
+        idem.key = %ctx.key,
+        idem.fence = ctx.fence,
+        idem.attempt = ctx.attempt,
+        idem.take_over = ctx.take_over,
+        idem.effect.outcome = tracing::field::Empty,
+        otel.status_code = tracing::field::Empty,
+    );
+    let mut run = std::pin::pin!(effect.run(op, ctx).instrument(span.clone()));
     let reported = tokio::select! {
         reported = &mut run => reported,
         () = heartbeat_loop(&execution) => run.await,
     };
+    let told = match &reported {
+        EffectOutcome::Completed(_) => "completed",
+        EffectOutcome::Failed(Failed {
+            retryable: true, ..
+        }) => "failed-retryable",
+        EffectOutcome::Failed(Failed { .. }) => "failed-permanent",
+        EffectOutcome::NotStarted { .. } => "not-started",
+        EffectOutcome::Unknown { .. } => "unknown",
+    };
+    span.record("idem.effect.outcome", told);
+    if !matches!(reported, EffectOutcome::Completed(_)) {
+        span.record("otel.status_code", "ERROR");
+    }
     match reported {
         EffectOutcome::Completed(outcome) => {
             record(execution, Ending::Completed, outcome).await?;

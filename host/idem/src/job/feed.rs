@@ -94,6 +94,12 @@ pub(crate) trait Ticket: Send + Sync + 'static {
         async {}
     }
 
+    /// Where the operation came from, for its span: a message's
+    /// description, escaped ("ORDERS #42"); `None` for a job's line.
+    fn origin(&self) -> Option<String> {
+        None
+    }
+
     /// Settles the operation at its source as `fate` says, and says how
     /// it ends for the run: its end, a note, and whether the run goes on.
     fn settle(&self, engine: &Engine, fate: Fate) -> impl Future<Output = Settled> + Send;

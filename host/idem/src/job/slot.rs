@@ -13,6 +13,7 @@ use std::time::Duration;
 use idem_core::{Digest, Operation};
 use idem_store::{Finish, RecordKey};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tracing::Instrument;
 
 use super::effect::{Effect, run_effect_recording};
 use super::event::{JobEvent, Observer};
@@ -21,7 +22,7 @@ use super::feed::{Settled, Ticket};
 use super::finisher::Finisher;
 use super::summary::End;
 use super::{one, peers};
-use crate::engine::{Begin, Engine, EngineError, Execution, FirstClaim, ToClaim};
+use crate::engine::{Begin, Engine, EngineError, Execution, FirstClaim, ToClaim, telemetry};
 
 /// What every slot of a run shares.
 pub(crate) struct Slots<E, T> {
@@ -98,6 +99,7 @@ pub(crate) async fn run<E: Effect, T: Ticket>(
     let mut ends = Vec::with_capacity(1);
     let mut next = Some((Next::Claimed(claimed), ticket, permit));
     while let Some((this, ticket, permit)) = next.take() {
+        let span = operation_span(&this, &ticket);
         let work = async {
             let (op, key, begun) = match this {
                 Next::Claimed(claimed) => {
@@ -116,7 +118,9 @@ pub(crate) async fn run<E: Effect, T: Ticket>(
             // does first (a forward to review) keeps the delivery.
             (ticket.settle(&slots.engine, fate).await, then)
         };
-        let (Settled { end, note, halt }, then) = with_progress(&ticket, work).await;
+        let (Settled { end, note, halt }, then) =
+            with_progress(&ticket, work.instrument(span.clone())).await;
+        span.record("idem.end", end.summary_field());
         (slots.observer)(JobEvent::Ended {
             end,
             note: note.as_deref(),
@@ -125,6 +129,29 @@ pub(crate) async fn run<E: Effect, T: Ticket>(
         next = then;
     }
     ends
+}
+
+/// The span of one operation of a job or a consumer, around its claim,
+/// effect and end (the engine's spans are its children): its key, its run,
+/// and for a message where it came from (escaped, bounded).
+fn operation_span<T: Ticket>(this: &Next, ticket: &T) -> tracing::Span {
+    let (op, request) = match this {
+        Next::Claimed(claimed) => (claimed.operation(), claimed.request()),
+        Next::Unclaimed(item) => (item.operation(), item.request()),
+    };
+    let bounded = |text: &str| idem_core::text::bounded(text, telemetry::MAX_ATTRIBUTE);
+    let run = op.run.as_ref();
+    let origin = ticket.origin();
+    tracing::info_span!(
+        "idem.operation",
+        idem.namespace = %request.key.namespace,
+        idem.key = %request.key.digest,
+        idem.run_id = run.map(|r| bounded(&r.run_id)),
+        idem.run.attempt = run.map(|r| r.attempt),
+        idem.end = tracing::field::Empty,
+        "messaging.operation.type" = origin.is_some().then_some("process"),
+        idem.message = origin.as_deref().map(bounded),
+    )
 }
 
 /// `work`, telling the source every [`Ticket::progress_every`] that the
