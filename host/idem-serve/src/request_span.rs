@@ -10,6 +10,7 @@
 //! [`MAX_TEXT`] bytes before it becomes an attribute.
 
 use axum::extract::Request;
+use axum::http::Method;
 use axum::middleware::Next;
 use axum::response::Response;
 use tracing::Instrument;
@@ -20,7 +21,20 @@ pub(crate) const MAX_TEXT: usize = 256;
 /// The middleware: runs the request inside its span, and records the
 /// status it was answered.
 pub(crate) async fn trace(request: Request, next: Next) -> Response {
-    let method = request.method().as_str().to_owned();
+    // A caller may send any token as a method: the conventions' `_OTHER`
+    // for those outside HTTP's own, so a span name stays short and known.
+    let method = match *request.method() {
+        Method::GET
+        | Method::HEAD
+        | Method::POST
+        | Method::PUT
+        | Method::DELETE
+        | Method::CONNECT
+        | Method::OPTIONS
+        | Method::TRACE
+        | Method::PATCH => request.method().as_str().to_owned(),
+        _ => "_OTHER".to_owned(),
+    };
     let path = request.uri().path();
     // A route is the template; only a known one is a route (an unknown
     // path is a caller's text, kept bounded as `url.path`).

@@ -14,7 +14,9 @@ pub const OPERATION_CHARS: usize = 160;
 /// A short form of a `namespace/key` for tables.
 pub fn short_key(key: &str) -> String {
     match key.split_once('/') {
-        Some((ns, hex)) => format!("{ns}/{}…", &hex[..hex.len().min(12)]),
+        // By characters: a namespace may hold a `/` and what follows it
+        // need not be ASCII.
+        Some((ns, hex)) => format!("{ns}/{}…", hex.chars().take(12).collect::<String>()),
         None => key.to_string(),
     }
 }

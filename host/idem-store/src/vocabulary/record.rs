@@ -310,6 +310,7 @@ impl ListFilter {
     /// (the first field's value as its JSON spells it, less any quotes):
     /// a backend that scans (SQLite) passes over the rest without decoding
     /// them.
+    #[cfg(feature = "sqlite")]
     pub(crate) fn needle(&self) -> Option<String> {
         let (_, value) = self.fields.first()?;
         let json = serde_json::to_string(value).expect("a string always serialises");
@@ -318,6 +319,7 @@ impl ListFilter {
 
     /// The first field asked for, as a store's lookup index is asked for
     /// it (see [`FieldLookup`]); `None` when no field is.
+    #[cfg(feature = "postgres")]
     pub(crate) fn lookup(&self) -> Option<FieldLookup<'_>> {
         let (name, text) = self.fields.first()?;
         // A number or a boolean is also looked for as one: the operation
@@ -366,6 +368,7 @@ impl ListFilter {
 /// JSON string `text`, or as the JSON `json` (a number or a boolean). A
 /// superset of what the filter keeps (`1.50` finds `1.5` too):
 /// [`ListFilter::keeps`] decides.
+#[cfg(feature = "postgres")]
 pub(crate) struct FieldLookup<'a> {
     /// The field's name.
     pub name: &'a str,
@@ -375,6 +378,7 @@ pub(crate) struct FieldLookup<'a> {
     pub json: Option<&'a str>,
 }
 
+#[cfg(feature = "postgres")]
 impl FieldLookup<'_> {
     /// The `jsonb` documents the operation's fields must contain one of:
     /// `{"name": "text"}`, and `{"name": json}` when the value is also JSON.
