@@ -201,12 +201,7 @@ pub(crate) fn db_system(store: &Store) -> &'static str {
 /// Who holds a claim, as the attempt log names it: a caller's own name,
 /// or this host and process.
 pub(crate) fn holder(holder: &Holder) -> String {
-    let who = if holder.pid == 0 {
-        holder.host.clone()
-    } else {
-        format!("{}:{}", holder.host, holder.pid)
-    };
-    idem_core::text::bounded(&who, MAX_ATTRIBUTE)
+    idem_core::text::bounded(&holder.who(), MAX_ATTRIBUTE)
 }
 
 /// The run id a claim is made under, bounded, if any.
