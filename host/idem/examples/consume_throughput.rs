@@ -26,6 +26,13 @@
 //! idem's records in memory instead (where the time goes without the
 //! disk); a `postgres://…` URL there uses PostgreSQL (its records are
 //! told apart by each round's invoice ids).
+//!
+//! Beside each rate it prints what a message cost this process: CPU time
+//! (user and system, every thread) and context switches (voluntary and
+//! not), from `getrusage`. A rate moves with whatever else the machine
+//! runs; those two move much less, so they compare builds on a busy machine
+//! (the brokers' own CPU is not counted, but for Kafka's mock cluster,
+//! which runs in this process on both sides).
 
 use std::future::IntoFuture;
 use std::path::PathBuf;
@@ -85,19 +92,22 @@ async fn main() -> Result<(), Error> {
             let bare = {
                 let place = Place::create(&url, "bare", messages).await?;
                 let mut source = place.source(concurrency, false).await?;
-                let started = Instant::now();
+                let (started, before) = (Instant::now(), Usage::now());
                 bare_consumer(&mut *source, messages, concurrency).await?;
                 let rate = messages as f64 / started.elapsed().as_secs_f64();
+                let cost = Usage::now().per_message(before, messages);
                 place.remove().await;
-                rate
+                (rate, cost)
             };
-            let with_idem = idem_round(&policy, &url, messages, concurrency, true).await?;
+            let (bare, bare_cost) = bare;
+            let (with_idem, idem_cost) =
+                idem_round(&policy, &url, messages, concurrency, true).await?;
             let ratio = with_idem / bare;
             ratios.push(ratio);
             // On JetStream, idem without the standing pull too (a pull
             // request per fetch), as the consumer read before it had one.
             let per_fetch = if url.starts_with("nats") {
-                let rate = idem_round(&policy, &url, messages, concurrency, false).await?;
+                let (rate, _) = idem_round(&policy, &url, messages, concurrency, false).await?;
                 format!(
                     ", idem with a pull per fetch {rate:.0} msg/s (÷ bare {:.2})",
                     rate / bare
@@ -108,6 +118,7 @@ async fn main() -> Result<(), Error> {
             println!(
                 "{broker} round {round}: bare {bare:.0} msg/s, idem {with_idem:.0} msg/s, idem ÷ bare {ratio:.2}{per_fetch}"
             );
+            println!("  a message's cost: bare {bare_cost}; idem {idem_cost}");
         }
         ratios.sort_by(f64::total_cmp);
         println!(
@@ -118,25 +129,74 @@ async fn main() -> Result<(), Error> {
     Ok(())
 }
 
-/// One round of idem's consumer over a place of its own: messages/s.
+/// One round of idem's consumer over a place of its own: messages/s, and
+/// what a message cost this process.
 async fn idem_round(
     policy: &LoadedPolicy,
     url: &str,
     messages: usize,
     concurrency: usize,
     read_ahead: bool,
-) -> Result<f64, Error> {
+) -> Result<(f64, Cost), Error> {
     let place = Place::create(url, "idem", messages).await?;
     let mut source = place.source(concurrency, read_ahead).await?;
     let dir = tempfile::tempdir()?;
-    let started = Instant::now();
+    let (started, before) = (Instant::now(), Usage::now());
     let executed = idem_consumer(policy, &dir, &mut *source, messages, concurrency).await?;
     let rate = messages as f64 / started.elapsed().as_secs_f64();
+    let cost = Usage::now().per_message(before, messages);
     place.remove().await;
     if executed != messages as u64 {
         return Err(format!("idem executed {executed} of {messages}").into());
     }
-    Ok(rate)
+    Ok((rate, cost))
+}
+
+/// This process's CPU time and context switches so far (every thread).
+#[derive(Clone, Copy)]
+struct Usage {
+    cpu: Duration,
+    switches: i64,
+}
+
+/// What one message cost, between two [`Usage`]s.
+struct Cost {
+    cpu: Duration,
+    switches: f64,
+}
+
+impl std::fmt::Display for Cost {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let micros = self.cpu.as_secs_f64() * 1e6;
+        write!(f, "{micros:.0} µs CPU, {:.2} switches", self.switches)
+    }
+}
+
+impl Usage {
+    fn now() -> Usage {
+        // SAFETY: getrusage fills the struct it is given; a zeroed rusage
+        // is a valid value of that plain C struct.
+        let usage = unsafe {
+            let mut usage: libc::rusage = std::mem::zeroed();
+            libc::getrusage(libc::RUSAGE_SELF, &mut usage);
+            usage
+        };
+        let time = |t: libc::timeval| {
+            Duration::from_secs(t.tv_sec as u64) + Duration::from_micros(t.tv_usec as u64)
+        };
+        Usage {
+            cpu: time(usage.ru_utime) + time(usage.ru_stime),
+            switches: usage.ru_nvcsw + usage.ru_nivcsw,
+        }
+    }
+
+    fn per_message(self, before: Usage, messages: usize) -> Cost {
+        let n = messages.max(1);
+        Cost {
+            cpu: self.cpu.saturating_sub(before.cpu) / n as u32,
+            switches: (self.switches - before.switches) as f64 / n as f64,
+        }
+    }
 }
 
 /// Fetches batches and acknowledges each batch at once, until `messages`

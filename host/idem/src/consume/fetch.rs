@@ -37,7 +37,6 @@ impl<'a> Fetching<'a> {
     ) -> Self {
         let settling = Arc::new(Settling {
             options: options.clone(),
-            progress_every: source.progress_every(),
             not_owned_delay: source.not_owned_delay(),
             told_not_owned: AtomicBool::new(false),
             observer: observer.clone(),
@@ -164,5 +163,9 @@ impl Feed for Fetching<'_> {
 
     async fn close(&mut self) {
         self.source.give_back().await;
+    }
+
+    fn progress_every(&self) -> Option<Duration> {
+        self.source.progress_every()
     }
 }

@@ -32,9 +32,9 @@
 //!
 //! A consumer is the job's run loop (`job::dispatch`) fed by a broker: the
 //! messages of one fetch are derived and claimed together, in one store
-//! call, and the ends that arrive together are recorded in one, as a job
-//! batches them; a claim made so waits for no slot (a fetch takes only as
-//! many messages as there are free slots). The store's outages are ridden
+//! call, and each slot records its own end (the store's group commit puts
+//! the ends that arrive together in one commit); a claim made so waits for
+//! no slot (a fetch takes only as many messages as there are free slots). The store's outages are ridden
 //! out within a budget, as a job does; past it (or the broker's) the
 //! consumer stops fetching, settles what it holds, and says why.
 //!
@@ -149,10 +149,14 @@ pub async fn consume<E: Effect>(
     let concurrency = options.concurrency.max(1);
     let limits = Limits {
         concurrency,
-        // A fetch takes no more than the free slots, and the ends that
-        // arrive together are recorded together.
+        // A fetch takes no more than the free slots, claimed together.
         claim_batch: concurrency,
-        finish_batch: concurrency,
+        // Each slot records its own end: a slot is held until then, so a
+        // batching task between the slots and the store was a hop there and
+        // back per message, and the store's group commit already puts the
+        // ends that arrive together in one commit (measured: less CPU a
+        // message on every broker, docs/benchmarks.md).
+        finish_batch: 1,
         wait_for_peers: None,
         store_outage: options.outage_budget,
         run: options.run.clone(),

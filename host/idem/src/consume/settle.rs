@@ -30,7 +30,6 @@ use crate::job::outage;
 /// What every delivery of one consumer settles by.
 pub(super) struct Settling {
     pub(super) options: ConsumeOptions,
-    pub(super) progress_every: Option<Duration>,
     pub(super) not_owned_delay: Duration,
     /// Whether the advice about other members' messages was given.
     pub(super) told_not_owned: AtomicBool,
@@ -47,11 +46,21 @@ impl Settling {
 pub(super) struct Delivered {
     delivery: Box<dyn Delivery>,
     settling: Arc<Settling>,
+    /// Whether its acknowledgement (or nack, or termination) has begun:
+    /// the run's progress keeper reports from another task, and a report
+    /// after it would reach a broker that no longer holds the delivery for
+    /// this consumer (Redis answers "not yours", and a warning would say
+    /// so).
+    settled: tokio::sync::Mutex<bool>,
 }
 
 impl Delivered {
     pub(super) fn new(delivery: Box<dyn Delivery>, settling: Arc<Settling>) -> Self {
-        Delivered { delivery, settling }
+        Delivered {
+            delivery,
+            settling,
+            settled: tokio::sync::Mutex::new(false),
+        }
     }
 
     fn warn_failed(&self, e: SourceError) {
@@ -71,15 +80,15 @@ enum Settle {
 }
 
 impl Ticket for Delivered {
-    fn progress_every(&self) -> Option<Duration> {
-        self.settling.progress_every
-    }
-
     fn origin(&self) -> Option<String> {
         Some(self.delivery.describe())
     }
 
     async fn in_progress(&self) {
+        let settled = self.settled.lock().await;
+        if *settled {
+            return;
+        }
         if let Err(e) = self.delivery.in_progress().await {
             self.warn_failed(e);
         }
@@ -115,6 +124,8 @@ impl Ticket for Delivered {
             }
             then => then,
         };
+        // No report from here on (one under way is waited for).
+        *self.settled.lock().await = true;
         let settled = match then {
             Settle::Ack | Settle::Review(_) => self.delivery.ack().await,
             Settle::Nack(delay) => self.delivery.nack(delay).await,

@@ -19,6 +19,7 @@ use super::feed::{Feed, Input, Pulled, Settled, Ticket};
 use super::finisher::Finisher;
 use super::outage;
 use super::ownership::Ownership;
+use super::progress::Progress;
 use super::slot::{self, Slots};
 use super::summary::{End, Outage, Summary};
 use crate::engine::{Engine, EngineError, FirstClaim, ToClaim};
@@ -59,6 +60,7 @@ pub(crate) async fn run_all<F: Feed, E: Effect>(
     shutdown: impl Future<Output = ()>,
 ) -> (Summary, u64) {
     let permits = Arc::new(Semaphore::new(limits.concurrency.max(1)));
+    let progress = feed.progress_every().map(Progress::start);
     let slots = Arc::new(Slots {
         finisher: Finisher::start(engine.clone(), limits.finish_batch, limits.store_outage),
         engine: engine.clone(),
@@ -71,6 +73,7 @@ pub(crate) async fn run_all<F: Feed, E: Effect>(
         hold_until_recorded: limits.hold_until_recorded,
         stopping: Default::default(),
         observer: observer.clone(),
+        progress: progress.as_ref().map(|(list, _)| list.clone()),
     });
     let mut shutdown = std::pin::pin!(shutdown);
     let mut tasks: JoinSet<Vec<(End, Halt)>> = JoinSet::new();
@@ -196,6 +199,9 @@ pub(crate) async fn run_all<F: Feed, E: Effect>(
     feed.close().await;
     while let Some(joined) = tasks.join_next().await {
         run.count_task(joined);
+    }
+    if let Some((_, keeper)) = progress {
+        keeper.abort();
     }
     (run.summary, taken)
 }

@@ -78,17 +78,18 @@ pub(crate) trait Feed: Send {
     fn close(&mut self) -> impl Future<Output = ()> + Send {
         async {}
     }
+
+    /// How often an operation taken from this feed is reported still being
+    /// worked on ([`Ticket::in_progress`]), from its claim until it is
+    /// settled (JetStream's `+WPI`), so that a long effect keeps its
+    /// delivery; `None`: never.
+    fn progress_every(&self) -> Option<Duration> {
+        None
+    }
 }
 
 /// How one operation's source settles it, once its fate is known.
 pub(crate) trait Ticket: Send + Sync + 'static {
-    /// How often the source is told the operation is still being worked
-    /// on, from its claim until it is settled (JetStream's `+WPI`), so
-    /// that a long effect keeps its delivery; `None`: never.
-    fn progress_every(&self) -> Option<Duration> {
-        None
-    }
-
     /// Still being worked on.
     fn in_progress(&self) -> impl Future<Output = ()> + Send {
         async {}

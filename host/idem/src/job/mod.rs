@@ -86,6 +86,7 @@ pub(crate) mod outage;
 mod ownership;
 mod peers;
 mod plan;
+mod progress;
 mod slot;
 mod source;
 mod summary;

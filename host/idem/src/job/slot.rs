@@ -1,7 +1,7 @@
 //! One slot of the run loop: an operation claimed in its batch, begun
 //! (riding out an outage while a duplicate is settled), its effect run
 //! while its claim is heartbeated and its source told it is being worked
-//! on, its end recorded, and the operation settled at its source as its
+//! on ([`super::progress`]), its end recorded, and the operation settled at its source as its
 //! [`Fate`] says. A lone worker's slot then goes on with the next
 //! operation, claimed in the store call that recorded this one's end.
 
@@ -20,6 +20,7 @@ use super::event::{JobEvent, Observer};
 use super::fate::{self, Delay, Fate, Halt, Then};
 use super::feed::{Settled, Ticket};
 use super::finisher::Finisher;
+use super::progress::Progress;
 use super::summary::End;
 use super::{one, peers};
 use crate::engine::{Begin, Engine, EngineError, Execution, FirstClaim, ToClaim, telemetry};
@@ -45,6 +46,9 @@ pub(crate) struct Slots<E, T> {
     /// a job's are freed when the effect is over.
     pub(crate) hold_until_recorded: bool,
     pub(crate) observer: Observer,
+    /// The list of operations reported still being worked on, when the
+    /// source wants to hear it.
+    pub(crate) progress: Option<Arc<Progress<T>>>,
 }
 
 impl<E, T> Slots<E, T> {
@@ -100,6 +104,10 @@ pub(crate) async fn run<E: Effect, T: Ticket>(
     let mut next = Some((Next::Claimed(claimed), ticket, permit));
     while let Some((this, ticket, permit)) = next.take() {
         let span = operation_span(&this, &ticket);
+        // Reported still being worked on until settled: what the source
+        // does first (a forward to review) keeps the delivery.
+        let ticket = Arc::new(ticket);
+        let entered = slots.progress.as_ref().map(|p| p.enter(ticket.clone()));
         let work = async {
             let (op, key, begun) = match this {
                 Next::Claimed(claimed) => {
@@ -114,12 +122,10 @@ pub(crate) async fn run<E: Effect, T: Ticket>(
                 }
             };
             let (fate, then) = settle(slots, op, key, begun, permit).await;
-            // Settled while still reported in progress: what the source
-            // does first (a forward to review) keeps the delivery.
             (ticket.settle(&slots.engine, fate).await, then)
         };
-        let (Settled { end, note, halt }, then) =
-            with_progress(&ticket, work.instrument(span.clone())).await;
+        let (Settled { end, note, halt }, then) = work.instrument(span.clone()).await;
+        drop(entered);
         span.record("idem.end", end.summary_field());
         (slots.observer)(JobEvent::Ended {
             end,
@@ -152,27 +158,6 @@ fn operation_span<T: Ticket>(this: &Next, ticket: &T) -> tracing::Span {
         "messaging.operation.type" = origin.is_some().then_some("process"),
         idem.message = origin.as_deref().map(bounded),
     )
-}
-
-/// `work`, telling the source every [`Ticket::progress_every`] that the
-/// operation is still being worked on (before its redelivery timer runs
-/// out: a JetStream `+WPI`).
-async fn with_progress<T: Ticket, O>(ticket: &T, work: impl Future<Output = O>) -> O {
-    let Some(every) = ticket.progress_every() else {
-        return work.await;
-    };
-    let mut work = std::pin::pin!(work);
-    // First due one period from now: an interval's immediate first tick is a
-    // timer already due, which wakes the thread parked on the runtime's
-    // timers — per message, most of a JetStream consumer's cost
-    // (docs/benchmarks.md, "the consumer's timers").
-    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
-    loop {
-        tokio::select! {
-            out = &mut work => return out,
-            _ = tick.tick() => ticket.in_progress().await,
-        }
-    }
 }
 
 /// Settles what the batch claim answered for one operation. A fresh claim
