@@ -319,7 +319,7 @@ impl ListFilter {
 
     /// The first field asked for, as a store's lookup index is asked for
     /// it (see [`FieldLookup`]); `None` when no field is.
-    #[cfg(feature = "postgres")]
+    #[cfg(any(feature = "sqlite", feature = "postgres"))]
     pub(crate) fn lookup(&self) -> Option<FieldLookup<'_>> {
         let (name, text) = self.fields.first()?;
         // A number or a boolean is also looked for as one: the operation
@@ -368,7 +368,7 @@ impl ListFilter {
 /// JSON string `text`, or as the JSON `json` (a number or a boolean). A
 /// superset of what the filter keeps (`1.50` finds `1.5` too):
 /// [`ListFilter::keeps`] decides.
-#[cfg(feature = "postgres")]
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub(crate) struct FieldLookup<'a> {
     /// The field's name.
     pub name: &'a str,
