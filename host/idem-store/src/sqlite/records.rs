@@ -251,9 +251,14 @@ impl RecordBackend for SqliteStore {
                 inner.catch_up(LOOKUP_CATCH_UP, false)?;
             }
             inner.read(|conn, now| {
+                // ?10-?12 the place a page starts after, ?13-?15 the one
+                // it ends before (`ListFilter::after`, `before`).
                 let conditions = format!(
                     "NOT {EXPIRED} AND (?2 IS NULL OR namespace = ?2) AND (?3 IS NULL OR partition = ?3) \
-                     AND (?4 IS NULL OR state = ?4) ORDER BY updated DESC, namespace, key LIMIT ?5"
+                     AND (?4 IS NULL OR state = ?4) \
+                     AND (?10 IS NULL OR updated < ?10 OR (updated = ?10 AND (namespace, key) > (?11, ?12))) \
+                     AND (?13 IS NULL OR updated > ?13 OR (updated = ?13 AND (namespace, key) < (?14, ?15))) \
+                     ORDER BY updated DESC, namespace, key LIMIT ?5"
                 );
                 // The found rowids drive the join (CROSS JOIN keeps that
                 // order): the planner may not walk `records_updated` whole
@@ -274,11 +279,38 @@ impl RecordBackend for SqliteStore {
                 let (now_i, limit) = (int(now), filter.backend_limit().map_or(-1, i64::from));
                 let state = filter.state.map(RecordState::as_str);
                 let needle = filter.needle();
-                let mut params: Vec<&dyn rusqlite::ToSql> =
-                    vec![&now_i, &filter.namespace, &filter.partition, &state, &limit];
-                if let Some(l) = &lookup {
-                    params.extend([&l.name as &dyn rusqlite::ToSql, &l.text, &l.json, &needle]);
-                }
+                let (name, text, json) = match &lookup {
+                    Some(l) => (Some(l.name), Some(l.text), l.json),
+                    None => (None, None, None),
+                };
+                let place = |c: &Option<crate::ListCursor>| match c {
+                    Some(c) => (
+                        Some(int(c.updated_ms)),
+                        Some(c.key.namespace.clone()),
+                        Some(c.key.digest.0.to_vec()),
+                    ),
+                    None => (None, None, None),
+                };
+                let (after, before) = (place(&filter.after), place(&filter.before));
+                // Every parameter, whether or not the statement reads it
+                // (numbered ones count up to the largest).
+                let params: [&dyn rusqlite::ToSql; 15] = [
+                    &now_i,
+                    &filter.namespace,
+                    &filter.partition,
+                    &state,
+                    &limit,
+                    &name,
+                    &text,
+                    &json,
+                    &needle,
+                    &after.0,
+                    &after.1,
+                    &after.2,
+                    &before.0,
+                    &before.1,
+                    &before.2,
+                ];
                 let mut rows = stmt.query(params.as_slice()).map_err(fail)?;
                 let mut out = Vec::new();
                 while let Some(row) = rows.next().map_err(fail)? {
