@@ -1,6 +1,7 @@
 //! The console as a person uses it after a bad night, in a real headless
 //! Chromium: among ten thousand charges, find the invoice a customer calls
-//! about by its field, page through the list, open the record's page and
+//! about by its field, page through the list (by place: charges made
+//! meanwhile shift no page), open the record's page and
 //! refuse it for good (only with its box ticked), then amend that
 //! rejection when the provider shows the charge after all — while a tab's
 //! form for the same record, shown before a settlement or an amendment,
@@ -28,6 +29,11 @@ const CHARGES: usize = 10_000;
 /// library's job runner (claims and ends in batches, effects in process):
 /// the store a night leaves behind, without ten thousand processes.
 fn seed(url: &str) {
+    charge(url, (1..=CHARGES).filter(|n| *n != 189).collect());
+}
+
+/// Charges R-`n` for each of `invoices`, completed, through the job runner.
+fn charge(url: &str, invoices: Vec<usize>) {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -41,8 +47,9 @@ fn seed(url: &str) {
             store,
             EngineOptions::default(),
         );
-        let ops: Vec<Operation> = (1..=CHARGES)
-            .filter(|n| *n != 189)
+        let count = invoices.len() as u64;
+        let ops: Vec<Operation> = invoices
+            .into_iter()
             .map(|n| {
                 let json = format!(
                     r#"{{"kind":"charge","tenant":"acme","fields":{{"customer":"c{}","billing_period":"2026-11","invoice_id":"R-{n}","amount":"{}","currency":"EUR"}}}}"#,
@@ -65,8 +72,22 @@ fn seed(url: &str) {
             })
             .await
             .unwrap();
-        assert_eq!(summary.executed, CHARGES as u64 - 1, "{summary:?}");
+        assert_eq!(summary.executed, count, "{summary:?}");
     });
+}
+
+/// The keys of the list's rows, in order.
+fn listed(page: &str) -> Vec<String> {
+    let table = page
+        .split("<table class=\"list\">")
+        .nth(1)
+        .and_then(|t| t.split("</table>").next())
+        .unwrap_or_default();
+    table
+        .split("href=\"/console/record/")
+        .skip(1)
+        .map(|row| row.split('"').next().unwrap_or_default().to_string())
+        .collect()
 }
 
 #[test]
@@ -97,14 +118,31 @@ fn a_person_finds_an_invoice_among_ten_thousand_and_settles_it() {
     browser.click("#sign-in");
     browser.page_showing("1 record waits for review");
 
-    // Every record, a page at a time.
+    // Every record, a page at a time, by place: charges made while the
+    // first page is shown list above it, and neither the next page nor
+    // the way back to the first shifts by them.
     browser.open(&format!("{console}?state=all"));
     let first = browser.page_showing("rows 1 to 25 ");
     assert!(first.contains("id=\"next\""), "{first}");
+    assert!(!first.contains("id=\"previous\""), "{first}");
     let list_shot = browser.screenshot();
+    charge(&store.url, vec![CHARGES + 1, CHARGES + 2, CHARGES + 3]);
     browser.click("#next");
     let second = browser.page_showing("rows 26 to 50 ");
+    let (first_rows, second_rows) = (listed(&first), listed(&second));
+    assert_eq!((first_rows.len(), second_rows.len()), (25, 25));
+    assert!(
+        second_rows.iter().all(|k| !first_rows.contains(k)),
+        "the next page repeats none of the first: {first_rows:?} {second_rows:?}"
+    );
     assert!(second.contains("id=\"previous\""), "{second}");
+    browser.click("#previous");
+    let back = browser.page_showing("rows 1 to 25 ");
+    assert_eq!(listed(&back), first_rows, "back to the same first page");
+    assert!(
+        back.contains("id=\"previous\""),
+        "the three new charges list above it: {back}"
+    );
 
     // The search: exactly that invoice, not R-1890 nor R-18 (typed into the
     // box, sent as the form's query).

@@ -11,12 +11,21 @@
 //! The spans are sent in batches from the SDK's own thread, and flushed
 //! when the command ends ([`Exporting::shutdown`]), `idem serve`'s drain
 //! included.
+//!
+//! An `https://` endpoint is reached over TLS by rustls (ring, the stack
+//! the PostgreSQL store's TLS already uses), trusting the webpki roots and
+//! the PEM certificates `OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE` (else
+//! `OTEL_EXPORTER_OTLP_CERTIFICATE`) names, as the specification says; a
+//! file that cannot be read is told on stderr and no exporter is
+//! installed.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use http_body_util::{BodyExt, Full};
+use hyper_util::rt::TokioIo;
 use opentelemetry::trace::TracerProvider as _;
-use opentelemetry_http::{HttpClient, HttpError, hyper::HyperClient};
+use opentelemetry_http::{HttpClient, HttpError};
 use opentelemetry_otlp::{Protocol, WithExportConfig, WithHttpConfig};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::trace::SdkTracerProvider;
@@ -57,7 +66,7 @@ where
     {
         return None;
     }
-    let client = match OwnRuntimeClient::new() {
+    let client = match OwnRuntimeClient::new(tls_config()) {
         Ok(client) => client,
         Err(e) => {
             crate::shown::tell!("idem: traces are not exported: {e}");
@@ -100,30 +109,77 @@ where
     Some((layer, Exporting { provider }))
 }
 
-/// Hyper's client on a runtime of its own. The SDK exports from its own
-/// thread, outside any Tokio runtime, and hyper needs one to drive its
+/// The TLS configuration for an https endpoint: the webpki roots and the
+/// certificates of the standard variable's PEM file, if one is named.
+fn tls_config() -> Result<rustls::ClientConfig, String> {
+    let mut roots = rustls::RootCertStore {
+        roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
+    };
+    let named = [
+        "OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE",
+        "OTEL_EXPORTER_OTLP_CERTIFICATE",
+    ]
+    .into_iter()
+    .find_map(|name| {
+        std::env::var_os(name)
+            .filter(|v| !v.is_empty())
+            .map(|v| (name, v))
+    });
+    if let Some((name, path)) = named {
+        use rustls::pki_types::{CertificateDer, pem::PemObject};
+        let shown = std::path::Path::new(&path).display().to_string();
+        let certificates: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(&path)
+            .and_then(|certs| certs.collect())
+            .map_err(|e| format!("{name} ({shown}): {e}"))?;
+        if certificates.is_empty() {
+            return Err(format!("{name} ({shown}) holds no PEM certificate"));
+        }
+        for certificate in certificates {
+            roots
+                .add(certificate)
+                .map_err(|e| format!("{name} ({shown}): {e}"))?;
+        }
+    }
+    // ring, as PostgreSQL's TLS (host/idem-store/src/postgres/tls.rs says
+    // why, and why its deprecation for want of post-quantum key exchange
+    // is accepted).
+    #[allow(deprecated)]
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())
+        .map(|builder| builder.with_root_certificates(roots).with_no_client_auth())
+}
+
+/// An OTLP/HTTP client on a runtime of its own. The SDK exports from its
+/// own thread, outside any Tokio runtime, and hyper needs one to drive its
 /// connections; a runtime with one worker, used only by the exporter,
 /// serves every export whatever the command runs on (and outlives the
-/// command's runtime, to flush after it).
+/// command's runtime, to flush after it). Each export is one HTTP/1.1
+/// request on a connection of its own (a batch every few seconds at most),
+/// over TLS for an https endpoint.
 #[derive(Debug, Clone)]
 struct OwnRuntimeClient {
     runtime: Arc<tokio::runtime::Runtime>,
-    client: Arc<HyperClient>,
+    tls: Arc<rustls::ClientConfig>,
 }
 
+/// The request's own deadline (the SDK bounds each export by
+/// OTEL_EXPORTER_OTLP_TIMEOUT too).
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
 impl OwnRuntimeClient {
-    fn new() -> std::io::Result<OwnRuntimeClient> {
+    fn new(tls: Result<rustls::ClientConfig, String>) -> Result<OwnRuntimeClient, String> {
+        let tls = Arc::new(tls?);
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .thread_name("idem-otlp")
             .enable_all()
-            .build()?;
-        // The SDK bounds each export by OTEL_EXPORTER_OTLP_TIMEOUT too;
-        // this is the request's own deadline.
-        let client = HyperClient::with_default_connector(Duration::from_secs(10), None);
+            .build()
+            .map_err(|e| e.to_string())?;
         Ok(OwnRuntimeClient {
             runtime: Arc::new(runtime),
-            client: Arc::new(client),
+            tls,
         })
     }
 }
@@ -134,9 +190,68 @@ impl HttpClient for OwnRuntimeClient {
         &self,
         request: http::Request<bytes::Bytes>,
     ) -> Result<http::Response<bytes::Bytes>, HttpError> {
-        let client = self.client.clone();
+        let tls = self.tls.clone();
         self.runtime
-            .spawn(async move { client.send_bytes(request).await })
+            .spawn(async move {
+                tokio::time::timeout(REQUEST_TIMEOUT, send(tls, request))
+                    .await
+                    .map_err(|_| HttpError::from("the OTLP request timed out"))?
+            })
             .await?
     }
+}
+
+/// One request to its endpoint: over TLS when the scheme is https.
+async fn send(
+    tls: Arc<rustls::ClientConfig>,
+    mut request: http::Request<bytes::Bytes>,
+) -> Result<http::Response<bytes::Bytes>, HttpError> {
+    let uri = request.uri().clone();
+    let https = match uri.scheme_str() {
+        Some("https") => true,
+        Some("http") => false,
+        other => return Err(format!("an OTLP endpoint is http or https, not {other:?}").into()),
+    };
+    let host = uri.host().ok_or("the OTLP endpoint names no host")?;
+    let port = uri.port_u16().unwrap_or(if https { 443 } else { 80 });
+    // The connection is the endpoint's own: the request names its path,
+    // and the host in its header.
+    let authority = uri.authority().map(|a| a.as_str()).unwrap_or(host);
+    let host_header = http::HeaderValue::from_str(authority)?;
+    request
+        .headers_mut()
+        .entry(http::header::HOST)
+        .or_insert(host_header);
+    *request.uri_mut() = uri.path_and_query().map_or("/", |p| p.as_str()).parse()?;
+    // A bracketed IPv6 literal connects without its brackets.
+    let address = host.trim_start_matches('[').trim_end_matches(']');
+    let tcp = tokio::net::TcpStream::connect((address, port)).await?;
+    if !https {
+        return exchange(tcp, request).await;
+    }
+    let name = rustls::pki_types::ServerName::try_from(address.to_string())?;
+    let stream = tokio_rustls::TlsConnector::from(tls)
+        .connect(name, tcp)
+        .await?;
+    exchange(stream, request).await
+}
+
+/// The request and its answer on an open connection.
+async fn exchange<S>(
+    io: S,
+    request: http::Request<bytes::Bytes>,
+) -> Result<http::Response<bytes::Bytes>, HttpError>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(io)).await?;
+    // Driven until the answer is read; it ends with the connection.
+    tokio::spawn(connection);
+    let (parts, body) = request.into_parts();
+    let response = sender
+        .send_request(http::Request::from_parts(parts, Full::new(body)))
+        .await?;
+    let (parts, body) = response.into_parts();
+    let body = body.collect().await?.to_bytes();
+    Ok(http::Response::from_parts(parts, body))
 }

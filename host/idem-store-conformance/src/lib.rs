@@ -37,6 +37,7 @@ mod gates;
 mod in_tx;
 mod job_lease;
 mod kept_operations;
+mod list_paging;
 mod lookup_index;
 pub mod model;
 mod ownership;
@@ -76,6 +77,7 @@ pub use kept_operations::{
     keep_operations_off_keeps_none, kept_operations_are_bounded, records_are_found_by_their_fields,
     records_keep_their_operation,
 };
+pub use list_paging::a_list_pages_by_its_place;
 pub use lookup_index::a_lookup_by_field_is_the_same_on_every_store;
 pub use ownership::{membership_epochs, stale_epoch_is_refused};
 pub use pairs::a_finish_and_a_claim_in_one_call;
@@ -140,6 +142,7 @@ macro_rules! for_each_conformance_check {
             kept_operations_are_bounded,
             records_are_found_by_their_fields,
             a_lookup_by_field_is_the_same_on_every_store,
+            a_list_pages_by_its_place,
             keep_operations_off_keeps_none,
             activation_pins_digests_and_logs_history,
             racing_activations_have_one_winner,

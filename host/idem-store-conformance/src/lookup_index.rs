@@ -117,8 +117,9 @@ async fn found(store: &Store, filter: ListFilter) -> Vec<u32> {
 /// spelling alike, `1.5` not `1.50`, `true` as a boolean or as text; odd
 /// characters as written, SQL's wildcards as themselves; namespaces apart;
 /// a record that kept no operation never. The lookup keeps up with an end,
-/// a take-over, gc, and a key claimed again after gc with another
-/// operation; the limit keeps the most recently updated.
+/// a take-over, gc, a key claimed again after gc with another operation,
+/// and one claimed again while expired (replaced in place); the limit
+/// keeps the most recently updated.
 pub async fn a_lookup_by_field_is_the_same_on_every_store<F, Fut>(factory: &F)
 where
     F: Fn(StoreOptions) -> Fut,
@@ -285,5 +286,37 @@ where
         found(store, by(&[("invoice_id", "R-8b")])).await,
         [8],
         "{name}: claimed again after gc"
+    );
+
+    // Record 9 expires and its key is claimed again before any gc, with
+    // another operation: the record is replaced where it stands, and found
+    // by its new operation only.
+    let nine = |invoice: &str| {
+        let op =
+            format!(r#"{{"kind":"charge","tenant":"acme","fields":{{"invoice_id":"{invoice}"}}}}"#);
+        claim(&key(9), Some(KeptOperation::Kept(op)), 1_000, 1_000)
+    };
+    let ninth = claimed(store, nine("R-9")).await;
+    store
+        .writes()
+        .complete(&key(9), ninth.fence, Outcome::new(0, "ok"))
+        .await
+        .expect("complete");
+    assert_eq!(
+        found(store, by(&[("invoice_id", "R-9")])).await,
+        [9],
+        "{name}: before it expired"
+    );
+    clock.advance(Duration::from_millis(5_000));
+    claimed(store, nine("R-9b")).await;
+    assert_eq!(
+        found(store, by(&[("invoice_id", "R-9")])).await,
+        [] as [u32; 0],
+        "{name}: replaced in place"
+    );
+    assert_eq!(
+        found(store, by(&[("invoice_id", "R-9b")])).await,
+        [9],
+        "{name}: found by the operation that replaced it"
     );
 }

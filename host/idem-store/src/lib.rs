@@ -130,7 +130,7 @@ pub use vocabulary::{
     ClaimOutcome, ClaimRequest, ConnectErrorKind, DEFAULT_MAX_OUTCOME_BYTES, Digest, DualRead,
     EXPIRED_WITHOUT_EFFECT, EffectError, Ending, ErrorClass, Existing, Finish, GateEntry,
     GateRequest, GateRun, GateState, GateTicket, Holder, HolderToken, JobLease, JobLeaseAcquire,
-    KeptOperation, ListFilter, MAX_ERROR_BYTES, MAX_GATE_KEY_BYTES, MAX_HISTORY,
+    KeptOperation, ListCursor, ListFilter, MAX_ERROR_BYTES, MAX_GATE_KEY_BYTES, MAX_HISTORY,
     MAX_KEPT_OPERATION_BYTES, MAX_NOTE_BYTES, ManualClock, Membership, NotKept, OpenErrorKind,
     Outcome, OwnershipToken, Record, RecordKey, RecordState, RecordView, Registration,
     RegistryAction, RegistryEvent, Resolution, ResolveRequest, Rollback, StoreClock, StoreError,

@@ -164,6 +164,7 @@ impl RecordBackend for MemoryStore {
             })
             .filter(|r| filter.partition.as_ref().is_none_or(|p| &r.partition == p))
             .filter(|r| filter.state.is_none_or(|s| r.state == s))
+            .filter(|r| filter.within(r))
             .collect();
         // The order every store lists in: most recently updated first, then
         // by key.

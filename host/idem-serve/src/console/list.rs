@@ -5,8 +5,15 @@
 //! each row a link to the record's own page; and below it the duplicates
 //! by cause over a chosen window.
 //!
-//! `?q=invoice_id%3DR-189&state=completed&from=25&window=24h`: every value
-//! a person typed travels percent-encoded, and is shown escaped.
+//! Pages are found by their place, not an offset (keyset paging): "next"
+//! lists the rows after the last one shown (`after=UPDATED_MS.KEY`, read
+//! by the store with `ListFilter::after`), "previous" the rows before the
+//! first one (`before=…`), so a record changed or added meanwhile, which
+//! lists first, shifts no row of the page a person moves to. `n` is the
+//! number of the page's first row, for its caption only.
+//!
+//! `?q=invoice_id%3DR-189&state=completed&after=…&n=26&window=24h`: every
+//! value a person typed travels percent-encoded, and is shown escaped.
 
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
@@ -18,18 +25,19 @@ use axum::response::Response;
 use idem::forensics::report::{ReportScope, read_report};
 use idem::forensics::review::waiting_records_matching;
 use idem::forensics::{Analysis, Cause, ShownOperation};
-use idem::store::{ListFilter, RecordKey, RecordState, RecordView, StoreError};
+use idem::store::{Digest, ListCursor, ListFilter, RecordKey, RecordState, RecordView, StoreError};
 use serde::Deserialize;
 
 use super::page::{self, Notice, esc, url_encoded, utc};
 use super::{Caller, caller, html};
 use crate::App;
 
-/// Rows on a page: a page is drawn from at most this many records past
-/// its offset, whatever the store holds.
+/// Rows on a page.
 pub(crate) const PAGE: usize = 25;
-/// The furthest offset a page starts at (a search narrows further).
-const MAX_FROM: usize = 100_000;
+/// The most rows "previous" reads above a page (the store lists from the
+/// newest down, so the page above is the last of them): a person paging
+/// back from further down than this gets the rows this far up.
+const MAX_ABOVE: usize = 100_000;
 /// How much of an operation a row shows.
 const OPERATION_CHARS: usize = 140;
 
@@ -50,13 +58,30 @@ const WHICH: [(&str, &str); 4] = [
     ("all", "all records"),
 ];
 
-/// `?q=NAME%3DVALUE&state=…&from=N&window=…`.
+/// `?q=NAME%3DVALUE&state=…&after=PLACE&before=PLACE&n=N&window=…`.
 #[derive(Debug, Deserialize, Default)]
 pub(crate) struct ListQuery {
     q: Option<String>,
     state: Option<String>,
-    from: Option<String>,
+    after: Option<String>,
+    before: Option<String>,
+    n: Option<String>,
     window: Option<String>,
+}
+
+/// A row's place in a list, as a link carries it: `UPDATED_MS.KEY_HEX`
+/// (for a settlement, the time it was made). A place that does not read
+/// as one is ignored: the list starts at its top.
+fn place(text: Option<&str>, namespace: &str) -> Option<ListCursor> {
+    let (ms, hex) = text?.split_once('.')?;
+    Some(ListCursor {
+        updated_ms: ms.parse().ok()?,
+        key: RecordKey::new(namespace, Digest::from_hex(hex)?),
+    })
+}
+
+fn place_text(place: &ListCursor) -> String {
+    format!("{}.{}", place.updated_ms, place.key.digest.to_hex())
 }
 
 /// What the person asked the list for, read from the query: unknown
@@ -68,11 +93,17 @@ struct Asked {
     fields: Vec<(String, String)>,
     which: &'static str,
     window: (&'static str, u64),
-    from: usize,
+    /// The page is the rows after this place, or before that one.
+    after: Option<ListCursor>,
+    before: Option<ListCursor>,
+    /// The number of its first row, for the caption.
+    n: usize,
 }
 
 impl Asked {
-    fn of(query: &ListQuery) -> Result<Asked, (Asked, String)> {
+    /// What was asked, and why the search is refused when it is not
+    /// `NAME=VALUE`.
+    fn of(query: &ListQuery, namespace: &str) -> (Asked, Option<String>) {
         let which = WHICH
             .iter()
             .map(|(name, _)| *name)
@@ -82,46 +113,52 @@ impl Asked {
             .iter()
             .find(|(name, _)| query.window.as_deref() == Some(*name))
             .unwrap_or(&WINDOWS[1]);
-        let from = query
-            .from
+        let after = place(query.after.as_deref(), namespace);
+        let before = place(query.before.as_deref(), namespace).filter(|_| after.is_none());
+        let n = query
+            .n
             .as_deref()
-            .and_then(|f| f.parse::<usize>().ok())
-            .unwrap_or(0)
-            .min(MAX_FROM);
+            .and_then(|n| n.parse::<usize>().ok())
+            .filter(|_| after.is_some() || before.is_some())
+            .unwrap_or(1)
+            .clamp(1, usize::MAX / 2);
         let search = query.q.as_deref().unwrap_or_default().trim().to_string();
         let mut asked = Asked {
             search,
             fields: Vec::new(),
             which,
             window,
-            from,
+            after,
+            before,
+            n,
         };
         if asked.search.is_empty() {
-            return Ok(asked);
+            return (asked, None);
         }
         match asked.search.split_once('=') {
             Some((name, value)) if !name.trim().is_empty() => {
                 asked.fields = vec![(name.trim().to_string(), value.trim().to_string())];
-                Ok(asked)
+                (asked, None)
             }
             _ => {
                 let why = format!(
                     "`{}` is not NAME=VALUE: search by a field of the operation, say invoice_id=R-189",
                     asked.search
                 );
-                Err((asked, why))
+                (asked, Some(why))
             }
         }
     }
 
-    /// This list's address with another offset, window or choice.
-    fn href(&self, which: &str, window: &str, from: usize) -> String {
+    /// This list's address with another window or choice, at its top or
+    /// at `page` (`after` or `before`, the place, the first row's number).
+    fn href(&self, which: &str, window: &str, page: Option<(&str, &ListCursor, usize)>) -> String {
         let mut href = format!("/console?state={which}&window={window}");
         if !self.search.is_empty() {
             let _ = write!(href, "&q={}", url_encoded(&self.search));
         }
-        if from > 0 {
-            let _ = write!(href, "&from={from}");
+        if let Some((side, at, n)) = page {
+            let _ = write!(href, "&{side}={}&n={n}", place_text(at));
         }
         href
     }
@@ -131,6 +168,8 @@ impl Asked {
 struct Row {
     view: Option<RecordView>,
     key: RecordKey,
+    /// Its place in the list.
+    place: ListCursor,
     /// Why it waits, how it ended, or who settled it and why.
     note: String,
 }
@@ -142,8 +181,9 @@ struct Listing {
     /// (waiting and settled are; completed and all are not, so that a page
     /// never reads more than its offset and one page).
     total: Option<usize>,
-    /// Whether more rows follow this page.
+    /// Whether more rows follow this page, and whether some list above it.
     more: bool,
+    above: bool,
     analysis: Analysis,
 }
 
@@ -156,9 +196,10 @@ pub(crate) async fn show(
     let Some(caller) = caller(&app, &headers) else {
         return html(StatusCode::UNAUTHORIZED, page::login(None));
     };
-    match Asked::of(&query) {
-        Ok(asked) => render(&app, &caller, &asked, None, StatusCode::OK).await,
-        Err((asked, why)) => {
+    let namespace = &app.engine.policy().info().namespace;
+    match Asked::of(&query, namespace) {
+        (asked, None) => render(&app, &caller, &asked, None, StatusCode::OK).await,
+        (asked, Some(why)) => {
             let notice = Notice::Refused(why);
             render(&app, &caller, &asked, Some(notice), StatusCode::BAD_REQUEST).await
         }
@@ -173,7 +214,8 @@ pub(crate) async fn render_refused(
     notice: Notice,
     status: StatusCode,
 ) -> Response {
-    let asked = Asked::of(&ListQuery::default()).unwrap_or_else(|(asked, _)| asked);
+    let namespace = &app.engine.policy().info().namespace;
+    let (asked, _) = Asked::of(&ListQuery::default(), namespace);
     render(app, caller, &asked, Some(notice), status).await
 }
 
@@ -234,6 +276,7 @@ async fn read(
         rows: Vec::new(),
         total: Some(0),
         more: false,
+        above: false,
         analysis,
     };
     if nothing {
@@ -245,26 +288,26 @@ async fn read(
         fields: asked.fields.clone(),
         ..ListFilter::default()
     };
-    let (from, to) = (asked.from, asked.from + PAGE);
-    match asked.which {
+    let rows = match asked.which {
         "waiting" => {
-            let all = waiting_records_matching(store, &scope).await?;
-            listing.total = Some(all.len());
-            listing.more = all.len() > to;
-            listing.rows = all
+            let all: Vec<Row> = waiting_records_matching(store, &scope)
+                .await?
                 .into_iter()
-                .skip(from)
-                .take(PAGE)
                 .map(|(view, why)| Row {
                     key: view.record.key.clone(),
+                    place: ListCursor::of(&view.record),
                     view: Some(view),
                     note: why.to_string(),
                 })
                 .collect();
+            listing.total = Some(all.len());
+            all
         }
         "settled" => {
-            // From the attempt log: each resolution names who and why.
-            let mut settled: Vec<_> = listing.analysis.settled.iter().rev().cloned().collect();
+            // From the attempt log: each resolution names who and why;
+            // the latest first (a settlement's place is when it was made).
+            let mut settled: Vec<_> = listing.analysis.settled.clone();
+            settled.sort_by(|a, b| b.at_ms.cmp(&a.at_ms).then_with(|| a.key.cmp(&b.key)));
             if !asked.fields.is_empty() {
                 let matching: BTreeSet<RecordKey> = store
                     .records()
@@ -276,16 +319,13 @@ async fn read(
                 settled.retain(|s| matching.contains(&s.key));
             }
             listing.total = Some(settled.len());
-            listing.more = settled.len() > to;
-            let page: Vec<_> = settled.into_iter().skip(from).take(PAGE).collect();
-            let keys: Vec<RecordKey> = page.iter().map(|s| s.key.clone()).collect();
-            let views = store.records().get_many(&keys).await?;
-            listing.rows = page
+            settled
                 .into_iter()
-                .zip(views)
-                .map(|(s, view)| Row {
-                    key: s.key,
-                    view,
+                .map(|s| Row {
+                    place: ListCursor {
+                        updated_ms: s.at_ms,
+                        key: s.key.clone(),
+                    },
                     note: format!(
                         "{} by {} at {}: {}",
                         s.resolution,
@@ -293,33 +333,76 @@ async fn read(
                         utc(s.at_ms),
                         s.reason.as_deref().unwrap_or("(no reason given)")
                     ),
+                    key: s.key,
+                    view: None,
                 })
-                .collect();
+                .collect()
         }
         which => {
-            let views = store
+            // The store reads from the place on: a page and one row more
+            // below it, or every row above it (bounded).
+            let limit = if asked.before.is_some() {
+                MAX_ABOVE
+            } else {
+                PAGE + 1
+            };
+            listing.total = None;
+            store
                 .records()
                 .list(ListFilter {
                     state: (which == "completed").then_some(RecordState::Completed),
-                    limit: Some(u32::try_from(to + 1).unwrap_or(u32::MAX)),
+                    limit: Some(u32::try_from(limit).unwrap_or(u32::MAX)),
+                    after: asked.after.clone(),
+                    before: asked.before.clone(),
                     ..scope
                 })
-                .await?;
-            listing.total = None;
-            listing.more = views.len() > to;
-            listing.rows = views
+                .await?
                 .into_iter()
-                .skip(from)
-                .take(PAGE)
                 .map(|view| Row {
                     key: view.record.key.clone(),
+                    place: ListCursor::of(&view.record),
                     note: ended(&view),
                     view: Some(view),
                 })
-                .collect();
+                .collect()
+        }
+    };
+    let (page, more, above) = page_of(rows, asked);
+    (listing.rows, listing.more, listing.above) = (page, more, above);
+    if asked.which == "settled" {
+        // Each as it is now, read for the page's rows only.
+        let keys: Vec<RecordKey> = listing.rows.iter().map(|r| r.key.clone()).collect();
+        let views = store.records().get_many(&keys).await?;
+        for (row, view) in listing.rows.iter_mut().zip(views) {
+            row.view = view;
         }
     }
     Ok(listing)
+}
+
+/// The page `asked` names among `rows` (in the list's order; the store's
+/// rows already start at the place asked for, the others are all of the
+/// list): the rows after its place, or the last rows before it; whether
+/// more follow, and whether some list above it.
+fn page_of(rows: Vec<Row>, asked: &Asked) -> (Vec<Row>, bool, bool) {
+    let lists_after = |r: &Row, c: &ListCursor| c.lists_after(r.place.updated_ms, &r.place.key);
+    let lists_before = |r: &Row, c: &ListCursor| c.lists_before(r.place.updated_ms, &r.place.key);
+    if let Some(before) = &asked.before {
+        let mut above: Vec<Row> = rows
+            .into_iter()
+            .filter(|r| lists_before(r, before))
+            .collect();
+        let more_above = above.len() > PAGE;
+        let page = above.split_off(above.len().saturating_sub(PAGE));
+        return (page, true, more_above);
+    }
+    let mut below: Vec<Row> = match &asked.after {
+        Some(after) => rows.into_iter().filter(|r| lists_after(r, after)).collect(),
+        None => rows,
+    };
+    let more = below.len() > PAGE;
+    below.truncate(PAGE);
+    (below, more, asked.after.is_some())
 }
 
 /// How a record ended, for a row: its outcome's status, or why it waits.
@@ -419,29 +502,37 @@ fn rows(out: &mut String, asked: &Asked, listing: &Listing) {
         );
     }
     out.push_str("</table>\n");
-    let shown_to = asked.from + listing.rows.len();
+    let last = asked.n + listing.rows.len() - 1;
     let _ = write!(
         out,
-        "<p class=\"pages\" id=\"pages\">rows {} to {shown_to}{} ",
-        asked.from + 1,
+        "<p class=\"pages\" id=\"pages\">rows {} to {last}{} ",
+        asked.n,
         listing
             .total
             .map(|n| format!(" of {n}"))
             .unwrap_or_default()
     );
-    if asked.from > 0 {
-        let back = asked.from.saturating_sub(PAGE);
+    if let (true, Some(first)) = (listing.above, listing.rows.first()) {
+        let n = asked.n.saturating_sub(PAGE).max(1);
         let _ = write!(
             out,
             "<a id=\"previous\" href=\"{}\">previous</a> ",
-            esc(&asked.href(asked.which, asked.window.0, back))
+            esc(&asked.href(
+                asked.which,
+                asked.window.0,
+                Some(("before", &first.place, n))
+            ))
         );
     }
-    if listing.more {
+    if let (true, Some(end)) = (listing.more, listing.rows.last()) {
         let _ = write!(
             out,
             "<a id=\"next\" href=\"{}\">next</a>",
-            esc(&asked.href(asked.which, asked.window.0, shown_to))
+            esc(&asked.href(
+                asked.which,
+                asked.window.0,
+                Some(("after", &end.place, last + 1))
+            ))
         );
     }
     out.push_str("</p>\n");
@@ -468,7 +559,7 @@ fn duplicates(out: &mut String, asked: &Asked, a: &Analysis) {
             let _ = write!(
                 out,
                 "<a href=\"{}\">{name}</a> ",
-                esc(&asked.href(asked.which, name, 0))
+                esc(&asked.href(asked.which, name, None))
             );
         }
     }

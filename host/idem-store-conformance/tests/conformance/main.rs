@@ -3,6 +3,7 @@
 //! `GroupCommit`, plus SQLite-specific tests: opening bad files, schema
 //! versions, and real concurrent connections racing on one file.
 
+mod field_index;
 mod group_commit;
 mod migrations;
 mod opening;

@@ -27,7 +27,7 @@ async fn a_version_1_file_is_upgraded_in_place() {
         // (the gate's entries included).
         let conn = rusqlite::Connection::open(&path).expect("open");
         conn.execute_batch(
-            "ALTER TABLE records DROP COLUMN operation; DROP TABLE registrations; DROP TABLE policy_components; DROP TABLE settings; DROP TABLE attempts; DROP TABLE memberships; DROP TABLE job_leases; DROP TABLE epoch_seq; DROP TABLE gate_entries; PRAGMA user_version = 1;",
+            "ALTER TABLE records DROP COLUMN operation; DROP TABLE registrations; DROP TABLE policy_components; DROP TABLE settings; DROP TABLE attempts; DROP TABLE memberships; DROP TABLE job_leases; DROP TABLE epoch_seq; DROP TABLE gate_entries; DROP TABLE record_fields; DROP TABLE record_fields_mark; PRAGMA user_version = 1;",
         )
         .expect("downgrade");
     }
@@ -94,7 +94,7 @@ async fn a_version_4_log_keeps_its_timelines_when_upgraded() {
         conn.execute_batch(
             "DROP INDEX attempts_by_record; ALTER TABLE attempts DROP COLUMN anchor; \
              CREATE INDEX attempts_by_key ON attempts (namespace, key); \
-             DROP TABLE gate_entries; PRAGMA user_version = 4;",
+             DROP TABLE gate_entries; DROP TABLE record_fields; DROP TABLE record_fields_mark; PRAGMA user_version = 4;",
         )
         .expect("downgrade");
     }

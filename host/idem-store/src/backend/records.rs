@@ -154,6 +154,15 @@ pub trait RecordBackend: Send + Sync + 'static {
     /// the store.
     async fn collect_garbage(&self, limit: u32) -> Result<u64, StoreError>;
 
+    /// Brings a lookup index kept behind the writes one batch nearer the
+    /// records (SQLite's, `sqlite/field_index.rs`); how many records it
+    /// indexed, 0 once it is up to date. `gc` calls it until then.
+    /// Default: 0 (no such index: PostgreSQL's is written with each
+    /// record, and the memory store scans).
+    async fn index_batch(&self) -> Result<u64, StoreError> {
+        Ok(0)
+    }
+
     /// Appends entries that describe no record change (answers to
     /// duplicates), with their own `at_ms`, in one transaction.
     async fn append(&self, entries: Vec<AttemptEntry>) -> Result<(), StoreError>;

@@ -243,9 +243,13 @@ impl<B: RecordBackend> Records for B {
             let batch = self.collect_garbage(limit).await?;
             removed += batch;
             if batch < u64::from(limit) {
-                return Ok(removed);
+                break;
             }
         }
+        // Then the lookup index kept behind the writes, in batches of its
+        // own between which claims get the store.
+        while self.index_batch().await? > 0 {}
+        Ok(removed)
     }
 
     async fn log_answers(&self, entries: Vec<AttemptEntry>) -> Result<(), StoreError> {

@@ -110,7 +110,8 @@ pub trait Records: Send + Sync + 'static {
 
     /// Removes the records past their retention (never an in-progress record
     /// whose lease is live), and their attempt-log entries; returns how many
-    /// records were removed.
+    /// records were removed. Then brings a lookup index that a store keeps
+    /// behind its writes (SQLite's) up to date.
     async fn gc(&self) -> Result<u64, StoreError>;
 
     /// Appends answers to duplicates to the attempt log (a replay, in

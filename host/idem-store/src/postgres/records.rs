@@ -342,6 +342,15 @@ impl RecordBackend for PostgresStore {
         let (manual, offset) = inner.clock();
         let limit = filter.backend_limit().map(i64::from);
         let state = filter.state.map(RecordState::as_str);
+        let place = |c: &Option<crate::ListCursor>| match c {
+            Some(c) => (
+                Some(i64::try_from(c.updated_ms).unwrap_or(i64::MAX)),
+                Some(c.key.namespace.clone()),
+                Some(c.key.digest.0.to_vec()),
+            ),
+            None => (None, None, None),
+        };
+        let (after, before) = (place(&filter.after), place(&filter.before));
         let rows = match filter.lookup() {
             None => {
                 inner
@@ -355,6 +364,12 @@ impl RecordBackend for PostgresStore {
                             &filter.partition,
                             &state,
                             &limit,
+                            &after.0,
+                            &after.1,
+                            &after.2,
+                            &before.0,
+                            &before.1,
+                            &before.2,
                         ],
                     )
                     .await?
@@ -374,6 +389,12 @@ impl RecordBackend for PostgresStore {
                             &limit,
                             &text,
                             &json,
+                            &after.0,
+                            &after.1,
+                            &after.2,
+                            &before.0,
+                            &before.1,
+                            &before.2,
                         ],
                     )
                     .await?

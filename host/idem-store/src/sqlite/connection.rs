@@ -5,12 +5,14 @@
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use parking_lot::{Mutex, MutexGuard};
 
 use rusqlite::{Connection, ErrorCode, OpenFlags, Transaction, TransactionBehavior};
 
-use super::{SqliteOptions, Synchronous, schema};
+use super::{SqliteOptions, Synchronous, field_index, schema};
 use crate::vocabulary::StoreOptions;
 use crate::vocabulary::{OpenErrorKind, StoreError};
 
@@ -31,6 +33,13 @@ pub(super) struct Inner {
     /// take every later write into a file no one will read again.
     path: PathBuf,
     identity: Option<(u64, u64)>,
+    /// How long a call waits for another connection's lock.
+    busy_timeout: Duration,
+    /// When the store was opened, and when a caller last asked for the
+    /// connection (ms since then): the idle indexer (`field_index.rs`)
+    /// runs only once the store has had no call for a while.
+    opened: Instant,
+    last_call_ms: AtomicU64,
 }
 
 impl SqliteStore {
@@ -142,15 +151,18 @@ impl SqliteStore {
         }
         let name = format!("sqlite:{}", path.display());
         let identity = std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()));
-        Ok(SqliteStore {
-            inner: Arc::new(Inner {
-                conn: Mutex::new(conn),
-                name,
-                options,
-                path: path.to_path_buf(),
-                identity,
-            }),
-        })
+        let inner = Arc::new(Inner {
+            conn: Mutex::new(conn),
+            name,
+            options,
+            path: path.to_path_buf(),
+            identity,
+            busy_timeout: sqlite.busy_timeout,
+            opened: Instant::now(),
+            last_call_ms: AtomicU64::new(0),
+        });
+        field_index::spawn_indexer(Arc::downgrade(&inner));
+        Ok(SqliteStore { inner })
     }
 
     /// The file's schema version (for `idem inspect` and tests).
@@ -210,9 +222,37 @@ impl SqliteStore {
 
 impl Inner {
     fn conn(&self) -> MutexGuard<'_, Connection> {
+        // Before the lock: a caller waiting for it stops the idle indexer
+        // after its current batch.
+        self.last_call_ms
+            .store(self.elapsed_ms(), Ordering::Relaxed);
         // A panic mid-call unwinds through the `Transaction`, which rolls
         // back: the connection is clean (parking_lot's lock is not poisoned).
         self.conn.lock()
+    }
+
+    fn elapsed_ms(&self) -> u64 {
+        u64::try_from(self.opened.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// How long since a caller last asked for the connection (the idle
+    /// indexer's own turns do not count).
+    pub(super) fn since_last_call(&self) -> Duration {
+        let last = self.last_call_ms.load(Ordering::Relaxed);
+        Duration::from_millis(self.elapsed_ms().saturating_sub(last))
+    }
+
+    /// The connection for a read by the idle indexer, which does not count
+    /// as a call.
+    pub(super) fn peek<T>(
+        &self,
+        f: impl FnOnce(&Connection) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        self.check_file("reading")?;
+        let conn = self.conn.lock();
+        let out = f(&conn);
+        MutexGuard::unlock_fair(conn);
+        out
     }
 
     pub(super) fn err(&self, context: &'static str, e: rusqlite::Error) -> StoreError {
@@ -287,6 +327,44 @@ impl Inner {
         // and starve it for whole runs of batches.
         MutexGuard::unlock_fair(conn);
         Ok(out)
+    }
+
+    /// [`Inner::write`] only if SQLite's write lock is free now: `None`,
+    /// and nothing done, when another connection holds it. For work that
+    /// may wait for a later turn (the lookup index's), so that this
+    /// store's own callers never wait behind a lock it waits for.
+    pub(super) fn write_if_free<T>(
+        &self,
+        context: &'static str,
+        f: impl FnOnce(&Transaction<'_>, u64) -> Result<T, StoreError>,
+    ) -> Result<Option<T>, StoreError> {
+        self.check_file(context)?;
+        let mut conn = self.conn.lock();
+        conn.busy_timeout(Duration::ZERO)
+            .map_err(|e| self.err(context, e))?;
+        let out = (|| {
+            let tx = match conn.transaction_with_behavior(TransactionBehavior::Immediate) {
+                Ok(tx) => tx,
+                // Taken: not this turn.
+                Err(e) if e.sqlite_error_code() == Some(ErrorCode::DatabaseBusy) => {
+                    return Ok(None);
+                }
+                Err(e) => return Err(self.err(context, e)),
+            };
+            // Once held, the lock is not waited for again in this
+            // transaction; the timeout goes back before anything runs.
+            tx.busy_timeout(self.busy_timeout)
+                .map_err(|e| self.err(context, e))?;
+            let now = self.options.clock.now_ms();
+            let out = f(&tx, now)?;
+            tx.commit().map_err(|e| self.err(context, e))?;
+            Ok(Some(out))
+        })();
+        // Again whatever happened (a no-op when it already is).
+        conn.busy_timeout(self.busy_timeout)
+            .map_err(|e| self.err(context, e))?;
+        MutexGuard::unlock_fair(conn);
+        out
     }
 
     /// The connection itself, for a transaction its caller runs (an

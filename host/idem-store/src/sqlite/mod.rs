@@ -33,12 +33,16 @@
 //! file; `row.rs` reads and writes rows; the backend ports
 //! (`crate::backend`): `records.rs` (records and their log),
 //! `ownership.rs` (memberships and job leases), `policy_registry.rs`;
+//! `field_index.rs` the lookup index, written behind the claims by an
+//! indexer of its own (a thread per open store, while the store is idle);
 //! `in_tx.rs` an effect's writes and its completion in one transaction;
 //! `gate.rs` the gate a downstream keeps (its entries, and an effect
 //! behind it in the store's transaction).
 
 #[cfg(feature = "sqlite")]
 mod connection;
+#[cfg(feature = "sqlite")]
+mod field_index;
 #[cfg(feature = "sqlite")]
 mod gate;
 #[cfg(feature = "sqlite")]

@@ -6,6 +6,7 @@ use async_trait::async_trait;
 use rusqlite::{Connection, Transaction};
 
 use super::connection::{Inner, SqliteStore};
+use super::field_index::{INDEX_BATCH, LOOKUP, LOOKUP_CATCH_UP};
 use super::row::{EXPIRED, int};
 use crate::backend::{Call, Decide, Fences, RecordBackend};
 use crate::codec;
@@ -13,7 +14,9 @@ use crate::machine::{self};
 use crate::port::Batching;
 use crate::vocabulary::StoreError;
 use crate::vocabulary::{AttemptEntry, AttemptFilter};
-use crate::vocabulary::{ListFilter, OwnershipToken, Record, RecordKey, RecordState, StoreOptions};
+use crate::vocabulary::{
+    KeptOperation, ListFilter, OwnershipToken, Record, RecordKey, RecordState, StoreOptions,
+};
 
 /// Records one gc transaction deletes on SQLite (see
 /// `RecordBackend::gc_batch`).
@@ -99,6 +102,14 @@ impl Inner {
         }
         let current = self.load(tx, &call.key)?;
         let created_before = current.as_ref().map(|r| r.created_ms);
+        // The operation the lookup index may hold for this row: a record
+        // replaced in place with another one is reindexed (rare: an
+        // expired record claimed again; ends and take-overs keep it).
+        let kept_before = current
+            .as_ref()
+            .and_then(|r| r.operation.as_ref())
+            .and_then(KeptOperation::text)
+            .map(str::to_owned);
         let step = match decide(current, now, fences) {
             Err(refused) if refused.is_refusal() => return Ok(Err(refused)),
             Err(failed) => return Err(failed),
@@ -106,6 +117,10 @@ impl Inner {
         };
         if let Some(record) = &step.record {
             self.save(tx, record, created_before.is_some())?;
+            let kept_after = record.operation.as_ref().and_then(KeptOperation::text);
+            if created_before.is_some() && kept_before.as_deref() != kept_after {
+                self.reindex(tx, &call.key, kept_before.as_deref(), kept_after)?;
+            }
             // Whether or not this store writes the log now: entries written
             // while it did must stay findable, and be collected with it.
             if let Some(before) = created_before.filter(|b| *b != record.created_ms) {
@@ -224,30 +239,79 @@ impl RecordBackend for SqliteStore {
         .await
     }
 
+    /// A lookup by field reads the lookup index for the records it holds
+    /// and scans the rest (`field_index.rs`), after indexing a few records
+    /// if any wait; the other fields, and the exact spelling, are checked
+    /// by the host.
     async fn read_many(&self, filter: &ListFilter) -> Result<(Vec<Record>, u64), StoreError> {
         let filter = filter.clone();
         self.blocking(move |inner| {
+            let lookup = filter.lookup();
+            if lookup.is_some() {
+                inner.catch_up(LOOKUP_CATCH_UP, false)?;
+            }
             inner.read(|conn, now| {
-                let sql = format!(
-                    "SELECT {} FROM records WHERE NOT {EXPIRED} \
-                     AND (?2 IS NULL OR namespace = ?2) AND (?3 IS NULL OR partition = ?3) AND (?4 IS NULL OR state = ?4) \
-                     AND (?6 IS NULL OR instr(operation, ?6) > 0) \
-                     ORDER BY updated DESC, namespace, key LIMIT ?5",
-                    codec::column_list("")
+                // ?10-?12 the place a page starts after, ?13-?15 the one
+                // it ends before (`ListFilter::after`, `before`).
+                let conditions = format!(
+                    "NOT {EXPIRED} AND (?2 IS NULL OR namespace = ?2) AND (?3 IS NULL OR partition = ?3) \
+                     AND (?4 IS NULL OR state = ?4) \
+                     AND (?10 IS NULL OR updated < ?10 OR (updated = ?10 AND (namespace, key) > (?11, ?12))) \
+                     AND (?13 IS NULL OR updated > ?13 OR (updated = ?13 AND (namespace, key) < (?14, ?15))) \
+                     ORDER BY updated DESC, namespace, key LIMIT ?5"
                 );
+                // The found rowids drive the join (CROSS JOIN keeps that
+                // order): the planner may not walk `records_updated` whole
+                // for the ORDER BY instead.
+                let sql = match lookup {
+                    None => format!(
+                        "SELECT {} FROM records WHERE {conditions}",
+                        codec::column_list("")
+                    ),
+                    Some(_) => format!(
+                        "SELECT {} FROM ({LOOKUP}) m CROSS JOIN records r ON r.rowid = m.rec \
+                         WHERE {conditions}",
+                        codec::column_list("r.")
+                    ),
+                };
                 let fail = |e| inner.err("listing records", e);
-                let mut stmt = conn.prepare(&sql).map_err(fail)?;
-                let limit = filter.backend_limit().map_or(-1, i64::from);
-                let mut rows = stmt
-                    .query(rusqlite::params![
-                        int(now),
-                        filter.namespace,
-                        filter.partition,
-                        filter.state.map(RecordState::as_str),
-                        limit,
-                        filter.needle()
-                    ])
-                    .map_err(fail)?;
+                let mut stmt = conn.prepare_cached(&sql).map_err(fail)?;
+                let (now_i, limit) = (int(now), filter.backend_limit().map_or(-1, i64::from));
+                let state = filter.state.map(RecordState::as_str);
+                let needle = filter.needle();
+                let (name, text, json) = match &lookup {
+                    Some(l) => (Some(l.name), Some(l.text), l.json),
+                    None => (None, None, None),
+                };
+                let place = |c: &Option<crate::ListCursor>| match c {
+                    Some(c) => (
+                        Some(int(c.updated_ms)),
+                        Some(c.key.namespace.clone()),
+                        Some(c.key.digest.0.to_vec()),
+                    ),
+                    None => (None, None, None),
+                };
+                let (after, before) = (place(&filter.after), place(&filter.before));
+                // Every parameter, whether or not the statement reads it
+                // (numbered ones count up to the largest).
+                let params: [&dyn rusqlite::ToSql; 15] = [
+                    &now_i,
+                    &filter.namespace,
+                    &filter.partition,
+                    &state,
+                    &limit,
+                    &name,
+                    &text,
+                    &json,
+                    &needle,
+                    &after.0,
+                    &after.1,
+                    &after.2,
+                    &before.0,
+                    &before.1,
+                    &before.2,
+                ];
+                let mut rows = stmt.query(params.as_slice()).map_err(fail)?;
                 let mut out = Vec::new();
                 while let Some(row) = rows.next().map_err(fail)? {
                     out.push(inner.decode(row)?);
@@ -258,6 +322,11 @@ impl RecordBackend for SqliteStore {
         .await
     }
 
+    async fn index_batch(&self) -> Result<u64, StoreError> {
+        self.blocking(|inner| inner.catch_up(INDEX_BATCH, true))
+            .await
+    }
+
     async fn collect_garbage(&self, limit: u32) -> Result<u64, StoreError> {
         self.blocking(move |inner| {
             let removed = inner.write("collecting garbage", |tx, now| {
@@ -265,13 +334,14 @@ impl RecordBackend for SqliteStore {
                 // Found by the retention index, at most `limit`, then
                 // deleted through the key index with their entries (through
                 // the log's record index: anchor, namespace, key).
-                let victims: Vec<(String, Vec<u8>, i64)> = tx
+                type Victim = (String, Vec<u8>, i64, i64, Option<String>);
+                let victims: Vec<Victim> = tx
                     .prepare_cached(&format!(
-                        "SELECT namespace, key, created FROM records WHERE {EXPIRED} LIMIT ?2"
+                        "SELECT namespace, key, created, rowid, operation FROM records WHERE {EXPIRED} LIMIT ?2"
                     ))
                     .map_err(fail)?
                     .query_map(rusqlite::params![int(now), i64::from(limit)], |row| {
-                        Ok((row.get(0)?, row.get(1)?, row.get(2)?))
+                        Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?, row.get(4)?))
                     })
                     .map_err(fail)?
                     .collect::<Result<_, _>>()
@@ -284,13 +354,19 @@ impl RecordBackend for SqliteStore {
                 let mut records = tx
                     .prepare_cached("DELETE FROM records WHERE namespace = ?1 AND key = ?2")
                     .map_err(fail)?;
-                for (namespace, key, created) in &victims {
+                for (namespace, key, created, rowid, operation) in &victims {
+                    if let Some(operation) = operation {
+                        inner.unindex(tx, *rowid, operation)?;
+                    }
                     entries
                         .execute(rusqlite::params![namespace, key, created])
                         .map_err(fail)?;
                     records
                         .execute(rusqlite::params![namespace, key])
                         .map_err(fail)?;
+                }
+                if !victims.is_empty() {
+                    inner.lower_mark(tx)?;
                 }
                 Ok(victims.len() as u64)
             })?;

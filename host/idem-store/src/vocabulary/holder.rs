@@ -15,13 +15,13 @@ pub struct Holder {
     /// The run's own attempt number (not the record's attempts).
     pub attempt: Option<u32>,
     /// Host name of the holding process; for a holder that named itself
-    /// ([`Holder::named`], `pid` 0), that name.
+    /// ([`Holder::named()`], `pid` 0), that name.
     pub host: String,
     /// Process id of the holding process; 0 for a holder that named itself
     /// (no process a store's caller runs as has pid 0), or for a process
     /// whose pid an attempt-log entry does not give.
     pub pid: u32,
-    /// Whether it is a caller that named itself ([`Holder::named`]): `host`
+    /// Whether it is a caller that named itself ([`Holder::named()`]): `host`
     /// is then that name. The stores keep it as pid 0 (no schema change);
     /// a record or an entry read back with pid 0 is one, and an entry whose
     /// pid is NULL is a process whose pid was not written.
@@ -76,7 +76,7 @@ impl Holder {
         }
     }
 
-    /// Whether it is a caller that named itself ([`Holder::named`]).
+    /// Whether it is a caller that named itself ([`Holder::named()`]).
     pub fn is_named(&self) -> bool {
         self.named
     }

@@ -37,8 +37,8 @@ pub use holder::{CallerName, Holder, HolderToken};
 pub use options::{DEFAULT_MAX_OUTCOME_BYTES, StoreOptions};
 pub use ownership::{JobLease, JobLeaseAcquire, Membership, OwnershipToken};
 pub use record::{
-    Digest, KeptOperation, ListFilter, MAX_ERROR_BYTES, MAX_KEPT_OPERATION_BYTES, NotKept, Outcome,
-    Record, RecordKey, RecordState, RecordView, TRUNCATION_MARK,
+    Digest, KeptOperation, ListCursor, ListFilter, MAX_ERROR_BYTES, MAX_KEPT_OPERATION_BYTES,
+    NotKept, Outcome, Record, RecordKey, RecordState, RecordView, TRUNCATION_MARK,
 };
 pub use registration::{
     Activation, DualRead, MAX_HISTORY, Registration, RegistryAction, RegistryEvent, Rollback,

@@ -303,6 +303,47 @@ pub struct ListFilter {
     /// number in its canonical spelling, a boolean as `true` or `false`).
     /// A record that kept no operation matches none.
     pub fields: Vec<(String, String)>,
+    /// Only records listed after this one: the next page of a list whose
+    /// last row was `after` (keyset paging: a record added meanwhile, which
+    /// lists first, moves no row of the pages that follow).
+    pub after: Option<ListCursor>,
+    /// Only records listed before this one: the rows above a page whose
+    /// first row was `before`. Listed in the same order, so the page just
+    /// above is the last rows of the answer (a `limit` keeps the first).
+    pub before: Option<ListCursor>,
+}
+
+/// A record's place in the order [`Records::list`](crate::Records::list)
+/// lists in: most recently updated first, then by namespace and key (their
+/// bytes). A page of a list ends at one ([`ListFilter::after`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListCursor {
+    /// The record's last change, store clock.
+    pub updated_ms: u64,
+    /// Its key.
+    pub key: RecordKey,
+}
+
+impl ListCursor {
+    /// The place of `record`.
+    pub fn of(record: &Record) -> ListCursor {
+        ListCursor {
+            updated_ms: record.updated_ms,
+            key: record.key.clone(),
+        }
+    }
+
+    /// Whether a record at `updated_ms` under `key` lists after this place
+    /// (a later row of the list).
+    pub fn lists_after(&self, updated_ms: u64, key: &RecordKey) -> bool {
+        updated_ms < self.updated_ms || (updated_ms == self.updated_ms && *key > self.key)
+    }
+
+    /// Whether a record at `updated_ms` under `key` lists before this
+    /// place.
+    pub fn lists_before(&self, updated_ms: u64, key: &RecordKey) -> bool {
+        updated_ms > self.updated_ms || (updated_ms == self.updated_ms && *key < self.key)
+    }
 }
 
 impl ListFilter {
@@ -319,7 +360,7 @@ impl ListFilter {
 
     /// The first field asked for, as a store's lookup index is asked for
     /// it (see [`FieldLookup`]); `None` when no field is.
-    #[cfg(feature = "postgres")]
+    #[cfg(any(feature = "sqlite", feature = "postgres"))]
     pub(crate) fn lookup(&self) -> Option<FieldLookup<'_>> {
         let (name, text) = self.fields.first()?;
         // A number or a boolean is also looked for as one: the operation
@@ -341,6 +382,17 @@ impl ListFilter {
         } else {
             None
         }
+    }
+
+    /// Whether `record` lies between the cursors asked for, if any.
+    pub(crate) fn within(&self, record: &Record) -> bool {
+        self.after
+            .as_ref()
+            .is_none_or(|c| c.lists_after(record.updated_ms, &record.key))
+            && self
+                .before
+                .as_ref()
+                .is_none_or(|c| c.lists_before(record.updated_ms, &record.key))
     }
 
     /// Whether `record`'s kept operation has every field asked for.
@@ -368,7 +420,7 @@ impl ListFilter {
 /// JSON string `text`, or as the JSON `json` (a number or a boolean). A
 /// superset of what the filter keeps (`1.50` finds `1.5` too):
 /// [`ListFilter::keeps`] decides.
-#[cfg(feature = "postgres")]
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub(crate) struct FieldLookup<'a> {
     /// The field's name.
     pub name: &'a str,

@@ -347,7 +347,7 @@ impl Engine {
 
     /// [`Engine::begin`] on behalf of a caller that named itself (a client
     /// of `idem serve`): the claim, every answer and the end are logged
-    /// under `caller` instead of this process ([`Holder::named`]), so the
+    /// under `caller` instead of this process ([`Holder::named()`]), so the
     /// attempt log says which client held the record, and `idem report`
     /// tells that client's crash, its retry and another caller's re-run
     /// apart. With `atomic`, as [`Engine::begin_in_store`].

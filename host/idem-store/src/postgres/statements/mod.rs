@@ -186,9 +186,10 @@ impl Sql {
                  SELECT n.ms, {r_columns} FROM n LEFT JOIN LATERAL ( \
                    SELECT r.* FROM {s}.records r WHERE NOT {EXPIRED} \
                    AND ($3::text IS NULL OR r.namespace = $3) AND ($4::text IS NULL OR r.partition = $4) \
-                   AND ($5::text IS NULL OR r.state = $5) \
+                   AND ($5::text IS NULL OR r.state = $5) {} \
                    ORDER BY r.updated DESC, r.namespace COLLATE \"C\", r.key LIMIT $6::int8 \
-                 ) r ON true ORDER BY r.updated DESC, r.namespace COLLATE \"C\", r.key"
+                 ) r ON true ORDER BY r.updated DESC, r.namespace COLLATE \"C\", r.key",
+                places(7)
             ),
             list_by_field: format!(
                 "WITH n AS MATERIALIZED (SELECT {NOW} AS ms) \
@@ -198,9 +199,10 @@ impl Sql {
                    AND ({s}.idem_kept_fields(r.operation) @> $7::text::jsonb \
                         OR {s}.idem_kept_fields(r.operation) @> $8::text::jsonb) \
                    AND ($3::text IS NULL OR r.namespace = $3) AND ($4::text IS NULL OR r.partition = $4) \
-                   AND ($5::text IS NULL OR r.state = $5) \
+                   AND ($5::text IS NULL OR r.state = $5) {} \
                    ORDER BY r.updated DESC, r.namespace COLLATE \"C\", r.key LIMIT $6::int8 \
-                 ) r ON true ORDER BY r.updated DESC, r.namespace COLLATE \"C\", r.key"
+                 ) r ON true ORDER BY r.updated DESC, r.namespace COLLATE \"C\", r.key",
+                places(9)
             ),
             // Up to $3 records and, in the same statement, their log
             // entries. SKIP LOCKED: a record a claim is replacing right
@@ -319,6 +321,22 @@ impl Sql {
             ),
         }
     }
+}
+
+/// The conditions of `ListFilter::after` and `before` on a list, from
+/// parameter `$first`: the place a page starts after (`updated`,
+/// `namespace`, `key`), then the one it ends before; each NULL when not
+/// asked for. The order is the list's: `updated` descending, then the
+/// namespace's bytes and the key's.
+fn places(first: usize) -> String {
+    let (u, n, k) = (first, first + 1, first + 2);
+    let (bu, bn, bk) = (first + 3, first + 4, first + 5);
+    format!(
+        "AND (${u}::int8 IS NULL OR r.updated < ${u} OR (r.updated = ${u} AND \
+           (r.namespace COLLATE \"C\" > ${n}::text OR (r.namespace = ${n}::text AND r.key > ${k}::bytea)))) \
+         AND (${bu}::int8 IS NULL OR r.updated > ${bu} OR (r.updated = ${bu} AND \
+           (r.namespace COLLATE \"C\" < ${bn}::text OR (r.namespace = ${bn}::text AND r.key < ${bk}::bytea))))"
+    )
 }
 
 #[cfg(test)]

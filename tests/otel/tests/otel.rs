@@ -4,17 +4,25 @@
 //! (`ExportTraceServiceRequest`). `idem exec` runs an operation and its
 //! duplicate; `idem serve` answers a begin and a complete carrying a
 //! client's W3C `traceparent`, and its spans continue the client's trace.
+//!
+//! The binary is the one built beside this test (`target/<profile>/idem`),
+//! which must have the feature: `cargo build -p idem-cli --features otel`,
+//! then `cargo test -p idem-otel-tests --features otel` (as `.ci/run`
+//! does). A binary without it exports nothing, and the test says so.
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::{Arc, Mutex};
 
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::{AnyValue, any_value};
 use prost::Message;
+
+#[path = "otel/https.rs"]
+mod https;
 
 const OP: &str = r#"{"kind":"charge","tenant":"acme","fields":{"customer":"c1","billing_period":"2026-11","invoice_id":"R-189","amount":"100","currency":"EUR"}}"#;
 
@@ -143,11 +151,42 @@ fn child_of<'a>(spans: &'a [Got], parent: &Got, name: &str) -> &'a Got {
         .unwrap_or_else(|| panic!("no {name} under {} in {spans:#?}", parent.name))
 }
 
+/// The `idem` binary built beside this test binary
+/// (`target/<profile>/deps/otel-<hash>` → `target/<profile>/idem`).
+fn idem_bin() -> PathBuf {
+    let bin = std::env::current_exe()
+        .ok()
+        .and_then(|exe| Some(exe.parent()?.parent()?.join("idem")))
+        .expect("the target directory's layout");
+    assert!(
+        bin.is_file(),
+        "{} is missing: `cargo build -p idem-cli --features otel` first",
+        bin.display()
+    );
+    bin
+}
+
+/// What the receiver holds, which is never nothing after a command ended
+/// (its spans are flushed before it exits) unless the binary was built
+/// without the feature.
+fn received(receiver: &Receiver) -> Vec<Got> {
+    let spans = receiver.spans();
+    assert!(
+        !spans.is_empty(),
+        "no span reached the receiver: was {} built with `--features otel` \
+         (`cargo build -p idem-cli --features otel`)?",
+        idem_bin().display()
+    );
+    spans
+}
+
 fn idem(dir: &Path, endpoint: &str) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_idem"));
+    let mut c = Command::new(idem_bin());
     c.env("IDEM_CACHE_DIR", dir.join("cache"))
         .env_remove("IDEM_LOG")
         .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+        .env_remove("OTEL_EXPORTER_OTLP_CERTIFICATE")
+        .env_remove("OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE")
         .env_remove("OTEL_SERVICE_NAME")
         .env_remove("OTEL_RESOURCE_ATTRIBUTES")
         .env("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)
@@ -189,7 +228,7 @@ fn exec_exports_each_operation_with_its_claim_effect_and_end() {
     let dir = tempfile::tempdir().unwrap();
     succeeded(exec(dir.path(), &receiver.endpoint).output().unwrap());
     // The spans are flushed before the process exits: all are here.
-    let first = receiver.spans();
+    let first = received(&receiver);
     let ops = named(&first, "idem.operation");
     assert_eq!(ops.len(), 1, "{first:#?}");
     let op = ops[0];
@@ -314,7 +353,7 @@ fn serve_continues_the_client_s_trace() {
     assert!(killed.success());
     assert!(child.wait().unwrap().success());
 
-    let spans = receiver.spans();
+    let spans = received(&receiver);
     let request = named(&spans, "POST /v1/begin");
     assert_eq!(request.len(), 1, "{spans:#?}");
     let request = request[0];
