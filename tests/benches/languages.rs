@@ -1,12 +1,13 @@
 //! Policies in JavaScript and Python against the Rust one, side by side in
 //! one run: a derive on a fresh instance (p50, p99, the page faults it
 //! takes), compiling, and a load from the artifact cache. The JavaScript
-//! and Python ports of billing-charge are built as `idem build` builds them
+//! (StarlingMonkey and QuickJS: `js`, `js-quickjs`) and Python ports of
+//! billing-charge are built as `idem build` builds them
 //! ([`ports`]: the toolchains installed on first use, a build kept per
 //! state of the sources).
 //!
 //! `cargo bench -p idem-tests --bench languages [-- SECTION...]`, sections
-//! `derive` and `load` (both by default); `profile-js` and `profile-python`
+//! `derive` and `load` (both by default); `profile-js`, `profile-js-quickjs` and `profile-python`
 //! (only when named) derive with that policy for 30 s, for a profiler to
 //! attach to once they say so.
 
@@ -19,14 +20,14 @@ use idem_tests::{policy_bytes, ports};
 
 const OP: &str = r#"{"kind":"charge","tenant":"acme","fields":{"customer":"c1","billing_period":"2026-11","invoice_id":"i1","amount":"100","currency":"EUR"}}"#;
 
-/// The three billing-charge policies: Rust (built by the tests' build
-/// script), JavaScript and Python (built here).
+/// The billing-charge policies: Rust (built by the tests' build script),
+/// JavaScript with each engine and Python (built here).
 fn components(quick: bool) -> Vec<(&'static str, Vec<u8>)> {
     let mut all = vec![("rust", policy_bytes("billing-charge"))];
     if quick {
         return all;
     }
-    for lang in ["js", "python"] {
+    for lang in ports::PORTS {
         let component = ports::component(lang, "billing-charge");
         all.push((lang, std::fs::read(component).unwrap()));
     }
@@ -94,7 +95,7 @@ fn main() {
     if wants("derive") {
         println!("a derive on a fresh instance ({n} each, after {warm} unmeasured)");
         println!(
-            "{:>8} {:>10} {:>10} {:>14} {:>10} {:>12}",
+            "{:>10} {:>10} {:>10} {:>14} {:>10} {:>12}",
             "policy", "p50", "p99", "faults/derive", "fuel", "÷ rust p50"
         );
         let mut rust_p50 = None;
@@ -103,7 +104,7 @@ fn main() {
             let fuel = policy.derive(&op, 0).unwrap().fuel_used;
             let base = *rust_p50.get_or_insert(p50);
             println!(
-                "{lang:>8} {:>10.1?} {:>10.1?} {faults:>14.1} {fuel:>10} {:>11.0}x",
+                "{lang:>10} {:>10.1?} {:>10.1?} {faults:>14.1} {fuel:>10} {:>11.1}x",
                 p50,
                 p99,
                 p50.as_secs_f64() / base.as_secs_f64()
@@ -128,7 +129,7 @@ fn main() {
     if wants("load") {
         println!("loading: compiling (first load), and from the artifact cache (median of 5)");
         println!(
-            "{:>8} {:>10} {:>10} {:>10}",
+            "{:>10} {:>10} {:>10} {:>10}",
             "policy", "MB", "compile", "cached"
         );
         for (lang, bytes) in &all {
@@ -155,7 +156,7 @@ fn main() {
                 .collect();
             cached.sort();
             println!(
-                "{lang:>8} {:>10.1} {:>10.2?} {:>10.2?}",
+                "{lang:>10} {:>10.2} {:>10.2?} {:>10.2?}",
                 bytes.len() as f64 / 1e6,
                 compiled,
                 cached[cached.len() / 2]

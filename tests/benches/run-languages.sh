@@ -2,9 +2,10 @@
 # `idem run --worker` with the same policy in Rust, JavaScript and Python,
 # side by side in one run (release CLI), on SQLite: the rate over N fresh
 # operations and the peak resident memory of each run.
-# Usage: [CONCURRENCY=32] tests/benches/run-languages.sh IDEM RUST.wasm JS.wasm PY.wasm [OPS]
+# Usage: [CONCURRENCY=32] [JS_QUICKJS=JSQ.wasm] tests/benches/run-languages.sh IDEM RUST.wasm JS.wasm PY.wasm [OPS]
 # (the ports: `idem build guest/js/policies/billing-charge --out DIR`, and
-# the same for guest/python/policies/billing-charge).
+# the same for guest/python/policies/billing-charge; JS_QUICKJS adds the
+# JavaScript port built with `--js-engine quickjs`).
 set -eu
 IDEM=$1 RUST=$2 JS=$3 PY=$4
 N=${5:-100000}
@@ -17,8 +18,8 @@ awk -v n="$N" 'BEGIN { for (i = 0; i < n; i++)
 WORKER='BEGIN { print "{\"ready\":true}"; fflush() } { print "{\"status\":0,\"body\":\"ok\"}"; fflush() }'
 now() { date +%s.%N; }
 rust_rate=
-for lang in rust js python; do
-  case $lang in rust) P=$RUST ;; js) P=$JS ;; python) P=$PY ;; esac
+for lang in rust js ${JS_QUICKJS:+js-quickjs} python; do
+  case $lang in rust) P=$RUST ;; js) P=$JS ;; js-quickjs) P=$JS_QUICKJS ;; python) P=$PY ;; esac
   # Compile into the cache first: the run measures running, not compiling.
   "$IDEM" describe --policy "$P" > /dev/null
   t0=$(now)

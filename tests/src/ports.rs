@@ -10,7 +10,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use idem_guest_build::Toolchains;
+use idem_guest_build::{JsEngine, Toolchains};
 
 use crate::workspace_root;
 
@@ -41,12 +41,27 @@ pub fn cache_dir() -> PathBuf {
     kept("ports-cache")
 }
 
-/// The port of `policy` (`billing-charge`, …) in `lang` (`js` or
-/// `python`), built when its sources changed since the last build.
-pub fn component(lang: &str, policy: &str) -> PathBuf {
+/// The ports, as [`component`] names them: JavaScript built with
+/// StarlingMonkey (`js`) and with QuickJS (`js-quickjs`), and Python.
+pub const PORTS: [&str; 3] = ["js", "js-quickjs", "python"];
+
+/// A port's language (its directory under `guest/`) and JavaScript engine.
+pub fn language_of(port: &str) -> (&'static str, JsEngine) {
+    match port {
+        "js" => ("js", JsEngine::StarlingMonkey),
+        "js-quickjs" => ("js", JsEngine::QuickJs),
+        "python" => ("python", JsEngine::default()),
+        _ => panic!("no port `{port}`: the ports are {PORTS:?}"),
+    }
+}
+
+/// The port of `policy` (`billing-charge`, …) as `port` (one of [`PORTS`])
+/// builds it, built when its sources changed since the last build.
+pub fn component(port: &str, policy: &str) -> PathBuf {
     // One build at a time: they share the toolchains, and two cores.
     static BUILDING: Mutex<()> = Mutex::new(());
     let _one = BUILDING.lock().unwrap_or_else(|e| e.into_inner());
+    let (lang, engine) = language_of(port);
     let root = workspace_root();
     let languages = root.join("guest").join(lang);
     let project = languages.join("policies").join(policy);
@@ -55,15 +70,21 @@ pub fn component(lang: &str, policy: &str) -> PathBuf {
         &languages.join("sdk"),
         &root.join("wit"),
         &root.join("guest/build/src"),
+        &root.join("guest/build/js"),
     ]);
-    let builds = kept("ports").join(lang).join(policy);
+    let builds = kept("ports").join(port).join(policy);
     let out = builds.join(&inputs[..16]);
     let component = out.join(format!("{policy}.wasm"));
     if !component.is_file() {
         // Builds of older sources go: only the latest is used.
         let _ = std::fs::remove_dir_all(&builds);
-        idem_guest_build::build_project(&project, Some(&out), &Toolchains::new(toolchain_dir()))
-            .unwrap_or_else(|e| panic!("building the {lang} {policy}: {e:#}"));
+        idem_guest_build::build_project(
+            &project,
+            Some(&out),
+            engine,
+            &Toolchains::new(toolchain_dir()),
+        )
+        .unwrap_or_else(|e| panic!("building the {port} {policy}: {e:#}"));
     }
     component
 }

@@ -34,8 +34,13 @@ fn now_ms() -> u128 {
 /// Builds the project in `dir` into `dir/<out>/`, loads it (no cache: each
 /// build is new) and returns it.
 fn build(dir: &Path, out: &str) -> (PathBuf, LoadedPolicy) {
-    let (_, built) = idem_guest_build::build_project(dir, Some(&dir.join(out)), &toolchains())
-        .unwrap_or_else(|e| panic!("building {}: {e:#}", dir.display()));
+    let (_, built) = idem_guest_build::build_project(
+        dir,
+        Some(&dir.join(out)),
+        idem_guest_build::JsEngine::StarlingMonkey,
+        &toolchains(),
+    )
+    .unwrap_or_else(|e| panic!("building {}: {e:#}", dir.display()));
     let runtime = PolicyRuntime::new(RuntimeConfig {
         cache_dir: None,
         ..RuntimeConfig::default()

@@ -1,10 +1,11 @@
 //! What a policy's author sees when the policy fails: its own message,
 //! always. A Rust panic; a thrown error, a typo, a call the sandbox cannot
 //! serve (a clock, `print`, a lazy `import`), a syntax error and a missing
-//! export in JavaScript or Python: each comes out of `idem build`, `idem
-//! key` and `idem test` naming the cause and the author's file and line (the
-//! lines are found in the sources, not written down twice). A build the
-//! host would refuse leaves no component behind.
+//! export in JavaScript (built with either engine, StarlingMonkey or
+//! QuickJS) or Python: each comes out of `idem build`, `idem key` and `idem
+//! test` naming the cause and the author's file and line (the lines are
+//! found in the sources, not written down twice). A build the host would
+//! refuse leaves no component behind.
 
 use std::path::Path;
 use std::process::{Command, Output};
@@ -51,9 +52,10 @@ fn project(dir: &Path, files: &[(&str, &str)]) {
     }
 }
 
-/// Builds `dir` (the project) and returns the component's path.
-fn built(root: &Path, name: &str) -> String {
-    let out = idem(root, &["build", name]);
+/// Builds `dir` (the project), with `extra` flags, and returns the
+/// component's path.
+fn built(root: &Path, name: &str, extra: &[&str]) -> String {
+    let out = idem(root, &[&["build", name], extra].concat());
     let stdout = String::from_utf8_lossy(&out.stdout).trim().to_string();
     assert!(
         out.status.success(),
@@ -168,6 +170,7 @@ export const policy = definePolicy({
   },
   derive(op) {
     if (op.kind === 'forbidden') return new Derivation(process.env.HOME); // FORBIDDEN
+    if (op.kind === 'clock') return new Derivation(String(Date.now())); // CLOCK
     check(op);
     return new Derivation('p').key('id', op.text('id'));
   },
@@ -181,13 +184,51 @@ fn js_package(name: &str) -> String {
     format!(r#"{{"name":"{name}","type":"module","main":"policy.js"}}"#)
 }
 
+/// What each engine's own words are for a typo and a Node.js API, and
+/// whether it reads a clock.
+struct Engine {
+    name: &'static str,
+    typo: &'static str,
+    forbidden: &'static str,
+    /// What `Date.now()` says; StarlingMonkey answers it (with the moment
+    /// of the build: `determinism.rs`).
+    clock: Option<&'static str>,
+}
+
+const STARLINGMONKEY: Engine = Engine {
+    name: "starlingmonkey",
+    typo: "TypeError: op.txt is not a function",
+    forbidden: "ReferenceError: process is not defined",
+    clock: None,
+};
+
+const QUICKJS: Engine = Engine {
+    name: "quickjs",
+    typo: "TypeError: not a function",
+    forbidden: "ReferenceError: process is not defined",
+    clock: Some("Error: a policy has no clock: use op.nowMs"),
+};
+
 #[test]
 fn a_javascript_policy_fails_in_its_own_words() {
-    if !tool_available("a_javascript_policy_fails_in_its_own_words", "node") {
+    javascript_fails_in_its_own_words(
+        "a_javascript_policy_fails_in_its_own_words",
+        &STARLINGMONKEY,
+    );
+}
+
+#[test]
+fn a_quickjs_policy_fails_in_its_own_words() {
+    javascript_fails_in_its_own_words("a_quickjs_policy_fails_in_its_own_words", &QUICKJS);
+}
+
+fn javascript_fails_in_its_own_words(test: &str, engine: &Engine) {
+    if !tool_available(test, "node") {
         return;
     }
     let root = tempfile::tempdir().unwrap();
     let root = root.path();
+    let build = |name: &str| idem(root, &["build", name, "--js-engine", engine.name]);
 
     // A syntax error: esbuild's file, line and column, whole, and nothing built.
     let broken = JS_POLICY.replace(
@@ -201,7 +242,7 @@ fn a_javascript_policy_fails_in_its_own_words() {
             ("policy.js", &broken),
         ],
     );
-    let said = failed(&idem(root, &["build", "broken"]), 2);
+    let said = failed(&build("broken"), 2);
     let line = line_of(&broken, "// TYPO");
     assert!(said.contains(&format!("policy.js:{line}:")), "{said}");
     assert!(said.contains("Unexpected \";\""), "{said}");
@@ -217,14 +258,14 @@ fn a_javascript_policy_fails_in_its_own_words() {
             ("policy.js", &unexported),
         ],
     );
-    let said = failed(&idem(root, &["build", "unexported"]), 2);
+    let said = failed(&build("unexported"), 2);
     assert!(
         said.contains("does not export `policy` (it exports nothing)"),
         "{said}"
     );
     assert!(!root.join("unexported/dist").exists(), "{said}");
 
-    // At run time: a thrown error, a typo, a Node.js API.
+    // At run time: a thrown error, a typo, a Node.js API, a clock.
     project(
         &root.join("fails"),
         &[
@@ -232,7 +273,7 @@ fn a_javascript_policy_fails_in_its_own_words() {
             ("policy.js", JS_POLICY),
         ],
     );
-    let component = built(root, "fails");
+    let component = built(root, "fails", &["--js-engine", engine.name]);
     // The innermost frame in the author's file (SDK frames may come first).
     let at = |marker: &str, function: &str| {
         format!("{function} (policy.js:{})", line_of(JS_POLICY, marker))
@@ -250,20 +291,25 @@ fn a_javascript_policy_fails_in_its_own_words() {
         root,
         &component,
         "typo",
-        &[
-            "TypeError: op.txt is not a function".into(),
-            at("// TYPO", "check"),
-        ],
+        &[engine.typo.into(), at("// TYPO", "check")],
     );
     key_and_test_say(
         root,
         &component,
         "forbidden",
-        &[
-            "ReferenceError: process is not defined".into(),
-            at("// FORBIDDEN", "derive"),
-        ],
+        &[engine.forbidden.into(), at("// FORBIDDEN", "derive")],
     );
+    if let Some(clock) = engine.clock {
+        key_and_test_say(
+            root,
+            &component,
+            "clock",
+            &[
+                format!("uncaught in the policy: {clock}"),
+                at("// CLOCK", "derive"),
+            ],
+        );
+    }
 }
 
 const PY_POLICY: &str = r#"import time
@@ -349,7 +395,7 @@ fn a_python_policy_fails_in_its_own_words() {
             ("app.py", PY_POLICY),
         ],
     );
-    let component = built(root, "fails");
+    let component = built(root, "fails", &[]);
     // The innermost frame in the author's file (SDK frames may come first).
     let at = |marker: &str| format!("derive (app.py:{})", line_of(PY_POLICY, marker));
     for (kind, cause, marker) in [

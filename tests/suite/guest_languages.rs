@@ -168,23 +168,48 @@ fn in_project(program: &OsStr, dir: &Path, project: &Path) -> Command {
         .env("IDEM", idem_bin())
         .env("IDEM_CACHE_DIR", dir.join("cache"))
         .env("IDEM_TOOLCHAIN_DIR", ports::toolchain_dir())
-        .env_remove("IDEM_SDK");
+        .env_remove("IDEM_SDK")
+        .env_remove("IDEM_JS_ENGINE");
     cmd
 }
 
 #[test]
 fn a_javascript_policy_from_idem_new_to_idem_test() {
-    if !tool_available("a_javascript_policy_from_idem_new_to_idem_test", "node") {
+    javascript_from_idem_new(
+        "a_javascript_policy_from_idem_new_to_idem_test",
+        "starlingmonkey",
+    );
+}
+
+/// The same with the QuickJS engine, chosen as an author would for `npm
+/// test`'s build: `IDEM_JS_ENGINE=quickjs`.
+#[test]
+fn a_quickjs_policy_from_idem_new_to_idem_test() {
+    javascript_from_idem_new("a_quickjs_policy_from_idem_new_to_idem_test", "quickjs");
+}
+
+fn javascript_from_idem_new(test: &str, engine: &str) {
+    if !tool_available(test, "node") {
         return;
     }
     new_build_test("js", |run| {
         // `npm install` links the SDK (a file: dependency): no registry.
         passes(run("npm".as_ref()).args(["install", "--no-audit", "--no-fund", "--offline"]));
         // `npm test` is `node --test`: two tests, neither skipped.
-        let report = passes(run("npm".as_ref()).args(["test", "--silent"]));
+        let report = passes(
+            run("npm".as_ref())
+                .args(["test", "--silent"])
+                .env("IDEM_JS_ENGINE", engine),
+        );
         for line in ["# pass 2", "# fail 0", "# skipped 0"] {
             assert!(report.lines().any(|l| l == line), "no `{line}`:\n{report}");
         }
+        // Built with the engine asked for: a QuickJS component is a
+        // seventh of a StarlingMonkey one's 12 MB.
+        let sizes = passes(run("sh".as_ref()).args(["-c", "cat dist/*.wasm | wc -c"]));
+        let bytes: u64 = sizes.trim().parse().unwrap();
+        let quickjs = bytes < 4_000_000;
+        assert_eq!(quickjs, engine == "quickjs", "{engine}: {bytes} bytes");
     });
 }
 

@@ -21,6 +21,7 @@ mod hardening;
 mod job;
 mod lifecycle;
 mod monitoring;
+mod native_runners;
 mod operator_console;
 mod operator_lookup;
 mod operators;

@@ -1,7 +1,8 @@
 //! The JavaScript and Python ports of the example policies, and the refund
 //! policy of issue 46 written in all three languages (TypeScript
 //! `guest/js/sdk/typecheck/refund-policy.ts`, `guest/python/policies/refunds`,
-//! `guest/policies/refunds`), built as `idem build` builds them and run in
+//! `guest/policies/refunds`), built as `idem build` builds them (JavaScript
+//! with each engine, StarlingMonkey and QuickJS: [`PORTS`]) and run in
 //! the host as any policy is: for thousands of generated operations
 //! (unicode, numbers in every spelling, wrong types, missing fields) each
 //! derives byte-identical keys and fingerprints to the Rust policy, or the
@@ -21,21 +22,30 @@ use std::sync::OnceLock;
 
 use idem::core::{Operation, OperationLimits};
 use idem::policy::{LoadedPolicy, PolicyRuntime, RuntimeConfig};
-use idem_tests::{idem_bin, load, ports, tool_available, workspace_root};
+use idem_tests::ports::{self, PORTS};
+use idem_tests::{idem_bin, load, tool_available, workspace_root};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 
-const POLICIES: [&str; 4] = [
+/// The policies ported to every language.
+pub(crate) const POLICIES: [&str; 4] = [
     "billing-charge",
     "provider-charge",
     "http-idempotency-key",
     "refunds",
 ];
-const LANGUAGES: [(&str, &str); 2] = [("js", "node"), ("python", "python3")];
+
+/// The program a port's build needs.
+pub(crate) fn program_of(port: &str) -> &'static str {
+    match ports::language_of(port).0 {
+        "js" => "node",
+        _ => "python3",
+    }
+}
 
 /// A runtime whose artifact cache outlives the run: a 12–19 MB component
 /// compiles once.
-fn runtime() -> &'static PolicyRuntime {
+pub(crate) fn runtime() -> &'static PolicyRuntime {
     static RUNTIME: OnceLock<PolicyRuntime> = OnceLock::new();
     RUNTIME.get_or_init(|| {
         PolicyRuntime::new(RuntimeConfig {
@@ -72,7 +82,7 @@ fn number() -> impl Strategy<Value = String> {
     ]
 }
 
-fn json_text(text: String) -> String {
+pub(crate) fn json_text(text: String) -> String {
     serde_json::Value::from(text).to_string()
 }
 
@@ -123,7 +133,7 @@ fn fields() -> [(&'static str, BoxedStrategy<String>); 11] {
 
 /// An operation any of the four policies may be handed: each field of
 /// the shape the policies accept, or of any value, or missing.
-fn operation() -> impl Strategy<Value = String> {
+pub(crate) fn operation() -> impl Strategy<Value = String> {
     let fields: Vec<BoxedStrategy<Option<String>>> = fields()
         .into_iter()
         .map(|(name, shaped)| {
@@ -186,8 +196,8 @@ const CASES: u32 = 1_000;
 #[test]
 fn the_ports_derive_the_rust_keys_for_generated_operations() {
     let test = "the_ports_derive_the_rust_keys_for_generated_operations";
-    for (lang, program) in LANGUAGES {
-        if !tool_available(test, program) {
+    for lang in PORTS {
+        if !tool_available(test, program_of(lang)) {
             continue;
         }
         for name in POLICIES {
@@ -233,8 +243,8 @@ fn the_ports_derive_the_rust_keys_for_generated_operations() {
 #[test]
 fn the_ports_pass_the_rust_policies_cases_in_the_host() {
     let test = "the_ports_pass_the_rust_policies_cases_in_the_host";
-    for (lang, program) in LANGUAGES {
-        if !tool_available(test, program) {
+    for lang in PORTS {
+        if !tool_available(test, program_of(lang)) {
             continue;
         }
         for name in POLICIES {

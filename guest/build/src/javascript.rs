@@ -1,9 +1,11 @@
 //! JavaScript policies: a `package.json` project whose main module exports
 //! `policy` (made with `definePolicy` of the `@idem/policy` SDK). esbuild
-//! bundles it with its imports into one module; componentize-js turns that
-//! into a component with every WASI feature disabled, so it imports
-//! nothing but the contract's `diagnostics`, through which the SDK reports
-//! an uncaught exception with the author's file and line
+//! bundles it with its imports into one module; a JavaScript engine for
+//! WebAssembly turns that into a component ([`JsEngine`]): componentize-js
+//! (StarlingMonkey, the default) with every WASI feature disabled, or
+//! componentize-qjs (QuickJS, [`quickjs`]) with WASI stubbed. Either way it
+//! imports nothing but the contract's `diagnostics`, through which the SDK
+//! reports an uncaught exception with the author's file and line
 //! ([`crate::source_map`]).
 
 use std::path::{Path, PathBuf};
@@ -15,6 +17,32 @@ use crate::sections::finish_component;
 use crate::source_map::line_table;
 use crate::toolchain::{JsTools, run};
 use crate::{BuiltGuest, POLICY_WIT, WORLD};
+
+pub mod quickjs;
+
+/// The JavaScript engine a policy is built into.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum JsEngine {
+    /// StarlingMonkey (SpiderMonkey for WebAssembly), through
+    /// componentize-js: the full language of a current browser engine; a
+    /// component of about 12 MB.
+    #[default]
+    StarlingMonkey,
+    /// QuickJS-ng, through componentize-qjs: a smaller engine (about 1.8 MB
+    /// a component) whose derive costs a seventh of the fuel; see
+    /// [`quickjs`].
+    QuickJs,
+}
+
+impl JsEngine {
+    /// Its name, as `idem build --js-engine` spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            JsEngine::StarlingMonkey => "starlingmonkey",
+            JsEngine::QuickJs => "quickjs",
+        }
+    }
+}
 
 /// The SDK package's name.
 pub const SDK_PACKAGE: &str = "@idem/policy";
@@ -115,8 +143,8 @@ impl JsProject {
         })
     }
 
-    /// Builds `<out_dir>/<name>.wasm`.
-    pub fn build(&self, tools: &JsTools, out_dir: &Path) -> Result<BuiltGuest> {
+    /// Builds `<out_dir>/<name>.wasm` with `engine`.
+    pub fn build(&self, tools: &JsTools, engine: JsEngine, out_dir: &Path) -> Result<BuiltGuest> {
         let scratch = tempfile::Builder::new()
             .prefix("idem-build-js-")
             .tempdir()
@@ -125,17 +153,18 @@ impl JsProject {
         std::fs::write(&wit, POLICY_WIT).context("cannot write the contract")?;
         let bundle = scratch.path().join(BUNDLE);
         let metafile = scratch.path().join("meta.json");
-        // The entry binds the host's `failing` where the SDK looks for it
-        // (guest/js/sdk/failure.js) and re-exports the policy module.
+        // The entry re-exports the policy module; for componentize-js it
+        // also binds the host's `failing` where the SDK looks for it
+        // (guest/js/sdk/failure.js). A QuickJS component's prelude does that.
         let entry = scratch.path().join("entry.js");
-        std::fs::write(
-            &entry,
-            format!(
-                "import {{ failing }} from {DIAGNOSTICS:?};\nexport * from {};\nglobalThis[Symbol.for({FAILING:?})] = failing;\n",
-                serde_json::to_string(&self.main.display().to_string())?
+        let main = serde_json::to_string(&self.main.display().to_string())?;
+        let entry_text = match engine {
+            JsEngine::StarlingMonkey => format!(
+                "import {{ failing }} from {DIAGNOSTICS:?};\nexport * from {main};\nglobalThis[Symbol.for({FAILING:?})] = failing;\n"
             ),
-        )
-        .context("cannot write the bundle's entry")?;
+            JsEngine::QuickJs => format!("export * from {main};\n"),
+        };
+        std::fs::write(&entry, entry_text).context("cannot write the bundle's entry")?;
         let mut esbuild = Command::new(&tools.esbuild);
         esbuild
             .current_dir(&self.dir)
@@ -164,27 +193,12 @@ impl JsProject {
         self.check_exports(&metafile)?;
         self.add_line_table(&bundle)?;
         let component = scratch.path().join("policy.wasm");
-        let mut componentize = Command::new(&tools.componentize_js);
-        // Its working directory is where it resolves relative imports; the
-        // bundle has none left.
-        componentize
-            .current_dir(scratch.path())
-            .arg(&bundle)
-            .arg("--wit")
-            .arg(&wit)
-            .args(["--world-name", WORLD])
-            // Every WASI feature off: a policy imports nothing.
-            .args([
-                "--disable",
-                "stdio",
-                "random",
-                "clocks",
-                "http",
-                "fetch-event",
-            ])
-            .arg("--out")
-            .arg(&component);
-        run(&mut componentize, "componentize-js")?;
+        match engine {
+            JsEngine::StarlingMonkey => {
+                componentize_js(tools, scratch.path(), &bundle, &wit, &component)?
+            }
+            JsEngine::QuickJs => quickjs::componentize(tools, scratch.path(), &wit, &component)?,
+        }
         finish_component(
             &component,
             &self.name,
@@ -262,4 +276,35 @@ impl JsProject {
         text.push_str(&table.to_js(SOURCE_LINES, BUNDLE));
         std::fs::write(bundle, text).with_context(|| format!("cannot write {}", bundle.display()))
     }
+}
+
+/// componentize-js: the bundle to `component`, every WASI feature off.
+fn componentize_js(
+    tools: &JsTools,
+    scratch: &Path,
+    bundle: &Path,
+    wit: &Path,
+    component: &Path,
+) -> Result<()> {
+    let mut componentize = Command::new(&tools.componentize_js);
+    // Its working directory is where it resolves relative imports; the
+    // bundle has none left.
+    componentize
+        .current_dir(scratch)
+        .arg(bundle)
+        .arg("--wit")
+        .arg(wit)
+        .args(["--world-name", WORLD])
+        // Every WASI feature off: a policy imports nothing.
+        .args([
+            "--disable",
+            "stdio",
+            "random",
+            "clocks",
+            "http",
+            "fetch-event",
+        ])
+        .arg("--out")
+        .arg(component);
+    run(&mut componentize, "componentize-js")
 }

@@ -27,6 +27,7 @@ pub mod sections;
 pub mod source_map;
 pub mod toolchain;
 
+pub use javascript::JsEngine;
 pub use rust::{
     GUEST_PROFILE, GUEST_PROFILE_CONFIG, GUEST_TARGET, GuestBuild, PolicyCrate, PolicySources,
     build_crate, cargo_binary, componentize, ensure_target,
@@ -129,11 +130,13 @@ pub fn find_project(path: &Path) -> Result<(Language, PathBuf)> {
 /// Builds the policy project at `path` (its directory or its manifest)
 /// into `<out_dir>/<name>.wasm`. Without `out_dir`: a Rust crate's goes to
 /// `policies/` of its target directory, a JavaScript or Python project's to
-/// its `dist/`. The toolchains a JavaScript or Python build needs are taken
+/// its `dist/`. A JavaScript project is built with `js_engine` (the others
+/// ignore it). The toolchains a JavaScript or Python build needs are taken
 /// from `toolchains`, installed there first when missing.
 pub fn build_project(
     path: &Path,
     out_dir: Option<&Path>,
+    js_engine: JsEngine,
     toolchains: &Toolchains,
 ) -> Result<(Language, BuiltGuest)> {
     let (language, manifest) = find_project(path)?;
@@ -147,7 +150,7 @@ pub fn build_project(
         Language::JavaScript => {
             let project = javascript::JsProject::read(&manifest)?;
             let tools = toolchains.javascript()?;
-            project.build(&tools, &dist(&project.dir))?
+            project.build(&tools, js_engine, &dist(&project.dir))?
         }
         Language::Python => {
             let project = python::PyProject::read(&manifest)?;

@@ -17,6 +17,11 @@ use anyhow::{Context, Result, bail};
 /// componentize-js: JavaScript (StarlingMonkey, a SpiderMonkey build for
 /// WebAssembly) to a component. The version the host is tested with.
 pub const COMPONENTIZE_JS: &str = "0.23.0";
+/// componentize-qjs: JavaScript (QuickJS-ng, through rquickjs) to a
+/// component, `idem build --js-engine quickjs`. It comes with
+/// componentize-js's own npm tree (jco depends on it, its engine prebuilt in
+/// the package); it is pinned here beside it, so that tree cannot move it.
+pub const COMPONENTIZE_QJS: &str = "0.4.5";
 /// esbuild: bundles a policy and its imports (`@idem/policy`, npm packages)
 /// into one module, which componentize-js needs (it resolves no package
 /// imports itself).
@@ -37,6 +42,8 @@ pub struct Toolchains {
 pub struct JsTools {
     /// The `componentize-js` command.
     pub componentize_js: PathBuf,
+    /// The `componentize-qjs` command.
+    pub componentize_qjs: PathBuf,
     /// The `esbuild` command.
     pub esbuild: PathBuf,
 }
@@ -68,10 +75,15 @@ impl Toolchains {
         &self.dir
     }
 
-    /// componentize-js and esbuild, installed with npm when missing.
+    /// componentize-js, componentize-qjs and esbuild, installed with npm
+    /// when missing.
     pub fn javascript(&self) -> Result<JsTools> {
-        let name = format!("js-componentize-js-{COMPONENTIZE_JS}-esbuild-{ESBUILD}");
-        let what = format!("componentize-js {COMPONENTIZE_JS} and esbuild {ESBUILD}");
+        let name = format!(
+            "js-componentize-js-{COMPONENTIZE_JS}-qjs-{COMPONENTIZE_QJS}-esbuild-{ESBUILD}"
+        );
+        let what = format!(
+            "componentize-js {COMPONENTIZE_JS}, componentize-qjs {COMPONENTIZE_QJS} and esbuild {ESBUILD}"
+        );
         let home = self.installed(&name, &what, "the npm registry", |dir| {
             check_node()?;
             let mut npm = Command::new("npm");
@@ -81,12 +93,14 @@ impl Toolchains {
                 .arg(format!(
                     "@bytecodealliance/componentize-js@{COMPONENTIZE_JS}"
                 ))
+                .arg(format!("componentize-qjs@{COMPONENTIZE_QJS}"))
                 .arg(format!("esbuild@{ESBUILD}"));
             run(&mut npm, "npm install")
         })?;
         let bin = home.join("node_modules").join(".bin");
         Ok(JsTools {
             componentize_js: bin.join("componentize-js"),
+            componentize_qjs: bin.join("componentize-qjs"),
             esbuild: native_esbuild(&home).unwrap_or_else(|| bin.join("esbuild")),
         })
     }

@@ -56,9 +56,10 @@ export function describeFailure(thrown, table) {
 }
 
 /**
- * SpiderMonkey's stack (`name@file:line:column` a line), innermost first,
- * mapped to the policy's sources: up to the first frame in the policy's own
- * files (not the SDK's).
+ * The stack of either engine a policy is built into, innermost first:
+ * SpiderMonkey's (`name@file:line:column` a line) or QuickJS's (`at name
+ * (file:line:column)`, or `at file:line:column`). Mapped to the policy's
+ * sources: up to the first frame in the policy's own files (not the SDK's).
  * @param {string} stack
  * @param {{ bundle: string, files: string[], lines: number[] } | undefined} table
  * @returns {string[]}
@@ -66,7 +67,7 @@ export function describeFailure(thrown, table) {
 export function sourceFrames(stack, table) {
   const frames = [];
   for (const text of stack.split('\n')) {
-    const m = /^(.*)@(.*):(\d+):(\d+)$/.exec(text.trim());
+    const m = /^(.*)@(.*):(\d+):(\d+)$/.exec(text.trim()) ?? quickJsFrame(text.trim());
     if (!m) continue;
     const [, name, file, line] = m;
     const place = sourcePlace(file, Number(line), table);
@@ -75,6 +76,17 @@ export function sourceFrames(stack, table) {
     if (!place.sdk || frames.length >= MAX_FRAMES) break;
   }
   return frames;
+}
+
+/**
+ * A QuickJS frame as SpiderMonkey's match: `[, name, file, line, column]`.
+ * @param {string} text
+ * @returns {string[] | null}
+ */
+function quickJsFrame(text) {
+  const m = /^at (?:(.*) \((.*):(\d+):(\d+)\)|(.*):(\d+):(\d+))$/.exec(text);
+  if (!m) return null;
+  return m[2] !== undefined ? [m[0], m[1] === '<anonymous>' ? '' : m[1], m[2], m[3], m[4]] : [m[0], '', m[5], m[6], m[7]];
 }
 
 /**

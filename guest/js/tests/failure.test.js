@@ -30,6 +30,13 @@ test("a frame in the SDK is named, up to the author's own", () => {
   assert.deepEqual(sourceFrames(stack, table), ['decimal (@idem/policy/operation.js:40)', 'derive (policy.js:20)']);
 });
 
+test("QuickJS's frames are read as SpiderMonkey's", () => {
+  const stack = '    at decimal (/x/policy.bundle.js:3:5)\n    at <anonymous> (prelude.js:2:1)\n    at /x/policy.bundle.js:5:11\n    at caller (/x/policy.bundle.js:4:1)\n';
+  assert.deepEqual(sourceFrames(stack, table), ['decimal (@idem/policy/operation.js:40)', '<module> (policy.js:20)']);
+  const e = thrown(TypeError, 'not a function', '    at check (policy.bundle.js:4:17)\n    at derive (policy.bundle.js:99:3)\n');
+  assert.equal(describeFailure(e, table), 'TypeError: not a function at check (policy.js:9)');
+});
+
 test('frames outside the bundle, or unmapped, are left out', () => {
   const stack = 'sort@self-hosted:12:3\nderive@policy.bundle.js:1:1\nderive@policy.bundle.js:4:2';
   assert.deepEqual(sourceFrames(stack, table), ['derive (policy.js:9)']);

@@ -19,6 +19,13 @@ const KEEP_RESIDENT: usize = 1 << 20;
 /// Core instances one policy may have: a Rust or JavaScript policy has one,
 /// a Python policy 38.
 const MAX_CORE_INSTANCES: u32 = 64;
+/// Linear memories one policy may have: a Rust policy has one, a
+/// StarlingMonkey (componentize-js) or Python policy two, a QuickJS
+/// (componentize-qjs) policy three: its runtime's, and an empty one in each
+/// of the two small components standing in for the build-time module loader
+/// and for WASI. Each is bounded by the memory limit on its own. Not part of
+/// the engine's compatibility hash: artifacts compiled before stay valid.
+const MAX_MEMORIES: u32 = 3;
 /// Slots decommitted together (one TLB flush for many instances).
 const DECOMMIT_BATCH: usize = 16;
 
@@ -52,10 +59,10 @@ pub(crate) fn build_engine(config: &RuntimeConfig) -> Result<Engine, LoadError> 
     // so a generous count costs nothing until used.
     pool.total_component_instances(n)
         .total_core_instances(n * MAX_CORE_INSTANCES)
-        .total_memories(n * 2)
+        .total_memories(n * MAX_MEMORIES)
         .total_tables(n * 4)
         .max_core_instances_per_component(MAX_CORE_INSTANCES)
-        .max_memories_per_component(2)
+        .max_memories_per_component(MAX_MEMORIES)
         .max_tables_per_component(4)
         .max_memory_size(config.limits.memory_bytes)
         .table_elements(config.limits.table_elements)
