@@ -17,8 +17,25 @@ const FAILING = Symbol.for('idem.policy.failing');
 
 /** @param {unknown} v */
 const none = (v) => (v === null ? undefined : v);
-/** @param {unknown} v */
-const big = (v) => (typeof v === 'number' ? BigInt(v) : v);
+/**
+ * A u64 on its way in, as a BigInt. Past 2^53 - 1 the Number it came as may
+ * already be rounded: the call fails rather than derive from a value the
+ * host did not send (StarlingMonkey would see the exact one).
+ * @param {unknown} v
+ * @param {string} what
+ */
+function big(v, what) {
+  if (typeof v !== 'number') return v;
+  if (v > Number.MAX_SAFE_INTEGER) fail(new RangeError(`${what} is ${v}: a QuickJS component carries a u64 up to 2^53 - 1 only`));
+  return BigInt(v);
+}
+
+/** @param {Error} e */
+function fail(e) {
+  const failing = globalThis[FAILING];
+  if (typeof failing === 'function') failing(`${e.name}: ${e.message}`);
+  throw e;
+}
 
 /**
  * A u64 on its way out, as a Number.
@@ -27,17 +44,12 @@ const big = (v) => (typeof v === 'number' ? BigInt(v) : v);
  */
 function u64Out(v, what) {
   if (typeof v !== 'bigint') return v;
-  if (v > BigInt(Number.MAX_SAFE_INTEGER)) {
-    const e = new RangeError(`${what} is ${v}: a QuickJS component carries a u64 up to 2^53 - 1 only`);
-    const failing = globalThis[FAILING];
-    if (typeof failing === 'function') failing(`${e.name}: ${e.message}`);
-    throw e;
-  }
+  if (v > BigInt(Number.MAX_SAFE_INTEGER)) fail(new RangeError(`${what} is ${v}: a QuickJS component carries a u64 up to 2^53 - 1 only`));
   return Number(v);
 }
 
 function operationIn(op) {
-  return { kind: op.kind, tenant: op.tenant, fields: op.fields, run: none(op.run), nowMs: big(op.nowMs) };
+  return { kind: op.kind, tenant: op.tenant, fields: op.fields, run: none(op.run), nowMs: big(op.nowMs, 'now-ms') };
 }
 
 function contextIn(ctx) {
@@ -47,9 +59,9 @@ function contextIn(ctx) {
     state: ctx.state,
     fingerprintMatches: ctx.fingerprintMatches,
     attempts: ctx.attempts,
-    ageMs: big(ctx.ageMs),
-    leaseRemainingMs: big(ctx.leaseRemainingMs),
-    outcome: outcome === undefined ? undefined : { status: outcome.status, size: big(outcome.size), error: none(outcome.error) },
+    ageMs: big(ctx.ageMs, 'age-ms'),
+    leaseRemainingMs: big(ctx.leaseRemainingMs, 'lease-remaining-ms'),
+    outcome: outcome === undefined ? undefined : { status: outcome.status, size: big(outcome.size, 'size'), error: none(outcome.error) },
   };
 }
 

@@ -24,13 +24,15 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use idem::forensics::report::{ReportScope, read_report};
 use idem::forensics::review::waiting_records_matching;
-use idem::forensics::{Analysis, Cause, ShownOperation};
+use idem::forensics::{Analysis, ShownOperation};
 use idem::store::{Digest, ListCursor, ListFilter, RecordKey, RecordState, RecordView, StoreError};
 use serde::Deserialize;
 
 use super::page::{self, Notice, esc, url_encoded, utc};
 use super::{Caller, caller, html};
 use crate::App;
+
+mod duplicates;
 
 /// Rows on a page.
 pub(crate) const PAGE: usize = 25;
@@ -179,7 +181,7 @@ struct Listing {
     rows: Vec<Row>,
     /// How many records the choice holds in all, when it is counted
     /// (waiting and settled are; completed and all are not, so that a page
-    /// never reads more than its offset and one page).
+    /// reads no more than its own rows from its place on).
     total: Option<usize>,
     /// Whether more rows follow this page, and whether some list above it.
     more: bool,
@@ -252,7 +254,7 @@ async fn render(
     page::notice(&mut out, notice.as_ref());
     search_form(&mut out, asked);
     rows(&mut out, asked, &listing);
-    duplicates(&mut out, asked, &listing.analysis);
+    duplicates::section(&mut out, asked, &listing.analysis);
     out.push_str("</body></html>\n");
     html(status, out)
 }
@@ -472,7 +474,17 @@ fn rows(out: &mut String, asked: &Asked, listing: &Listing) {
         }
     }
     if listing.rows.is_empty() {
-        out.push_str("<p class=\"meta\" id=\"empty\">No record here.</p>\n");
+        out.push_str("<p class=\"meta\" id=\"empty\">No record here.");
+        // A page reached by its place whose rows have all left the list
+        // (settled meanwhile): the way back is the first page.
+        if asked.after.is_some() || asked.before.is_some() {
+            let _ = write!(
+                out,
+                " <a href=\"{}\">First page</a>",
+                esc(&asked.href(asked.which, asked.window.0, None))
+            );
+        }
+        out.push_str("</p>\n");
         return;
     }
     out.push_str("<table class=\"list\"><tr><th>key</th><th>state</th><th>operation</th><th>last changed (UTC)</th><th>fence</th><th></th></tr>");
@@ -544,58 +556,4 @@ fn capitalised(text: &str) -> String {
         .next()
         .map(|c| c.to_uppercase().chain(chars).collect())
         .unwrap_or_default()
-}
-
-fn duplicates(out: &mut String, asked: &Asked, a: &Analysis) {
-    let _ = write!(
-        out,
-        "<h2 id=\"duplicates\">Duplicates by cause, last {}</h2><nav>",
-        asked.window.0
-    );
-    for (name, _) in WINDOWS {
-        if name == asked.window.0 {
-            let _ = write!(out, "<b>{name}</b> ");
-        } else {
-            let _ = write!(
-                out,
-                "<a href=\"{}\">{name}</a> ",
-                esc(&asked.href(asked.which, name, None))
-            );
-        }
-    }
-    out.push_str("</nav>\n");
-    let plural = |n: usize| if n == 1 { "" } else { "s" };
-    let _ = writeln!(
-        out,
-        "<p class=\"meta\">{} attempt-log entr{} about {} key{}.</p>",
-        a.entries,
-        if a.entries == 1 { "y" } else { "ies" },
-        a.keys,
-        plural(a.keys)
-    );
-    if a.duplicates.is_empty() {
-        out.push_str("<p>No duplicates in this window: every key was asked for once.</p>\n");
-    }
-    for (cause, n) in a.causes() {
-        let _ = write!(
-            out,
-            "<p class=\"cause\"><span class=\"n\">{n}</span>{}{}</p>",
-            esc(cause.describe()),
-            if cause == Cause::KeyDrift {
-                " <strong>(not prevented)</strong>"
-            } else {
-                ""
-            }
-        );
-        if let Some(d) = a.duplicates.iter().find(|d| d.cause == cause) {
-            let hex = d.key.digest.to_hex();
-            let _ = writeln!(
-                out,
-                "<p class=\"meta\">e.g. <a class=\"key\" href=\"{}\">{}</a>: {}</p>",
-                page::record_href(&hex),
-                &hex[..16],
-                esc(&d.explanation)
-            );
-        }
-    }
 }

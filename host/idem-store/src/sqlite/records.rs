@@ -247,8 +247,11 @@ impl RecordBackend for SqliteStore {
         let filter = filter.clone();
         self.blocking(move |inner| {
             let lookup = filter.lookup();
+            // A lookup stays a read: indexing first only shortens the scan
+            // past the mark, which answers all the same if it fails (a full
+            // disk, say).
             if lookup.is_some() {
-                inner.catch_up(LOOKUP_CATCH_UP, false)?;
+                let _ = inner.catch_up(LOOKUP_CATCH_UP, false);
             }
             inner.read(|conn, now| {
                 // ?10-?12 the place a page starts after, ?13-?15 the one

@@ -128,7 +128,13 @@ async fn review_states(store: &Store, scope: &ListFilter) -> Result<Vec<RecordVi
                 .await?,
         );
     }
-    views.sort_by_key(|v| std::cmp::Reverse(v.record.updated_ms));
+    // The order the console pages by (`ListCursor`): most recently
+    // changed first, then by key — records of one batch share a change time,
+    // and without the key a page could skip or repeat one of them.
+    views.sort_by(|a, b| {
+        (b.record.updated_ms.cmp(&a.record.updated_ms))
+            .then_with(|| a.record.key.cmp(&b.record.key))
+    });
     Ok(views)
 }
 

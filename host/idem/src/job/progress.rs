@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use tokio::task::JoinHandle;
+use tokio::task::{JoinHandle, JoinSet};
 
 use super::feed::Ticket;
 
@@ -74,9 +74,9 @@ impl<T> Progress<T> {
     }
 }
 
-/// Every `every`, reports each operation then in the list (a report is a
-/// message queued for the broker's connection: one after the other costs
-/// no more than all at once).
+/// Every `every`, reports each operation then in the list, all at once (a
+/// Redis report is a round trip: in a row, a slow one would hold back every
+/// other delivery's).
 async fn keep<T: Ticket>(progress: Weak<Progress<T>>, every: Duration) {
     let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -87,8 +87,10 @@ async fn keep<T: Ticket>(progress: Weak<Progress<T>>, every: Duration) {
         };
         let live: Vec<Arc<T>> = progress.list().values().cloned().collect();
         drop(progress);
+        let mut reports = JoinSet::new();
         for ticket in live {
-            ticket.in_progress().await;
+            reports.spawn(async move { ticket.in_progress().await });
         }
+        while reports.join_next().await.is_some() {}
     }
 }

@@ -29,8 +29,10 @@ const MAX_MEMORIES: u32 = 3;
 /// Slots decommitted together (one TLB flush for many instances).
 const DECOMMIT_BATCH: usize = 16;
 
-/// Builds the engine. Every choice here is part of the compiled artifact's
-/// compatibility hash, so cached artifacts follow a change automatically.
+/// Builds the engine. Every compiler and feature choice here is part of the
+/// compiled artifact's compatibility hash, so cached artifacts follow a
+/// change automatically; the pool's limits are not (they are checked when
+/// a component is loaded).
 pub(crate) fn build_engine(config: &RuntimeConfig) -> Result<Engine, LoadError> {
     let mut c = Config::new();
     c.wasm_component_model(true);
