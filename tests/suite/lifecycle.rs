@@ -451,6 +451,26 @@ fn activation_gates_diffs_pins_and_rolls_back() {
             "{stderr}"
         );
         assert!(stderr.contains("not registered"), "{stderr}");
+        // A job with it stops at once, saying why, instead of counting
+        // every line not run.
+        let ops = env.write("unregistered.jsonl", &format!("{}\n{}\n", op(3), op(5)));
+        let out = env.idem(&[
+            "run",
+            "--policy",
+            v2.to_str().unwrap(),
+            "--store",
+            &env.store,
+            "--ops",
+            ops.to_str().unwrap(),
+            "--",
+            "true",
+        ]);
+        assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+        let said = text(&out.stdout);
+        assert!(
+            said.contains("stopped: ") && said.contains("not registered"),
+            "{said}"
+        );
         let tampered = env.write("tampered.wasm", "");
         std::fs::write(
             &tampered,

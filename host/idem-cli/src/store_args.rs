@@ -54,21 +54,10 @@ impl StoreArgs {
     /// Past it, says so and gives the exit code (`Ok(Err(code))`): nothing
     /// ran.
     pub async fn open_riding_out(&self, budget: Duration) -> Result<Result<Store, u8>, Failure> {
-        let waiting = |e: &idem_store::StoreError| {
-            tell!(
-                "idem: the store is unavailable ({e}); trying again for up to {}",
-                humantime::format_duration(budget)
-            )
-        };
+        let waiting = |e: &idem_store::StoreError| told_waiting(e, budget);
         match idem::job::open_riding_out(&self.store, self.options(), budget, waiting).await {
             Ok(store) => Ok(Ok(store)),
-            Err(e) if e.is_unavailable() => {
-                tell!(
-                    "idem: stopped: the store stayed unavailable past --store-outage {}; the command did not run: {e}",
-                    humantime::format_duration(budget)
-                );
-                Ok(Err(crate::exit::STORE_UNAVAILABLE))
-            }
+            Err(e) if e.is_unavailable() => Ok(Err(told_gave_up(&e, budget))),
             Err(e) => Err(self.open_failure(e)),
         }
     }
@@ -115,4 +104,22 @@ pub fn runtime() -> Result<tokio::runtime::Runtime, Failure> {
         .enable_all()
         .build()
         .map_err(|e| Failure::input(format!("cannot start the async runtime: {e}")))
+}
+
+/// Says, at an outage's first failure, that the store is waited for.
+pub fn told_waiting(e: &dyn std::fmt::Display, budget: Duration) {
+    tell!(
+        "idem: the store is unavailable ({e}); trying again for up to {}",
+        humantime::format_duration(budget)
+    )
+}
+
+/// Says that the store stayed away past the budget and nothing ran; the
+/// exit status for it.
+pub fn told_gave_up(e: &dyn std::fmt::Display, budget: Duration) -> u8 {
+    tell!(
+        "idem: stopped: the store stayed unavailable past --store-outage {}; the command did not run: {e}",
+        humantime::format_duration(budget)
+    );
+    crate::exit::STORE_UNAVAILABLE
 }

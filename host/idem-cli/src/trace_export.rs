@@ -16,8 +16,9 @@
 //! the PostgreSQL store's TLS already uses), trusting the webpki roots and
 //! the PEM certificates `OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE` (else
 //! `OTEL_EXPORTER_OTLP_CERTIFICATE`) names, as the specification says; a
-//! file that cannot be read is told on stderr and no exporter is
-//! installed.
+//! file that cannot be read is told on stderr and, when the endpoint is
+//! https, no exporter is installed (an `http://` endpoint needs no
+//! certificate, and its spans still go).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -66,7 +67,25 @@ where
     {
         return None;
     }
-    let client = match OwnRuntimeClient::new(tls_config()) {
+    let endpoint = [
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+        "OTEL_EXPORTER_OTLP_ENDPOINT",
+    ]
+    .into_iter()
+    .find_map(|name| std::env::var(name).ok().filter(|v| !v.is_empty()))
+    .unwrap_or_default();
+    let tls = tls_config();
+    if let Err(e) = &tls {
+        if endpoint
+            .get(..8)
+            .is_some_and(|s| s.eq_ignore_ascii_case("https://"))
+        {
+            crate::shown::tell!("idem: traces are not exported: {e}");
+            return None;
+        }
+        crate::shown::tell!("idem: {e} (not needed for {endpoint})");
+    }
+    let client = match OwnRuntimeClient::new(tls) {
         Ok(client) => client,
         Err(e) => {
             crate::shown::tell!("idem: traces are not exported: {e}");
@@ -161,7 +180,9 @@ fn tls_config() -> Result<rustls::ClientConfig, String> {
 #[derive(Debug, Clone)]
 struct OwnRuntimeClient {
     runtime: Arc<tokio::runtime::Runtime>,
-    tls: Arc<rustls::ClientConfig>,
+    /// Why there is none when the certificate file could not be read: an
+    /// https request then fails with it.
+    tls: Result<Arc<rustls::ClientConfig>, String>,
 }
 
 /// The request's own deadline (the SDK bounds each export by
@@ -170,7 +191,7 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
 impl OwnRuntimeClient {
     fn new(tls: Result<rustls::ClientConfig, String>) -> Result<OwnRuntimeClient, String> {
-        let tls = Arc::new(tls?);
+        let tls = tls.map(Arc::new);
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .thread_name("idem-otlp")
@@ -203,7 +224,7 @@ impl HttpClient for OwnRuntimeClient {
 
 /// One request to its endpoint: over TLS when the scheme is https.
 async fn send(
-    tls: Arc<rustls::ClientConfig>,
+    tls: Result<Arc<rustls::ClientConfig>, String>,
     mut request: http::Request<bytes::Bytes>,
 ) -> Result<http::Response<bytes::Bytes>, HttpError> {
     let uri = request.uri().clone();
@@ -229,6 +250,7 @@ async fn send(
     if !https {
         return exchange(tcp, request).await;
     }
+    let tls = tls?;
     let name = rustls::pki_types::ServerName::try_from(address.to_string())?;
     let stream = tokio_rustls::TlsConnector::from(tls)
         .connect(name, tcp)

@@ -1,6 +1,7 @@
 //! `idem consume`'s broker flags: a flag of another broker, a missing
 //! one, a value out of range or a scheme not read is refused, naming it,
-//! before any store or broker is opened.
+//! before any store or broker is opened; a store not there at the start is
+//! waited for within `--store-outage`.
 
 use std::process::Command;
 
@@ -171,4 +172,41 @@ fn a_broker_flag_that_does_not_fit_is_refused_before_anything_opens() {
         assert!(stderr.contains(says), "{flags:?}: {stderr}");
         assert!(!store.exists(), "{flags:?}: no store was opened");
     }
+}
+
+/// A store that is not there when the consumer starts (a server still
+/// starting, here a port nobody listens on) is waited for within
+/// `--store-outage`, as `idem run` and `idem exec` wait: past it the
+/// consumer exits 69, saying so, and no broker was read.
+#[test]
+fn a_store_not_there_at_the_start_is_waited_for_then_69() {
+    let dir = tempfile::tempdir().unwrap();
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = closed.local_addr().unwrap().port();
+    drop(closed);
+    let out = Command::new(idem_bin())
+        .args(["consume", "--policy"])
+        .arg(policy_path("billing-charge"))
+        .args([
+            "--store",
+            &format!("postgres://postgres@127.0.0.1:{port}/test"),
+            "--store-outage",
+            "1s",
+            "--from",
+            "amqp://127.0.0.1:1",
+            "--queue",
+            "q",
+            "--",
+            "true",
+        ])
+        .env("IDEM_CACHE_DIR", dir.path().join("cache"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(69), "{stderr}");
+    assert!(stderr.contains("the store is unavailable"), "{stderr}");
+    assert!(
+        stderr.contains("stayed unavailable past --store-outage"),
+        "{stderr}"
+    );
 }

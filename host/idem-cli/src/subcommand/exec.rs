@@ -15,7 +15,7 @@ use crate::input::read_op_bytes;
 use crate::policy_args::PolicyArgs;
 use crate::run_flags::RunFlags;
 use crate::shown::tell;
-use crate::store_args::{StoreArgs, runtime};
+use crate::store_args::{StoreArgs, runtime, told_gave_up, told_waiting};
 use crate::user_command::UserCommand;
 
 /// `idem exec`'s flags.
@@ -67,7 +67,7 @@ pub fn run(args: ExecArgs) -> Result<u8, Failure> {
             idem.run_id = op
                 .run
                 .as_ref()
-                .map(|r| idem_core::text::bounded(&r.run_id, 256)),
+                .map(|r| idem_core::text::bounded(&r.run_id, idem::engine::MAX_ATTRIBUTE)),
             idem.run.attempt = op.run.as_ref().map(|r| r.attempt),
             process.exit.code = tracing::field::Empty,
         );
@@ -103,21 +103,10 @@ fn derive_first(policy: &LoadedPolicy, op: &Operation) -> Result<(), Failure> {
 
 async fn exec(engine: &Engine, op: &Operation, args: &ExecArgs) -> Result<u8, Failure> {
     let budget = args.run.store_outage;
-    let waiting = |e: &EngineError| {
-        tell!(
-            "idem: the store is unavailable ({e}); trying again for up to {}",
-            humantime::format_duration(budget)
-        );
-    };
+    let waiting = |e: &EngineError| told_waiting(e, budget);
     let begun = match begin_riding_out(engine, op, budget, waiting).await {
         Ok(begun) => begun,
-        Err(e) if e.is_store_unavailable() => {
-            tell!(
-                "idem: stopped: the store stayed unavailable past --store-outage {}; the command did not run: {e}",
-                humantime::format_duration(budget)
-            );
-            return Ok(exit::STORE_UNAVAILABLE);
-        }
+        Err(e) if e.is_store_unavailable() => return Ok(told_gave_up(&e, budget)),
         Err(e) => return Err(engine_failure(e)),
     };
     let span = tracing::Span::current();

@@ -224,6 +224,8 @@ pub fn run(args: RunArgs) -> Result<u8, Failure> {
         }
         Ok(if summary.outage.is_some() {
             exit::STORE_UNAVAILABLE
+        } else if summary.stopped.is_some() {
+            exit::BAD_INPUT
         } else if summary.all_completed() {
             exit::SUCCESS
         } else {
@@ -393,9 +395,6 @@ fn job_failure(e: JobError, args: &RunArgs) -> Failure {
             code: exit::JOB_LEASE_HELD,
             message: held.to_string(),
         },
-        JobError::Store(e) => {
-            Failure::input(format!("cannot open store {}: {e}", args.store.shown()))
-        }
         // The lease, the membership, the source, and any error this idem
         // does not know (`JobError` is non-exhaustive).
         other => Failure::input(other),
@@ -462,6 +461,9 @@ fn print_summary(summary: &Summary, args: &RunArgs, ownership_group: Option<&str
             humantime::format_duration(args.run.store_outage),
             outage.error
         );
+    }
+    if let Some(why) = &summary.stopped {
+        say!("stopped: {why}");
     }
     if let Some(group) = ownership_group {
         say!(

@@ -154,12 +154,21 @@ pub trait RecordBackend: Send + Sync + 'static {
     /// the store.
     async fn collect_garbage(&self, limit: u32) -> Result<u64, StoreError>;
 
-    /// Brings a lookup index kept behind the writes one batch nearer the
-    /// records (SQLite's, `sqlite/field_index.rs`); how many records it
-    /// indexed, 0 once it is up to date. `gc` calls it until then.
-    /// Default: 0 (no such index: PostgreSQL's is written with each
-    /// record, and the memory store scans).
-    async fn index_batch(&self) -> Result<u64, StoreError> {
+    /// Where a lookup index kept behind the writes (SQLite's,
+    /// `sqlite/field_index.rs`) must reach to cover every record written
+    /// so far; `None` when there is no such index (PostgreSQL's is written
+    /// with each record, and the memory store scans). `gc` indexes up to
+    /// it and no further, so that claims arriving faster than the indexer
+    /// cannot keep it going.
+    async fn index_end(&self) -> Result<Option<i64>, StoreError> {
+        Ok(None)
+    }
+
+    /// Brings that index one batch nearer `upto` (an [`Self::index_end`]);
+    /// how many records it indexed, 0 once it has reached it. `gc` calls
+    /// it until then, each batch its own transaction.
+    async fn index_batch(&self, upto: i64) -> Result<u64, StoreError> {
+        let _ = upto;
         Ok(0)
     }
 

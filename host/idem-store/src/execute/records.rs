@@ -246,9 +246,12 @@ impl<B: RecordBackend> Records for B {
                 break;
             }
         }
-        // Then the lookup index kept behind the writes, in batches of its
-        // own between which claims get the store.
-        while self.index_batch().await? > 0 {}
+        // Then the lookup index kept behind the writes, up to the records
+        // there are now, in batches of its own between which claims get
+        // the store.
+        if let Some(upto) = self.index_end().await? {
+            while self.index_batch(upto).await? > 0 {}
+        }
         Ok(removed)
     }
 

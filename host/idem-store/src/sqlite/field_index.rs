@@ -109,19 +109,24 @@ pub(super) fn spawn_indexer(store: Weak<Inner>) {
 }
 
 impl Inner {
-    /// Indexes up to `limit` records after the mark, in rowid order, and
-    /// moves the mark past them, in the caller's write transaction; how
-    /// many records it read.
-    pub(super) fn index_batch(&self, tx: &Connection, limit: u32) -> Result<u64, StoreError> {
+    /// Indexes up to `limit` records after the mark and not past `upto`,
+    /// in rowid order, and moves the mark past them, in the caller's
+    /// write transaction; how many records it read.
+    pub(super) fn index_batch(
+        &self,
+        tx: &Connection,
+        limit: u32,
+        upto: i64,
+    ) -> Result<u64, StoreError> {
         let fail = |e| self.err("indexing records' fields", e);
         let mark = self.mark(tx)?;
         let (count, last): (i64, Option<i64>) = tx
             .prepare_cached(
                 "SELECT count(*), max(rowid) FROM \
-                 (SELECT rowid FROM records WHERE rowid > ?1 ORDER BY rowid LIMIT ?2)",
+                 (SELECT rowid FROM records WHERE rowid > ?1 AND rowid <= ?3 ORDER BY rowid LIMIT ?2)",
             )
             .and_then(|mut s| {
-                s.query_row(rusqlite::params![mark, i64::from(limit)], |row| {
+                s.query_row(rusqlite::params![mark, i64::from(limit), upto], |row| {
                     Ok((row.get(0)?, row.get(1)?))
                 })
             })
@@ -149,28 +154,39 @@ impl Inner {
             .map_err(|e| self.err("reading the lookup index's mark", e))
     }
 
-    /// Whether records after the mark wait to be indexed (a read).
-    fn behind(&self, conn: &Connection) -> Result<bool, StoreError> {
+    /// Whether records after the mark and not past `upto` wait to be
+    /// indexed (a read).
+    fn behind(&self, conn: &Connection, upto: i64) -> Result<bool, StoreError> {
         conn.prepare_cached(
             "SELECT EXISTS (SELECT 1 FROM records WHERE rowid > \
-             (SELECT indexed FROM record_fields_mark WHERE id = 1))",
+             (SELECT indexed FROM record_fields_mark WHERE id = 1) AND rowid <= ?1)",
         )
-        .and_then(|mut s| s.query_row([], |row| row.get(0)))
+        .and_then(|mut s| s.query_row([upto], |row| row.get(0)))
         .map_err(|e| self.err("reading the lookup index's mark", e))
     }
 
-    /// Indexes up to `limit` records in one transaction, when any wait;
-    /// how many. With `wait` false it takes SQLite's write lock only if it
+    /// The largest rowid there is now (0 with no record): what the index
+    /// must reach to cover every record written so far.
+    pub(super) fn index_end(&self) -> Result<i64, StoreError> {
+        self.peek(|conn| {
+            conn.prepare_cached("SELECT coalesce(max(rowid), 0) FROM records")
+                .and_then(|mut s| s.query_row([], |row| row.get(0)))
+                .map_err(|e| self.err("reading the newest record's place", e))
+        })
+    }
+
+    /// Indexes up to `limit` records, none past `upto`, in one
+    /// transaction, when any wait; how many. With `wait` false it takes SQLite's write lock only if it
     /// is free (0 otherwise: another connection is writing, and the lookup
     /// or the idle indexer does not wait for it).
-    pub(super) fn catch_up(&self, limit: u32, wait: bool) -> Result<u64, StoreError> {
+    pub(super) fn catch_up(&self, limit: u32, wait: bool, upto: i64) -> Result<u64, StoreError> {
         // Not a call of this process's callers: the idle indexer's look
         // must not count as one (`peek`).
-        if !self.peek(|conn| self.behind(conn))? {
+        if !self.peek(|conn| self.behind(conn, upto))? {
             return Ok(0);
         }
         let context = "indexing records' fields";
-        let index = |tx: &rusqlite::Transaction<'_>, _now| self.index_batch(tx, limit);
+        let index = |tx: &rusqlite::Transaction<'_>, _now| self.index_batch(tx, limit, upto);
         if wait {
             self.write(context, index)
         } else {
@@ -195,7 +211,7 @@ impl Inner {
             if seen.replace(version) != Some(version) {
                 return Ok(());
             }
-            if self.catch_up(INDEX_BATCH, false)? < u64::from(INDEX_BATCH) {
+            if self.catch_up(INDEX_BATCH, false, i64::MAX)? < u64::from(INDEX_BATCH) {
                 return Ok(());
             }
         }

@@ -251,7 +251,7 @@ impl RecordBackend for SqliteStore {
             // past the mark, which answers all the same if it fails (a full
             // disk, say).
             if lookup.is_some() {
-                let _ = inner.catch_up(LOOKUP_CATCH_UP, false);
+                let _ = inner.catch_up(LOOKUP_CATCH_UP, false, i64::MAX);
             }
             inner.read(|conn, now| {
                 // ?10-?12 the place a page starts after, ?13-?15 the one
@@ -325,8 +325,12 @@ impl RecordBackend for SqliteStore {
         .await
     }
 
-    async fn index_batch(&self) -> Result<u64, StoreError> {
-        self.blocking(|inner| inner.catch_up(INDEX_BATCH, true))
+    async fn index_end(&self) -> Result<Option<i64>, StoreError> {
+        self.blocking(|inner| inner.index_end().map(Some)).await
+    }
+
+    async fn index_batch(&self, upto: i64) -> Result<u64, StoreError> {
+        self.blocking(move |inner| inner.catch_up(INDEX_BATCH, true, upto))
             .await
     }
 

@@ -9,10 +9,9 @@ use std::time::{Duration, Instant};
 use super::settle::{Delivered, Settling};
 use super::{ConsumeOptions, FETCH_WAIT};
 use crate::broker::MessageSource;
+use crate::job::event::Observer;
 use crate::job::feed::{Feed, Finale, Input, Pulled};
 use crate::job::{JobEvent, Outage};
-
-type Observer = Arc<dyn Fn(JobEvent<'_>) + Send + Sync>;
 
 /// The feed of one consumer.
 pub(super) struct Fetching<'a> {

@@ -55,7 +55,8 @@ use idem_core::RunContext;
 use crate::broker::MessageSource;
 use crate::engine::Engine;
 use crate::job::dispatch::{self, Limits};
-use crate::job::{Effect, JobError, JobEvent, Ownership, Summary, join_ownership};
+use crate::job::ownership::{self, Ownership};
+use crate::job::{Effect, JobError, JobEvent, Summary};
 
 /// How a consumer runs.
 #[derive(Debug, Clone)]
@@ -138,14 +139,7 @@ pub async fn consume<E: Effect>(
     shutdown: impl Future<Output = ()>,
     observer: Arc<dyn Fn(JobEvent<'_>) + Send + Sync>,
 ) -> Result<Summary, JobError> {
-    let engine = match &options.ownership {
-        Some(ownership) => {
-            let mut engine_options = engine.options().clone();
-            engine_options.ownership = Some(join_ownership(engine.store(), ownership).await?);
-            Arc::new(engine.reconfigured(engine_options))
-        }
-        None => engine,
-    };
+    let engine = Arc::new(ownership::joined(&engine, options.ownership.as_ref()).await?);
     let concurrency = options.concurrency.max(1);
     let limits = Limits {
         concurrency,

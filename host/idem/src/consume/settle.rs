@@ -23,6 +23,7 @@ use crate::broker::{Delivery, SourceError};
 use crate::engine::Engine;
 use crate::job::End;
 use crate::job::JobEvent;
+use crate::job::event::Observer;
 use crate::job::fate::{Delay, Fate, Halt, Then};
 use crate::job::feed::{Settled, Ticket};
 use crate::job::outage;
@@ -33,7 +34,7 @@ pub(super) struct Settling {
     pub(super) not_owned_delay: Duration,
     /// Whether the advice about other members' messages was given.
     pub(super) told_not_owned: AtomicBool,
-    pub(super) observer: Arc<dyn Fn(JobEvent<'_>) + Send + Sync>,
+    pub(super) observer: Observer,
 }
 
 impl Settling {

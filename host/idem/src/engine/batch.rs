@@ -78,11 +78,6 @@ impl FirstClaim {
         &self.request
     }
 
-    /// The operation's key.
-    pub(crate) fn key(&self) -> idem_core::Digest {
-        self.keyed.key
-    }
-
     /// The store's error for this operation's claim, when the store was
     /// unavailable to make it (the claim may be sent again).
     pub(crate) fn store_unavailable(&self) -> Option<&StoreError> {

@@ -57,6 +57,8 @@ mod run_once;
 mod settle;
 pub(crate) mod telemetry;
 
+pub use telemetry::MAX_ATTRIBUTE;
+
 use std::sync::Arc;
 use std::time::Duration;
 

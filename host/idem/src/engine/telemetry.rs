@@ -183,7 +183,7 @@ pub(crate) fn finished_with(
 
 /// The longest text from outside (a run id, a caller's name) kept in a
 /// span's attribute, in bytes.
-pub(crate) const MAX_ATTRIBUTE: usize = 256;
+pub const MAX_ATTRIBUTE: usize = 256;
 
 /// OpenTelemetry's `db.system.name` of `store`: `sqlite`, `postgresql`, or
 /// `other_sql` (a store made by an embedder).

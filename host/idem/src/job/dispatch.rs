@@ -66,11 +66,8 @@ pub(crate) async fn run_all<F: Feed, E: Effect>(
         engine: engine.clone(),
         effect,
         permits: permits.clone(),
-        wait_for_peers: limits.wait_for_peers,
-        store_outage: limits.store_outage,
+        limits: limits.clone(),
         pending: Default::default(),
-        lone: limits.concurrency == 1,
-        hold_until_recorded: limits.hold_until_recorded,
         stopping: Default::default(),
         observer: observer.clone(),
         progress: progress.as_ref().map(|(list, _)| list.clone()),
@@ -80,6 +77,7 @@ pub(crate) async fn run_all<F: Feed, E: Effect>(
     let mut run = Run {
         summary: Summary::default(),
         observer,
+        budget: limits.store_outage,
     };
     let mut taken: u64 = 0;
     loop {
@@ -211,6 +209,8 @@ pub(crate) async fn run_all<F: Feed, E: Effect>(
 struct Run<'a> {
     summary: Summary,
     observer: &'a Observer,
+    /// The store's outage budget.
+    budget: Duration,
 }
 
 impl Run<'_> {
@@ -219,9 +219,11 @@ impl Run<'_> {
         self.summary.outage.is_some() || self.summary.stopped.is_some() || self.summary.deposed
     }
 
-    /// The operations pulled (counted in `taken`) made ready to claim, what
-    /// cannot be claimed settled now; `None` when the feed ended (what it
-    /// says of its end counted).
+    /// The operations pulled (counted in `taken`) made ready to claim:
+    /// what came as JSON read and derived (given `limits.run` when it names
+    /// none), kept when this member owns it, each with its claim request;
+    /// what cannot be claimed settled now. `None` when the feed ended (what
+    /// it says of its end counted).
     async fn take<T: Ticket>(
         &mut self,
         engine: &Engine,
@@ -232,7 +234,14 @@ impl Run<'_> {
         match pulled {
             Pulled::Taken(inputs) => {
                 *taken += inputs.len() as u64;
-                Some(self.prepare(engine, inputs, limits).await)
+                let mut ready = Vec::with_capacity(inputs.len());
+                for (input, ticket) in inputs {
+                    match derived(engine, input, limits) {
+                        Ok(derived) => ready.push((engine.to_claim(derived), ticket)),
+                        Err(fate) => self.settle(engine, &ticket, fate).await,
+                    }
+                }
+                Some(ready)
             }
             Pulled::End(finale) => {
                 if self.summary.outage.is_none() {
@@ -249,11 +258,15 @@ impl Run<'_> {
         self.summary.count(end);
         match halt {
             Halt::No => {}
-            Halt::Outage => {
-                self.summary.outage.get_or_insert_with(|| Outage {
-                    lasted_ms: 0,
-                    error: "the store was unavailable past the outage budget".into(),
-                });
+            Halt::Outage(error) => {
+                // Met by an operation's own call, which rode out the whole
+                // budget before giving up.
+                if self.summary.outage.is_none() {
+                    self.summary.outage = Some(Outage {
+                        lasted_ms: self.budget.as_millis() as u64,
+                        error,
+                    });
+                }
             }
             Halt::Stop(why) => {
                 if self.summary.stopped.is_none() {
@@ -300,25 +313,6 @@ impl Run<'_> {
             note: note.as_deref(),
         });
         self.count(end, halt);
-    }
-
-    /// Reads and derives what came as JSON (given `limits.run` when it
-    /// names none), keeps what this member owns, and makes each claim
-    /// request; what cannot be claimed is settled now.
-    async fn prepare<T: Ticket>(
-        &mut self,
-        engine: &Engine,
-        inputs: Vec<(Input, T)>,
-        limits: &Limits,
-    ) -> Vec<(ToClaim, T)> {
-        let mut ready = Vec::with_capacity(inputs.len());
-        for (input, ticket) in inputs {
-            match derived(engine, input, limits) {
-                Ok(derived) => ready.push((engine.to_claim(derived), ticket)),
-                Err(fate) => self.settle(engine, &ticket, fate).await,
-            }
-        }
-        ready
     }
 
     /// Settles the operations of `ahead` whose records are final now (one

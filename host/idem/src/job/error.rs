@@ -37,10 +37,6 @@ pub enum JobError {
     /// The source could not be read at all.
     #[error("cannot read the operations: {0}")]
     Source(String),
-    /// Every operation was read and derived, but the store could not be
-    /// opened (see `Records::ready`): nothing was claimed.
-    #[error("{0}")]
-    Store(#[source] StoreError),
     /// Another live run holds the job lease: this run did nothing.
     #[error(
         "job {name} is already running ({}, lease fence {}, {remaining_ms} ms left); this run did nothing",

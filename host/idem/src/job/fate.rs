@@ -7,8 +7,8 @@
 //! cannot mean one thing in one and another in the other: a policy's
 //! refusal is refused for good in both, a store that cannot be used stops
 //! both. A job, which reads each operation once, has nothing to settle and
-//! takes the end and the note; a broker's source maps [`Then`] onto its
-//! own acknowledgement (see `consume/answer.rs`).
+//! takes the end, the note and the halt; a broker's source maps [`Then`]
+//! onto its own acknowledgement (see `consume/settle.rs`).
 
 use std::time::Duration;
 
@@ -111,8 +111,9 @@ pub(crate) enum Delay {
 pub(crate) enum Halt {
     /// It goes on.
     No,
-    /// The store was unavailable past the outage budget.
-    Outage,
+    /// The store was unavailable past the outage budget: what it last
+    /// said.
+    Outage(String),
     /// No operation can run until someone changes something: why.
     Stop(String),
     /// The ownership group's membership moved on: every claim from here
@@ -183,7 +184,9 @@ pub(crate) fn of_error(e: EngineError, key: Option<Digest>) -> Fate {
         }
         EngineError::Store(s) => match s.class() {
             // The outage budget is spent (each claim rode it out).
-            ErrorClass::Unavailable => not_run(Then::Later(Delay::Retry)).halting(Halt::Outage),
+            ErrorClass::Unavailable => {
+                not_run(Then::Later(Delay::Retry)).halting(Halt::Outage(s.to_string()))
+            }
             // The request itself: sent again, refused again.
             ErrorClass::Refused => refused(),
             // A lost race on the record: looked at again later.
@@ -231,7 +234,7 @@ pub(crate) fn of_execution(
         // The end could not be recorded: the outcome is unknown to the store.
         Err(e) => {
             let halt = if e.is_store_unavailable() {
-                Halt::Outage
+                Halt::Outage(e.to_string())
             } else {
                 Halt::No
             };

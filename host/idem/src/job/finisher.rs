@@ -55,10 +55,7 @@ impl Finisher {
     /// [`crate::engine::Execution::finish`]'s.
     pub(crate) async fn record(&self, finish: Finish) -> Result<(), EngineError> {
         let Some(tx) = &self.batched else {
-            let mut answers = record(&self.engine, vec![finish], self.budget).await;
-            return answers
-                .pop()
-                .unwrap_or_else(|| Err(task_error("the finisher stopped")));
+            return record_one(&self.engine, finish, self.budget).await;
         };
         let (reply, answer) = oneshot::channel();
         tx.send((finish, reply))
@@ -69,8 +66,20 @@ impl Finisher {
     }
 }
 
-fn task_error(why: &str) -> EngineError {
+pub(super) fn task_error(why: &str) -> EngineError {
     EngineError::Store(StoreError::Task(why.to_string()))
+}
+
+/// [`record`] of one end.
+pub(super) async fn record_one(
+    engine: &Engine,
+    finish: Finish,
+    budget: Duration,
+) -> Result<(), EngineError> {
+    record(engine, vec![finish], budget)
+        .await
+        .pop()
+        .unwrap_or_else(|| Err(task_error("an end went unanswered")))
 }
 
 /// Records `finishes` in one store call and answers each. While the store

@@ -76,14 +76,14 @@
 pub(crate) mod dispatch;
 mod effect;
 mod error;
-mod event;
+pub(crate) mod event;
 pub(crate) mod fate;
 pub(crate) mod feed;
 mod finisher;
 mod lease;
 mod one;
 pub(crate) mod outage;
-mod ownership;
+pub(crate) mod ownership;
 mod peers;
 mod plan;
 mod progress;
@@ -97,7 +97,7 @@ use std::time::Duration;
 
 use idem_core::Operation;
 
-use crate::engine::{Engine, EngineOptions};
+use crate::engine::Engine;
 
 pub use effect::{Effect, EffectOutcome, Performed, run_effect};
 pub use error::JobError;
@@ -105,7 +105,6 @@ pub use event::JobEvent;
 pub use lease::JobLeaseOptions;
 pub use one::{begin_riding_out, open_riding_out, run_effect_riding_out};
 pub use ownership::Ownership;
-pub(crate) use ownership::join as join_ownership;
 pub use plan::JobPlan;
 pub use source::{ListSource, OperationSource, SourceItem, SourceRead, Unreadable};
 pub use summary::{End, Outage, Summary};
@@ -224,25 +223,21 @@ impl JobRunner {
         source: S,
         effect: E,
     ) -> Result<Summary, JobError> {
-        let source: Arc<dyn OperationSource> = Arc::new(source);
         // The first read is file I/O and policy calls: a blocking thread's.
-        let plan = {
-            let (engine, source) = (self.engine.clone(), source.clone());
-            let (options, observer) = (self.options.clone(), self.observer.clone());
-            // A large error ends the run, once: its size costs nothing.
-            #[allow(clippy::result_large_err)]
-            tokio::task::spawn_blocking(move || {
-                plan::plan(&|op| engine.derive(op), &*source, &options, &observer)
-            })
-            .await
-            .map_err(|e| JobError::Source(format!("checking the operations failed: {e}")))??
-        };
-        let ownership = self.options.ownership.clone();
-        let planned = JobPlan {
-            source,
-            plan,
-            ownership,
-        };
+        let (engine, options) = (self.engine.clone(), self.options.clone());
+        let observer = self.observer.clone();
+        // A large error ends the run, once: its size costs nothing.
+        #[allow(clippy::result_large_err)]
+        let planned = tokio::task::spawn_blocking(move || {
+            JobPlan::with(
+                &|op| engine.derive(op),
+                Arc::new(source),
+                &options,
+                &observer,
+            )
+        })
+        .await
+        .map_err(|e| JobError::Source(format!("checking the operations failed: {e}")))??;
         self.run_planned(planned, effect).await
     }
 
@@ -274,13 +269,10 @@ impl JobRunner {
             Some(options) => Some((lease::acquire(&store, options).await?, options.ttl)),
             None => None,
         };
-        let mut engine_options = self.engine.options().clone();
-        if let Some(ownership) = &self.options.ownership {
-            // As `idem run` always did, a failure here leaves a job lease
-            // just taken to expire by itself rather than releasing it.
-            engine_options.ownership = Some(ownership::join(&store, ownership).await?);
-        }
-        let engine = self.engine_with(engine_options);
+        // As `idem run` always did, a failure here leaves a job lease just
+        // taken to expire by itself rather than releasing it.
+        let engine = ownership::joined(&self.engine, self.options.ownership.as_ref()).await?;
+        let engine = Arc::new(engine);
         (self.observer)(JobEvent::Started {
             operations: plan.to_run(),
         });
@@ -305,7 +297,6 @@ impl JobRunner {
         // is taken. No more is held.
         let queue = 2 * limits.claim_batch;
         let (fed, feeder) = feed::start(source, plan, queue);
-        let engine = Arc::new(engine);
         let never = std::future::pending();
         let (mut ran, taken) = dispatch::run_all(
             engine.clone(),
@@ -341,10 +332,5 @@ impl JobRunner {
             skipped,
             ..ran
         })
-    }
-
-    /// This runner's engine with other options (the ownership epoch).
-    fn engine_with(&self, options: EngineOptions) -> Engine {
-        self.engine.reconfigured(options)
     }
 }

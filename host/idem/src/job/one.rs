@@ -83,11 +83,9 @@ pub async fn open_riding_out(
 /// One claim, in a batch of one.
 async fn claim_one(engine: &Engine, item: ToClaim) -> Result<FirstClaim, EngineError> {
     match engine.claim_batch_keeping(vec![item]).await {
-        Ok(mut claimed) => claimed.pop().ok_or_else(|| {
-            EngineError::Store(idem_store::StoreError::Task(
-                "a claim went unanswered".into(),
-            ))
-        }),
+        Ok(mut claimed) => claimed
+            .pop()
+            .ok_or_else(|| finisher::task_error("a claim went unanswered")),
         Err((e, _)) => Err(e),
     }
 }
@@ -104,14 +102,7 @@ pub async fn run_effect_riding_out<E: Effect>(
 ) -> Result<Performed, EngineError> {
     run_effect_recording(effect, op, execution, async |execution, ending, outcome| {
         let finish = execution.into_finish(ending, outcome);
-        finisher::record(engine, vec![finish], budget)
-            .await
-            .pop()
-            .unwrap_or_else(|| {
-                Err(EngineError::Store(idem_store::StoreError::Task(
-                    "an end went unanswered".into(),
-                )))
-            })
+        finisher::record_one(engine, finish, budget).await
     })
     .await
 }

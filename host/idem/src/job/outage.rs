@@ -41,17 +41,6 @@ pub(crate) struct Backoff {
     wait: Duration,
 }
 
-/// What to do after a call failed because the store was unavailable.
-pub(crate) enum Next {
-    /// Waited; call again. `first` on the first failure of the outage.
-    Again {
-        /// Whether this was the outage's first failure (say so, once).
-        first: bool,
-    },
-    /// The budget is spent: give up, after this long.
-    GiveUp(Duration),
-}
-
 impl Backoff {
     /// Backoff within `budget`.
     pub(crate) fn new(budget: Duration) -> Backoff {
@@ -62,19 +51,24 @@ impl Backoff {
         }
     }
 
-    /// Call after a failure that [`EngineError::is_store_unavailable`]: waits before the next
-    /// try, or says to give up.
-    pub(crate) async fn after_failure(&mut self) -> Next {
+    /// Call after a failure that [`EngineError::is_store_unavailable`]:
+    /// waits before the next try (`Ok`; `waiting` is called first when this
+    /// is the outage's first failure: say so, once), or says to give up
+    /// after how long the store has been gone (`Err`).
+    pub(crate) async fn after_failure(&mut self, waiting: impl FnOnce()) -> Result<(), Duration> {
         let first = self.since.is_none();
         let since = *self.since.get_or_insert_with(Instant::now);
         let lasted = since.elapsed();
         if lasted >= self.budget {
-            return Next::GiveUp(lasted);
+            return Err(lasted);
+        }
+        if first {
+            waiting();
         }
         // Never sleep past the budget: the last try comes at its end.
         tokio::time::sleep(jittered(self.wait).min(self.budget - lasted)).await;
         self.wait = (self.wait * 2).min(MAX_WAIT);
-        Next::Again { first }
+        Ok(())
     }
 }
 
@@ -97,13 +91,8 @@ where
             Err(e) if passing(&e) => e,
             done => return done,
         };
-        match backoff.after_failure().await {
-            Next::Again { first } => {
-                if first {
-                    waiting(&error);
-                }
-            }
-            Next::GiveUp(_) => return Err(error),
+        if backoff.after_failure(|| waiting(&error)).await.is_err() {
+            return Err(error);
         }
     }
 }
@@ -171,13 +160,8 @@ where
                 return (served, Some((GaveUp { error, lasted }, tags)));
             }
         };
-        match backoff.after_failure().await {
-            Next::Again { first } => {
-                if first {
-                    waiting(&error);
-                }
-            }
-            Next::GiveUp(lasted) => return (served, Some((GaveUp { error, lasted }, tags))),
+        if let Err(lasted) = backoff.after_failure(|| waiting(&error)).await {
+            return (served, Some((GaveUp { error, lasted }, tags)));
         }
     }
 }
@@ -217,21 +201,25 @@ mod tests {
     #[tokio::test]
     async fn within_the_budget_it_waits_and_says_so_once() {
         let mut backoff = Backoff::new(Duration::from_secs(60));
-        assert!(matches!(
-            backoff.after_failure().await,
-            Next::Again { first: true }
-        ));
-        assert!(matches!(
-            backoff.after_failure().await,
-            Next::Again { first: false }
-        ));
+        let told = std::cell::Cell::new(0);
+        assert_eq!(
+            backoff.after_failure(|| told.set(told.get() + 1)).await,
+            Ok(())
+        );
+        assert_eq!(
+            backoff.after_failure(|| told.set(told.get() + 1)).await,
+            Ok(())
+        );
+        assert_eq!(told.get(), 1, "said once, at the first failure");
         assert_eq!(backoff.wait, FIRST_WAIT * 4, "doubled after each wait");
     }
 
     #[tokio::test]
-    async fn a_zero_budget_gives_up_at_the_first_failure() {
+    async fn a_zero_budget_gives_up_at_the_first_failure_saying_nothing() {
         let mut backoff = Backoff::new(Duration::ZERO);
-        assert!(matches!(backoff.after_failure().await, Next::GiveUp(_)));
+        let told = std::cell::Cell::new(false);
+        assert!(backoff.after_failure(|| told.set(true)).await.is_err());
+        assert!(!told.get(), "no wait to speak of");
     }
 
     #[tokio::test]
@@ -240,9 +228,8 @@ mod tests {
         let mut tries = 0;
         let lasted = loop {
             tries += 1;
-            match backoff.after_failure().await {
-                Next::Again { .. } => {}
-                Next::GiveUp(lasted) => break lasted,
+            if let Err(lasted) = backoff.after_failure(|| {}).await {
+                break lasted;
             }
         };
         assert!(lasted >= Duration::from_millis(30), "{lasted:?}");

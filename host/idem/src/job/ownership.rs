@@ -9,6 +9,7 @@
 use idem_store::{OwnershipToken, Store};
 
 use super::error::JobError;
+use crate::engine::Engine;
 
 /// The workers sharing a job, and which one this run is.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -69,4 +70,18 @@ pub(crate) async fn join(store: &Store, ownership: &Ownership) -> Result<Ownersh
         });
     }
     Ok(joined.token())
+}
+
+/// `engine` as a member of `ownership`'s group ([`join`]): every claim it
+/// makes carries the epoch; without an ownership, `engine` as it is.
+pub(crate) async fn joined(
+    engine: &Engine,
+    ownership: Option<&Ownership>,
+) -> Result<Engine, JobError> {
+    let Some(ownership) = ownership else {
+        return Ok(engine.clone());
+    };
+    let mut options = engine.options().clone();
+    options.ownership = Some(join(engine.store(), ownership).await?);
+    Ok(engine.reconfigured(options))
 }

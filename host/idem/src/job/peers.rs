@@ -12,6 +12,8 @@ use std::time::Duration;
 use idem_store::{RecordKey, RecordState, Store, StoreError};
 use tokio::time::Instant;
 
+use super::outage;
+
 /// The first pause between two looks at a record; it doubles up to
 /// [`MAX_POLL`]. Short enough that a peer's quick end is seen at once, long
 /// enough that thousands of waiting operations are a light load.
@@ -20,21 +22,26 @@ const MAX_POLL: Duration = Duration::from_secs(1);
 
 /// Whether the record under `key` is still held by a live claim after
 /// waiting up to `max`: `false` once it ended (or its lease lapsed, or it
-/// is gone), `true` if `max` passed first.
+/// is gone), `true` if `max` passed first. Each look rides out an outage
+/// for up to `budget` (`waiting` is told at its first failure).
 pub(crate) async fn still_held_after(
     store: &Store,
     key: &RecordKey,
     max: Duration,
+    budget: Duration,
+    waiting: impl Fn(&StoreError),
 ) -> Result<bool, StoreError> {
     let deadline = Instant::now().checked_add(max);
     let mut pause = FIRST_POLL;
     loop {
-        let held = match store.records().get(key).await? {
-            Some(view) => {
-                view.record.state == RecordState::InProgress && view.lease_remaining_ms > 0
-            }
-            None => false,
-        };
+        let look = || store.records().get(key);
+        let held =
+            match outage::riding_out(budget, look, StoreError::is_unavailable, &waiting).await? {
+                Some(view) => {
+                    view.record.state == RecordState::InProgress && view.lease_remaining_ms > 0
+                }
+                None => false,
+            };
         if !held {
             return Ok(false);
         }

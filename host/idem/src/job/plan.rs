@@ -70,15 +70,24 @@ impl JobPlan {
         options: &JobOptions,
         observer: impl Fn(JobEvent<'_>) + Send + Sync + 'static,
     ) -> Result<JobPlan, JobError> {
-        let source: Arc<dyn OperationSource> = Arc::new(source);
         let clock = idem_store::StoreClock::default();
-        let observer: Observer = Arc::new(observer);
-        let plan = plan(
+        JobPlan::with(
             &|op: &Operation| crate::engine::derive_with(policy, op, clock.now_ms()),
-            &*source,
+            Arc::new(source),
             options,
-            &observer,
-        )?;
+            &(Arc::new(observer) as Observer),
+        )
+    }
+
+    /// The first read of `source`, each operation derived by `derive`.
+    #[allow(clippy::result_large_err)]
+    pub(crate) fn with(
+        derive: &Derive<'_>,
+        source: Arc<dyn OperationSource>,
+        options: &JobOptions,
+        observer: &Observer,
+    ) -> Result<JobPlan, JobError> {
+        let plan = plan(derive, &*source, options, observer)?;
         Ok(JobPlan {
             source,
             plan,
@@ -111,8 +120,6 @@ pub(crate) struct Plan {
     namespace: Option<Arc<str>>,
     /// Positions skipped as invalid, ascending.
     skipped: Vec<u64>,
-    /// Valid entries another worker owns.
-    not_owned: u64,
 }
 
 impl Plan {
@@ -128,7 +135,7 @@ impl Plan {
 
     /// How many valid entries another worker owns.
     pub(crate) fn not_owned(&self) -> u64 {
-        self.not_owned
+        self.valid - self.planned.len() as u64
     }
 
     /// Whether the `index`th valid entry is this worker's.
@@ -273,8 +280,6 @@ pub(crate) fn plan(
                     plan.push_valid(owned);
                     if owned {
                         plan.push_planned(&op, keyed);
-                    } else {
-                        plan.not_owned += 1;
                     }
                     continue;
                 }

@@ -1,13 +1,10 @@
 //! Telling a source that its operations are still being worked on (a
 //! JetStream `+WPI`, a Redis Streams claim kept fresh), so that a long
 //! effect keeps its delivery: one keeper per run, not a timer per
-//! operation.
+//! operation (a timer armed and cancelled per message cost every message:
+//! docs/benchmarks.md, "the consumer's timers").
 //!
-//! Each operation used to arm an interval of its own from its claim to its
-//! settling. Registering and cancelling that timer, once per message, was a
-//! share of a consumer's cost that no message needs (docs/benchmarks.md,
-//! "the consumer's timers"). The keeper is one task with one interval: an
-//! operation is entered in its list when its slot starts and taken out when
+//! The keeper is one task with one interval: an operation is entered in its list when its slot starts and taken out when
 //! its slot is done with it (a lock, no timer), and every period each
 //! operation in the list is reported. An operation entered just after a
 //! tick is first reported one period later, as its own interval would have

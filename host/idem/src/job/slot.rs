@@ -8,13 +8,13 @@
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
 
 use idem_core::{Digest, Operation};
-use idem_store::{Finish, RecordKey};
+use idem_store::{ClaimRequest, Finish, RecordKey};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tracing::Instrument;
 
+use super::dispatch::Limits;
 use super::effect::{Effect, run_effect_recording};
 use super::event::{JobEvent, Observer};
 use super::fate::{self, Delay, Fate, Halt, Then};
@@ -31,20 +31,15 @@ pub(crate) struct Slots<E, T> {
     pub(crate) finisher: Finisher,
     pub(crate) effect: Arc<E>,
     pub(crate) permits: Arc<Semaphore>,
-    pub(crate) wait_for_peers: Option<Duration>,
-    pub(crate) store_outage: Duration,
+    /// The run's limits. A lone worker (concurrency 1): the slot ending an
+    /// operation claims the next pending one in the same store call, and
+    /// runs it.
+    pub(crate) limits: Limits,
     /// Operations taken that need a claim, in order: they hold no claim
     /// (and no lease) while they wait for a slot.
     pub(crate) pending: Mutex<VecDeque<(ToClaim, T)>>,
-    /// A lone worker (concurrency 1): the slot ending an operation claims
-    /// the next pending one in the same store call, and runs it.
-    pub(crate) lone: bool,
     /// The run takes no more operations.
     pub(crate) stopping: AtomicBool,
-    /// A slot is kept until its operation's end is recorded: a consumer's
-    /// are, so that a crash leaves no more claims open than it has slots;
-    /// a job's are freed when the effect is over.
-    pub(crate) hold_until_recorded: bool,
     pub(crate) observer: Observer,
     /// The list of operations reported still being worked on, when the
     /// source wants to hear it.
@@ -68,7 +63,7 @@ impl<E, T> Slots<E, T> {
     /// The pending operation a lone worker claims with `finish`, if any
     /// may share its store call (see [`Engine::pairs`]).
     fn next_to_pair(&self, finish: &Finish) -> Option<(ToClaim, T)> {
-        if !self.lone || self.stopping.load(Ordering::Acquire) {
+        if self.limits.concurrency != 1 || self.stopping.load(Ordering::Acquire) {
             return None;
         }
         let mut pending = self.pending();
@@ -90,6 +85,23 @@ enum Next {
     Unclaimed(ToClaim),
 }
 
+impl Next {
+    fn parts(&self) -> (&Operation, &ClaimRequest) {
+        match self {
+            Next::Claimed(claimed) => (claimed.operation(), claimed.request()),
+            Next::Unclaimed(item) => (item.operation(), item.request()),
+        }
+    }
+
+    /// The operation with its derivation, to claim again.
+    fn to_claim(&self) -> ToClaim {
+        match self {
+            Next::Claimed(claimed) => claimed.to_retry(),
+            Next::Unclaimed(item) => item.clone(),
+        }
+    }
+}
+
 /// A slot's task: settles `claimed`, then, for a lone worker whose end
 /// shared its store call with the next claim, that operation, and so on.
 /// Each end is said as it happens; all are counted when the loop collects
@@ -109,19 +121,12 @@ pub(crate) async fn run<E: Effect, T: Ticket>(
         let ticket = Arc::new(ticket);
         let entered = slots.progress.as_ref().map(|p| p.enter(ticket.clone()));
         let work = async {
-            let (op, key, begun) = match this {
-                Next::Claimed(claimed) => {
-                    let op = claimed.operation().clone();
-                    let key = claimed.key();
-                    (op, key, begin(slots, claimed).await)
-                }
-                Next::Unclaimed(item) => {
-                    let op = item.operation().clone();
-                    let key = item.request().key.digest;
-                    (op, key, claim_alone(slots, item).await)
-                }
-            };
-            let (fate, then) = settle(slots, op, key, begun, permit).await;
+            let (op, request) = this.parts();
+            let (op, key) = (op.clone(), request.key.digest);
+            // Kept to claim again after waiting for a peer, derived once.
+            let again = slots.limits.wait_for_peers.map(|_| this.to_claim());
+            let begun = begin(slots, this).await;
+            let (fate, then) = settle(slots, op, key, begun, permit, again).await;
             (ticket.settle(&slots.engine, fate).await, then)
         };
         let (Settled { end, note, halt }, then) = work.instrument(span.clone()).await;
@@ -141,10 +146,7 @@ pub(crate) async fn run<E: Effect, T: Ticket>(
 /// effect and end (the engine's spans are its children): its key, its run,
 /// and for a message where it came from (escaped, bounded).
 fn operation_span<T: Ticket>(this: &Next, ticket: &T) -> tracing::Span {
-    let (op, request) = match this {
-        Next::Claimed(claimed) => (claimed.operation(), claimed.request()),
-        Next::Unclaimed(item) => (item.operation(), item.request()),
-    };
+    let (op, request) = this.parts();
     let bounded = |text: &str| idem_core::text::bounded(text, telemetry::MAX_ATTRIBUTE);
     let run = op.run.as_ref();
     let origin = ticket.origin();
@@ -160,32 +162,25 @@ fn operation_span<T: Ticket>(this: &Next, ticket: &T) -> tracing::Span {
     )
 }
 
-/// Settles what the batch claim answered for one operation. A fresh claim
-/// or a final record needs nothing more of the store; an open record may (a
-/// take-over, a wait), and while the store is unavailable for that, the
-/// claim is sent again as the same request, within the outage budget.
-async fn begin<E, T>(slots: &Slots<E, T>, claimed: FirstClaim) -> Result<Begin, EngineError> {
-    if !claimed.may_call_the_store() {
-        return slots.engine.begin_claimed(claimed).await;
-    }
-    let item = claimed.to_retry();
-    let budget = slots.store_outage;
-    one::settle_riding_out(&slots.engine, item, Some(claimed), budget, |e| {
+/// Settles what a claim answered for one operation, or claims it alone
+/// first (a lone worker's next operation whose shared store call did not
+/// claim it; one claimed again after waiting for a peer). A fresh claim or
+/// a final record needs nothing more of the store; an open record may (a
+/// take-over, a wait), and while the store is unavailable for that or for
+/// the claim, the claim is sent again as the same request, within the
+/// outage budget.
+async fn begin<E, T>(slots: &Slots<E, T>, next: Next) -> Result<Begin, EngineError> {
+    let (item, first, doing) = match next {
+        Next::Claimed(claimed) if !claimed.may_call_the_store() => {
+            return slots.engine.begin_claimed(claimed).await;
+        }
+        Next::Claimed(claimed) => (claimed.to_retry(), Some(claimed), "settling a duplicate"),
+        Next::Unclaimed(item) => (item, None, "claiming"),
+    };
+    let budget = slots.limits.store_outage;
+    one::settle_riding_out(&slots.engine, item, first, budget, |e| {
         slots.warn(&format!(
-            "the store is unavailable ({e}) while settling a duplicate; trying again for up to {budget:?}"
-        ))
-    })
-    .await
-}
-
-/// Claims `item` alone and settles what the claim answered, sending it
-/// again while the store is unavailable, within the outage budget: a lone
-/// worker's next operation whose shared store call did not claim it.
-async fn claim_alone<E, T>(slots: &Slots<E, T>, item: ToClaim) -> Result<Begin, EngineError> {
-    let budget = slots.store_outage;
-    one::settle_riding_out(&slots.engine, item, None, budget, |e| {
-        slots.warn(&format!(
-            "the store is unavailable ({e}) while claiming; trying again for up to {budget:?}"
+            "the store is unavailable ({e}) while {doing}; trying again for up to {budget:?}"
         ))
     })
     .await
@@ -195,52 +190,62 @@ async fn claim_alone<E, T>(slots: &Slots<E, T>, item: ToClaim) -> Result<Begin, 
 type FateThen<T> = (Fate, Option<(Next, T, OwnedSemaphorePermit)>);
 
 /// Settles one begun operation: runs the effect if this run holds it, and
-/// with `wait_for_peers`, waits for one a live peer holds and begins it
-/// again. Gives up its slot (`permit`) when it starts waiting, or when its
-/// effect is over (before its end is recorded unless the run holds slots
-/// until then) or its end recorded.
+/// with `wait_for_peers` (`again`: the operation to claim again), waits
+/// for one a live peer holds and begins it again. Gives up its slot
+/// (`permit`) when it starts waiting, or when its effect is over (before
+/// its end is recorded unless the run holds slots until then) or its end
+/// recorded.
 async fn settle<E: Effect, T>(
     slots: &Slots<E, T>,
     op: Operation,
     key: Digest,
     begun: Result<Begin, EngineError>,
     permit: OwnedSemaphorePermit,
+    again: Option<ToClaim>,
 ) -> FateThen<T> {
-    match begun {
-        Ok(Begin::InProgress { key, .. }) if slots.wait_for_peers.is_some() => {
+    match (begun, again) {
+        (Ok(Begin::InProgress { key, .. }), Some(again)) => {
             drop(permit);
-            wait_for_peer(slots, op, key).await
+            wait_for_peer(slots, again, key).await
         }
-        Ok(Begin::Execute(execution)) => run_held(slots, op, execution, permit).await,
-        other => (fate::of_answer(other, Some(key)), None),
+        (Ok(Begin::Execute(execution)), _) => run_held(slots, op, execution, permit).await,
+        (other, _) => (fate::of_answer(other, Some(key)), None),
     }
 }
 
 /// Waits (holding no slot) until the peer holding `key` ends its claim,
-/// then takes a slot and begins the operation again: a replay, or what the
-/// policy decides for a failure or a lapsed claim.
+/// then takes a slot and claims the operation again (`again`, with its
+/// first derivation: the policy is not called twice): a replay, or what
+/// the policy decides for a failure or a lapsed claim. Both ride out an
+/// outage within the run's budget.
 async fn wait_for_peer<E: Effect, T>(
     slots: &Slots<E, T>,
-    op: Operation,
+    again: ToClaim,
     key: RecordKey,
 ) -> FateThen<T> {
-    let max = slots.wait_for_peers.unwrap_or_default();
+    let max = slots.limits.wait_for_peers.unwrap_or_default();
+    let budget = slots.limits.store_outage;
     tracing::debug!(key = %key.digest, "in progress: waiting for the live run holding it");
-    let waited = match peers::still_held_after(slots.engine.store(), &key, max).await {
-        Ok(false) => None,
-        Ok(true) => Some(
-            Fate::new(End::InProgress, Then::Later(Delay::Hint(None))).noted(format!(
+    let watched = peers::still_held_after(slots.engine.store(), &key, max, budget, |e| {
+        slots.warn(&format!(
+            "the store is unavailable ({e}) while waiting for a peer; trying again for up to {budget:?}"
+        ))
+    });
+    match watched.await {
+        Ok(false) => {}
+        Ok(true) => {
+            let fate = Fate::new(End::InProgress, Then::Later(Delay::Hint(None))).noted(format!(
                 "key {}: still in progress elsewhere after waiting {max:?}",
                 key.digest
-            )),
-        ),
-        Err(e) => Some(
-            Fate::new(End::NotRun, Then::Later(Delay::Retry))
-                .noted(format!("key {}: not run: {e}", key.digest)),
-        ),
-    };
-    if let Some(fate) = waited {
-        return (fate, None);
+            ));
+            return (fate, None);
+        }
+        Err(e) => {
+            return (
+                fate::of_error(EngineError::Store(e), Some(key.digest)),
+                None,
+            );
+        }
     }
     let permit = slots
         .permits
@@ -248,7 +253,9 @@ async fn wait_for_peer<E: Effect, T>(
         .acquire_owned()
         .await
         .expect("the semaphore is never closed");
-    match slots.engine.begin(&op).await {
+    let (op, keyed, _) = again.into_parts();
+    let item = slots.engine.to_claim((op.clone(), keyed));
+    match begin(slots, Next::Unclaimed(item)).await {
         Ok(Begin::Execute(execution)) => run_held(slots, op, execution, permit).await,
         // Held again by someone (a peer took it over): the wait is over.
         other => (fate::of_answer(other, Some(key.digest)), None),
@@ -274,17 +281,15 @@ async fn run_held<E: Effect, T>(
         async |execution, ending, outcome| {
             let finish = execution.into_finish(ending, outcome);
             let Some((next, ticket)) = slots.next_to_pair(&finish) else {
-                // Freed before the end is recorded, the slot's next claim
-                // overlaps the recording; kept until then, a crash leaves
-                // no more claims open than there are slots.
-                let held = slots.hold_until_recorded.then_some(permit);
+                // See `Limits::hold_until_recorded`.
+                let held = slots.limits.hold_until_recorded.then_some(permit);
                 let recorded = slots.finisher.record(finish).await;
                 drop(held);
                 return recorded;
             };
             // An outage met here is told once; each write then rides it
             // out alone.
-            let budget = slots.store_outage;
+            let budget = slots.limits.store_outage;
             let tell = |e: &EngineError| {
                 slots.warn(&format!(
                     "the store is unavailable ({e}) while recording an end and claiming the next operation; trying again for up to {budget:?}"

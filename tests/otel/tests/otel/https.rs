@@ -162,3 +162,23 @@ fn a_certificate_file_that_cannot_be_read_is_told_and_nothing_exported() {
     assert!(receiver.spans.lock().unwrap().is_empty());
     assert_eq!(receiver.refused.load(Ordering::SeqCst), 0, "not even tried");
 }
+
+#[test]
+fn a_certificate_file_that_cannot_be_read_does_not_stop_an_http_export() {
+    // The certificate is for https endpoints only: an http one needs none,
+    // so a stale variable left in the environment is told and its spans
+    // still go.
+    let receiver = Receiver::start();
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("no-such-ca.pem");
+    let mut told = exec(dir.path(), &receiver.endpoint);
+    told.env("OTEL_EXPORTER_OTLP_CERTIFICATE", &missing);
+    let out = succeeded(told.output().unwrap());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("OTEL_EXPORTER_OTLP_CERTIFICATE")
+            && stderr.contains("not needed for http://"),
+        "{stderr}"
+    );
+    assert_eq!(named(&received(&receiver), "idem.operation").len(), 1);
+}

@@ -181,7 +181,12 @@ pub fn run(args: ConsumeArgs) -> Result<u8, Failure> {
         None => None,
     };
     runtime()?.block_on(async {
-        let store = args.store.open().await?;
+        // A store still starting (a PostgreSQL restart) is waited for, as
+        // `idem run` waits for it; past the budget, 69 and nothing read.
+        let store = match args.store.open_riding_out(args.run.store_outage).await? {
+            Ok(store) => store,
+            Err(code) => return Ok(code),
+        };
         let namespace = policy.info().namespace.clone();
         let engine = Arc::new(Engine::new(policy, store, args.run.engine_options()));
         if let (Some(export), Some(addr)) = (metrics, args.metrics) {
