@@ -45,14 +45,21 @@ fn minor_faults() -> u64 {
         .unwrap_or(0)
 }
 
-/// This thread's time on a CPU so far (the first field of
-/// /proc/thread-self/schedstat, in ns): what a derive costs whatever the
-/// other processes on the machine take, where the wall clock counts them.
+/// This thread's time on a CPU so far, in ns: what a derive costs whatever
+/// the other processes on the machine take, where the wall clock counts
+/// them. The thread's CPU clock, exact to the call (/proc's schedstat and
+/// stat move only at scheduler ticks).
 fn cpu_ns() -> u64 {
-    std::fs::read_to_string("/proc/thread-self/schedstat")
-        .ok()
-        .and_then(|s| s.split_whitespace().next()?.parse().ok())
-        .unwrap_or(0)
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `t` is a valid timespec for the call to write.
+    let ok = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) } == 0;
+    if !ok {
+        return 0;
+    }
+    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
 }
 
 /// What `n` runs of `f` took, after `warm` unmeasured ones.
