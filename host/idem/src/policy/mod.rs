@@ -385,6 +385,15 @@ impl LoadedPolicy {
         Ok(evaluated)
     }
 
+    /// A fresh store and instance of this policy, dropped without a call:
+    /// the part of every evaluation that is not the guest's own work.
+    /// For the benches (`--bench languages` sets it against a whole derive).
+    #[doc(hidden)]
+    pub fn instantiate_only(&self) -> Result<(), EvalError> {
+        self.call(self.runtime.limits().fuel, |_, _| Ok(()))
+            .map(|_| ())
+    }
+
     /// Runs one call in a fresh store and instance, under the limits.
     fn call<T>(
         &self,
