@@ -2,7 +2,8 @@
 # Two builds side by side in one run: `idem run --worker --concurrency C`
 # over OPS fresh operations on SQLite (an awk worker answering each line),
 # BEFORE and AFTER interleaved per round; prints each run's rate, each
-# round's AFTER ÷ BEFORE, and the ratio of the medians. On a shared
+# round's AFTER ÷ BEFORE, and the ratio of the medians (with an even
+# ROUNDS, the lower middle). On a shared
 # machine read the ratios, not the rates.
 #
 # Usage: [ROUNDS=3] [CONCURRENCY=32] tests/benches/run-pair.sh BEFORE AFTER POLICY.wasm [OPS]
@@ -25,7 +26,8 @@ WORKER='BEGIN { print "{\"ready\":true}"; fflush() } { print "{\"status\":0,\"bo
 now() { date +%s.%N; }
 one() { # IDEM NAME -> ops/s
   rm -f "$DIR/$2.db" "$DIR/$2.db-wal" "$DIR/$2.db-shm"
-  # The store created and the policy compiled untimed: the run is timed.
+  # The policy compiled into the cache untimed; the run (the store's
+  # creation included) is timed.
   IDEM_CACHE_DIR="$DIR/cache-$2" "$1" describe --policy "$POLICY" > /dev/null
   t0=$(now)
   IDEM_CACHE_DIR="$DIR/cache-$2" "$1" run --policy "$POLICY" --store "sqlite:$DIR/$2.db" \
@@ -37,7 +39,9 @@ one() { # IDEM NAME -> ops/s
 : > "$DIR/rates"
 r=1
 while [ "$r" -le "$ROUNDS" ]; do
-  b=$(one "$BEFORE" before) a=$(one "$AFTER" after)
+  # One assignment a line: `set -e` sees each run's failure.
+  b=$(one "$BEFORE" before)
+  a=$(one "$AFTER" after)
   echo "$b $a" >> "$DIR/rates"
   echo "round $r: before $b ops/s, after $a ops/s, after ÷ before $(echo "$a $b" | awk '{ printf "%.2f", $1 / $2 }')x (load $(cut -d' ' -f1 /proc/loadavg))"
   r=$((r + 1))

@@ -23,8 +23,9 @@ pub const INCOMPLETE: u8 = 1;
 pub const KEYS_WOULD_CHANGE: u8 = INCOMPLETE;
 
 /// Bad usage or input: an unreadable file, a malformed operation, a policy
-/// or store that cannot be opened, a command that cannot be started. Also
-/// clap's own status for a usage error.
+/// or store that cannot be opened, a command that cannot be started, a run
+/// or consumer that stopped because no operation could run. Also clap's
+/// own status for a usage error.
 pub const BAD_INPUT: u8 = 2;
 
 /// The policy refused the operation: a typed policy error (printed as JSON

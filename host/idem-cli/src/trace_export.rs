@@ -83,7 +83,9 @@ where
             crate::shown::tell!("idem: traces are not exported: {e}");
             return None;
         }
-        crate::shown::tell!("idem: {e} (not needed for {endpoint})");
+        // The scheme only: an endpoint may carry credentials.
+        let scheme = endpoint.split("://").next().unwrap_or_default();
+        crate::shown::tell!("idem: {e} (not needed for {scheme}://)");
     }
     let client = match OwnRuntimeClient::new(tls) {
         Ok(client) => client,

@@ -69,6 +69,7 @@ pub(crate) async fn run_all<F: Feed, E: Effect>(
         limits: limits.clone(),
         pending: Default::default(),
         stopping: Default::default(),
+        told_peer_outage: Default::default(),
         observer: observer.clone(),
         progress: progress.as_ref().map(|(list, _)| list.clone()),
     });
@@ -172,7 +173,7 @@ pub(crate) async fn run_all<F: Feed, E: Effect>(
         let Fate { then, halt, .. } = fate::of_error(why.error, None);
         let then = match halt {
             // Put back at once, for a consumer that can.
-            Halt::Stop(_) => then,
+            Halt::Stop(_) | Halt::Record(_) => then,
             _ => Then::Later(Delay::Retry),
         };
         let fate = Fate {
@@ -262,13 +263,16 @@ impl Run<'_> {
                 // Met by an operation's own call, which rode out the whole
                 // budget before giving up.
                 if self.summary.outage.is_none() {
+                    (self.observer)(JobEvent::Warning(&format!(
+                        "the store was unavailable past the outage budget ({error}); stopped taking operations"
+                    )));
                     self.summary.outage = Some(Outage {
                         lasted_ms: self.budget.as_millis() as u64,
                         error,
                     });
                 }
             }
-            Halt::Stop(why) => {
+            Halt::Stop(why) | Halt::Record(why) => {
                 if self.summary.stopped.is_none() {
                     (self.observer)(JobEvent::Warning(&format!("{why}: stopped")));
                     self.summary.stopped = Some(why);

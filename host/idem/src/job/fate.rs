@@ -116,6 +116,11 @@ pub(crate) enum Halt {
     Outage(String),
     /// No operation can run until someone changes something: why.
     Stop(String),
+    /// This operation's record cannot be read (a corrupt row): why. A
+    /// consumer stops, as for [`Halt::Stop`] (its message would come back
+    /// to the same row); a job, which reads each operation once, counts it
+    /// not run and goes on.
+    Record(String),
     /// The ownership group's membership moved on: every claim from here
     /// would be refused, and what this member had is another's now.
     Deposed,
@@ -182,6 +187,9 @@ pub(crate) fn of_error(e: EngineError, key: Option<Digest>) -> Fate {
             Fate::new(End::StaleEpoch, Then::Later(Delay::Retry))
                 .noted(format!("not run, ownership moved on: {s}"))
         }
+        EngineError::Store(s @ StoreError::Corrupt { .. }) => {
+            not_run(Then::Later(Delay::Now)).halting(Halt::Record(s.to_string()))
+        }
         EngineError::Store(s) => match s.class() {
             // The outage budget is spent (each claim rode it out).
             ErrorClass::Unavailable => {
@@ -192,8 +200,7 @@ pub(crate) fn of_error(e: EngineError, key: Option<Digest>) -> Fate {
             // A lost race on the record: looked at again later.
             ErrorClass::Conflict => not_run(Then::Later(Delay::Retry)),
             // A store that cannot be opened, a schema this idem does not
-            // know, a corrupt row: waiting changes nothing, and no
-            // operation is to blame.
+            // know: waiting changes nothing, and no operation is to blame.
             ErrorClass::Failed => stop(),
         },
         EngineError::Fenced(_) => not_run(Then::Later(Delay::Retry)),

@@ -119,15 +119,17 @@ pub(crate) struct Settled {
 /// A job's operation: read again from a file or a list, it has nothing to
 /// settle. An outage past the budget, or a store or policy no operation
 /// can use (an operation not run, halting), stops the job as it stops a
-/// consumer; an effect that could not start is the effect's to say for
-/// each operation (a library's effect may fail one and run the next), so
-/// the job records it failed and goes on.
+/// consumer. What one operation meets does not: a record that cannot be
+/// read, or an effect that could not start (the effect's to say for each
+/// operation: a library's effect may fail one and run the next); the job
+/// counts it and goes on.
 pub(crate) struct Read;
 
 impl Ticket for Read {
     async fn settle(&self, _: &Engine, fate: Fate) -> Settled {
         let halt = match fate.halt {
             Halt::Stop(_) if fate.end != End::NotRun => Halt::No,
+            Halt::Record(_) => Halt::No,
             halt => halt,
         };
         Settled {

@@ -1,8 +1,8 @@
 //! Telling a source that its operations are still being worked on (a
 //! JetStream `+WPI`, a Redis Streams claim kept fresh), so that a long
 //! effect keeps its delivery: one keeper per run, not a timer per
-//! operation (a timer armed and cancelled per message cost every message:
-//! docs/benchmarks.md, "the consumer's timers").
+//! operation (a timer armed and cancelled per message cost every
+//! message: docs/benchmarks.md, "the consumer's timers").
 //!
 //! The keeper is one task with one interval: an operation is entered in its list when its slot starts and taken out when
 //! its slot is done with it (a lock, no timer), and every period each

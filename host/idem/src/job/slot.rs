@@ -40,6 +40,9 @@ pub(crate) struct Slots<E, T> {
     pub(crate) pending: Mutex<VecDeque<(ToClaim, T)>>,
     /// The run takes no more operations.
     pub(crate) stopping: AtomicBool,
+    /// An outage met while waiting for peers was told (once a run: many
+    /// operations may be waiting).
+    pub(crate) told_peer_outage: AtomicBool,
     pub(crate) observer: Observer,
     /// The list of operations reported still being worked on, when the
     /// source wants to hear it.
@@ -92,14 +95,6 @@ impl Next {
             Next::Unclaimed(item) => (item.operation(), item.request()),
         }
     }
-
-    /// The operation with its derivation, to claim again.
-    fn to_claim(&self) -> ToClaim {
-        match self {
-            Next::Claimed(claimed) => claimed.to_retry(),
-            Next::Unclaimed(item) => item.clone(),
-        }
-    }
 }
 
 /// A slot's task: settles `claimed`, then, for a lone worker whose end
@@ -123,10 +118,8 @@ pub(crate) async fn run<E: Effect, T: Ticket>(
         let work = async {
             let (op, request) = this.parts();
             let (op, key) = (op.clone(), request.key.digest);
-            // Kept to claim again after waiting for a peer, derived once.
-            let again = slots.limits.wait_for_peers.map(|_| this.to_claim());
             let begun = begin(slots, this).await;
-            let (fate, then) = settle(slots, op, key, begun, permit, again).await;
+            let (fate, then) = settle(slots, op, key, begun, permit).await;
             (ticket.settle(&slots.engine, fate).await, then)
         };
         let (Settled { end, note, halt }, then) = work.instrument(span.clone()).await;
@@ -164,7 +157,7 @@ fn operation_span<T: Ticket>(this: &Next, ticket: &T) -> tracing::Span {
 
 /// Settles what a claim answered for one operation, or claims it alone
 /// first (a lone worker's next operation whose shared store call did not
-/// claim it; one claimed again after waiting for a peer). A fresh claim or
+/// claim it). A fresh claim or
 /// a final record needs nothing more of the store; an open record may (a
 /// take-over, a wait), and while the store is unavailable for that or for
 /// the claim, the claim is sent again as the same request, within the
@@ -190,47 +183,51 @@ async fn begin<E, T>(slots: &Slots<E, T>, next: Next) -> Result<Begin, EngineErr
 type FateThen<T> = (Fate, Option<(Next, T, OwnedSemaphorePermit)>);
 
 /// Settles one begun operation: runs the effect if this run holds it, and
-/// with `wait_for_peers` (`again`: the operation to claim again), waits
-/// for one a live peer holds and begins it again. Gives up its slot
-/// (`permit`) when it starts waiting, or when its effect is over (before
-/// its end is recorded unless the run holds slots until then) or its end
-/// recorded.
+/// with `wait_for_peers`, waits for one a live peer holds and begins it
+/// again. Gives up its slot (`permit`) when it starts waiting, or when its
+/// effect is over (before its end is recorded unless the run holds slots
+/// until then) or its end recorded.
 async fn settle<E: Effect, T>(
     slots: &Slots<E, T>,
     op: Operation,
     key: Digest,
     begun: Result<Begin, EngineError>,
     permit: OwnedSemaphorePermit,
-    again: Option<ToClaim>,
 ) -> FateThen<T> {
-    match (begun, again) {
-        (Ok(Begin::InProgress { key, .. }), Some(again)) => {
+    match begun {
+        Ok(Begin::InProgress { key, .. }) if slots.limits.wait_for_peers.is_some() => {
             drop(permit);
-            wait_for_peer(slots, again, key).await
+            wait_for_peer(slots, op, key).await
         }
-        (Ok(Begin::Execute(execution)), _) => run_held(slots, op, execution, permit).await,
-        (other, _) => (fate::of_answer(other, Some(key)), None),
+        Ok(Begin::Execute(execution)) => run_held(slots, op, execution, permit).await,
+        other => (fate::of_answer(other, Some(key)), None),
     }
 }
 
 /// Waits (holding no slot) until the peer holding `key` ends its claim,
-/// then takes a slot and claims the operation again (`again`, with its
-/// first derivation: the policy is not called twice): a replay, or what
-/// the policy decides for a failure or a lapsed claim. Both ride out an
-/// outage within the run's budget.
+/// then takes a slot and begins the operation again: a replay, or what the
+/// policy decides for a failure or a lapsed claim. It is derived again, as
+/// [`Engine::begin`] does (during a policy's dual-read window the first
+/// claim may have found the old version's key), and both the watching and
+/// the new claim ride out an outage within the run's budget, told once per
+/// run. (An operation taken before the run stopped is settled this way
+/// even after: it was taken, and its claim is made as any other.)
 async fn wait_for_peer<E: Effect, T>(
     slots: &Slots<E, T>,
-    again: ToClaim,
+    op: Operation,
     key: RecordKey,
 ) -> FateThen<T> {
     let max = slots.limits.wait_for_peers.unwrap_or_default();
     let budget = slots.limits.store_outage;
     tracing::debug!(key = %key.digest, "in progress: waiting for the live run holding it");
-    let watched = peers::still_held_after(slots.engine.store(), &key, max, budget, |e| {
-        slots.warn(&format!(
-            "the store is unavailable ({e}) while waiting for a peer; trying again for up to {budget:?}"
-        ))
-    });
+    let waiting = |e: &dyn std::fmt::Display| {
+        if !slots.told_peer_outage.swap(true, Ordering::Relaxed) {
+            slots.warn(&format!(
+                "the store is unavailable ({e}) while waiting for peers; trying again for up to {budget:?}"
+            ))
+        }
+    };
+    let watched = peers::still_held_after(slots.engine.store(), &key, max, budget, |e| waiting(e));
     match watched.await {
         Ok(false) => {}
         Ok(true) => {
@@ -253,9 +250,8 @@ async fn wait_for_peer<E: Effect, T>(
         .acquire_owned()
         .await
         .expect("the semaphore is never closed");
-    let (op, keyed, _) = again.into_parts();
-    let item = slots.engine.to_claim((op.clone(), keyed));
-    match begin(slots, Next::Unclaimed(item)).await {
+    let begun = one::begin_riding_out(&slots.engine, &op, budget, |e| waiting(e)).await;
+    match begun {
         Ok(Begin::Execute(execution)) => run_held(slots, op, execution, permit).await,
         // Held again by someone (a peer took it over): the wait is over.
         other => (fate::of_answer(other, Some(key.digest)), None),

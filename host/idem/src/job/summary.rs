@@ -148,10 +148,11 @@ pub struct Summary {
     /// group's membership moved on (`idem consume --shard`).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub deposed: bool,
-    /// Set when a consumer stopped because no message could be run (its
-    /// command cannot start, its policy may not claim in the namespace,
-    /// the store failed in a way waiting does not change): why. The
-    /// delivery that showed it was put back for a consumer that can.
+    /// Set when a run stopped because no operation could run: why. A job
+    /// stops when its policy may not claim in the namespace or the store
+    /// failed in a way waiting does not change; a consumer also when its
+    /// command cannot start or a record cannot be read, and the delivery
+    /// that showed it was put back for a consumer that can.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stopped: Option<String>,
     /// Deliveries a consumer stopping when idle left unacknowledged (given
@@ -168,7 +169,9 @@ fn is_zero(n: &u64) -> bool {
 /// Why a run stopped early: its store was gone past the outage budget.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
 pub struct Outage {
-    /// How long the store had been unavailable when the run gave up, ms.
+    /// How long the store had been unavailable when the run gave up, ms
+    /// (the outage budget, when an operation's own call gave up after
+    /// riding it out).
     pub lasted_ms: u64,
     /// What the store last said.
     pub error: String,
