@@ -146,15 +146,21 @@ fn exec_exports_over_https_to_a_receiver_whose_ca_it_trusts() {
     );
 }
 
+/// `idem exec` exporting to `endpoint` with a certificate file that does
+/// not exist; it must succeed: its stderr.
+fn exec_with_a_missing_ca(endpoint: &str) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("no-such-ca.pem");
+    let mut told = exec(dir.path(), endpoint);
+    told.env("OTEL_EXPORTER_OTLP_CERTIFICATE", &missing);
+    let out = succeeded(told.output().unwrap());
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
 #[test]
 fn a_certificate_file_that_cannot_be_read_is_told_and_nothing_exported() {
     let receiver = TlsReceiver::start();
-    let dir = tempfile::tempdir().unwrap();
-    let missing = dir.path().join("no-such-ca.pem");
-    let mut told = exec(dir.path(), &receiver.endpoint);
-    told.env("OTEL_EXPORTER_OTLP_CERTIFICATE", &missing);
-    let out = succeeded(told.output().unwrap());
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stderr = exec_with_a_missing_ca(&receiver.endpoint);
     assert!(
         stderr.contains("traces are not exported: OTEL_EXPORTER_OTLP_CERTIFICATE"),
         "{stderr}"
@@ -169,12 +175,7 @@ fn a_certificate_file_that_cannot_be_read_does_not_stop_an_http_export() {
     // so a stale variable left in the environment is told and its spans
     // still go.
     let receiver = Receiver::start();
-    let dir = tempfile::tempdir().unwrap();
-    let missing = dir.path().join("no-such-ca.pem");
-    let mut told = exec(dir.path(), &receiver.endpoint);
-    told.env("OTEL_EXPORTER_OTLP_CERTIFICATE", &missing);
-    let out = succeeded(told.output().unwrap());
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stderr = exec_with_a_missing_ca(&receiver.endpoint);
     assert!(
         stderr.contains("OTEL_EXPORTER_OTLP_CERTIFICATE")
             && stderr.contains("not needed for http://"),
