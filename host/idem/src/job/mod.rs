@@ -16,7 +16,8 @@
 //! 3. with [`Ownership`], registers the membership, keeps the operations
 //!    this worker owns, and makes every claim carry the ownership epoch;
 //! 4. reads the operations again (each checked against the first read,
-//!    whose derivation it takes: the policy is called once per operation),
+//!    whose derivation it takes: the policy is called once per operation,
+//!    but for one waited for behind a peer, derived again when it begins),
 //!    claims those that can start now (free concurrency
 //!    slots, up to the claim batch) in one store call, runs each one's
 //!    [`Effect`] in a task of its own while heartbeating its claim, and records the ends
